@@ -1,0 +1,1 @@
+"""Agents that propose a new kernel.py: Claude, OpenAI-compatible, offline tuner."""

@@ -1,0 +1,1 @@
+"""The loop engine. Never imports Textual: the TUI is a client."""

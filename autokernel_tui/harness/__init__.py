@@ -1,0 +1,1 @@
+"""The harness: the judge. Parent-side runner and an isolated worker process."""

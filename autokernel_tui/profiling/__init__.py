@@ -1,0 +1,1 @@
+"""Profiling: torch.profiler capture, kernel-to-op classification, Amdahl ranking, model zoo."""

@@ -1,0 +1,1 @@
+"""Kernel tasks: the on-disk format (spec), the shipped starters, extraction."""

@@ -1,0 +1,62 @@
+"""Harness-owned PyTorch side of the rmsnorm task (read-only to the agent)."""
+
+import torch
+import torch.nn.functional as F
+
+EPS = 1e-6
+
+
+def make_inputs(shape: dict, dtype: torch.dtype, device: str, seed: int) -> tuple:
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    m, n = shape["M"], shape["N"]
+    # Activations with a per-row scale spread, and a random affine weight (not ones).
+    scale = torch.exp(torch.randn(m, 1, generator=g) * 0.5)
+    x = (torch.randn(m, n, generator=g) * scale).to(device=device, dtype=dtype)
+    w = (1.0 + 0.1 * torch.randn(n, generator=g)).to(device=device, dtype=dtype)
+    return x, w, EPS
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The baseline: the fused rms_norm a model calls."""
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def naive(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The composite many models still use, reported beside the baseline."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+
+
+def flops(shape: dict) -> int:
+    m, n = shape["M"], shape["N"]
+    return 4 * m * n  # square, sum, scale, weight
+
+
+def bytes_moved(shape: dict, dtype: torch.dtype) -> int:
+    m, n = shape["M"], shape["N"]
+    size = torch.finfo(dtype).bits // 8
+    return (2 * m * n + n) * size  # read x, write y, read weight
+
+
+def _large(inputs, g):
+    # x^2 overflows fp16 when squared in fp16: catches accumulation in the input dtype.
+    x, w, eps = inputs
+    return x * 300.0, w, eps
+
+
+def _tiny(inputs, g):
+    # mean(x^2) far below eps: the eps placement matters.
+    x, w, eps = inputs
+    return x * 1e-4, w, eps
+
+
+def _spiky(inputs, g):
+    # One huge value per row among small ones.
+    x, w, eps = inputs
+    x = x.clone() * 1e-2
+    cols = torch.randint(0, x.shape[1], (x.shape[0],), generator=g).to(x.device)
+    x[torch.arange(x.shape[0], device=x.device), cols] = 50.0
+    return x, w, eps
+
+
+ADVERSARIAL = {"large": _large, "tiny": _tiny, "spiky": _spiky}
