@@ -39,7 +39,7 @@ class Shape:
     """One named problem size: ``dims`` maps dimension names to integers."""
 
     name: str
-    dims: dict[str, int]
+    dims: dict[str, int | str]
 
     def label(self) -> str:
         return "x".join(f"{k}{v}" for k, v in self.dims.items())
@@ -87,9 +87,12 @@ def _shape_list(raw: Any, where: str) -> tuple[Shape, ...]:
         if not isinstance(entry, dict) or "name" not in entry:
             raise TaskFormatError(f"{where}[{i}]: each shape needs a name")
         dims = {k: v for k, v in entry.items() if k != "name"}
-        bad = [k for k, v in dims.items() if not isinstance(v, int) or isinstance(v, bool) or v <= 0]
+        # Dimensions are positive integers; a string value names a variant (e.g. gelu's approximation).
+        bad = [k for k, v in dims.items()
+               if not isinstance(v, str) and (not isinstance(v, int) or isinstance(v, bool) or v <= 0)]
         if bad or not dims:
-            raise TaskFormatError(f"{where}[{i}] ({entry['name']}): dimensions must be positive integers: {bad or 'none given'}")
+            raise TaskFormatError(f"{where}[{i}] ({entry['name']}): dimensions must be positive integers "
+                                  f"(or variant strings): {bad or 'none given'}")
         shapes.append(Shape(str(entry["name"]), dims))
     names = [s.name for s in shapes]
     if len(set(names)) != len(names):
