@@ -1,0 +1,62 @@
+"""Harness-owned PyTorch side of the fused residual-add + rmsnorm task (read-only to the agent)."""
+
+import torch
+import torch.nn.functional as F
+
+EPS = 1e-6
+
+
+def make_inputs(shape: dict, dtype: torch.dtype, device: str, seed: int) -> tuple:
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    m, n = shape["M"], shape["N"]
+    # A residual stream that has grown over layers (per-row scale spread), a smaller
+    # sublayer output added to it, and a random affine weight (not ones).
+    scale = torch.exp(torch.randn(m, 1, generator=g) * 0.5)
+    residual = (torch.randn(m, n, generator=g) * scale * 4.0).to(device=device, dtype=dtype)
+    x = (torch.randn(m, n, generator=g) * scale).to(device=device, dtype=dtype)
+    w = (1.0 + 0.1 * torch.randn(n, generator=g)).to(device=device, dtype=dtype)
+    return x, residual, w, EPS
+
+
+def reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
+    """The baseline: the residual add then the fused rms_norm, as a LLaMA block calls them."""
+    new_residual = x + residual
+    return F.rms_norm(new_residual, (x.shape[-1],), weight, eps), new_residual
+
+
+def naive(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
+    """The composite many models still use, reported beside the baseline."""
+    h = x + residual
+    hf = h.float()
+    return (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype), h
+
+
+def flops(shape: dict) -> int:
+    m, n = shape["M"], shape["N"]
+    return 5 * m * n  # add, square, sum, scale, weight
+
+
+def bytes_moved(shape: dict, dtype: torch.dtype) -> int:
+    m, n = shape["M"], shape["N"]
+    return (4 * m * n + n) * (torch.finfo(dtype).bits // 8)  # x, residual in; out, new residual out; weight
+
+
+def _large(inputs, g):
+    # Squares overflow fp16 when accumulated in the input dtype.
+    x, r, w, eps = inputs
+    return (x.float() * 100.0).to(x.dtype), (r.float() * 100.0).to(r.dtype), w, eps
+
+
+def _tiny(inputs, g):
+    # mean(h^2) far below eps: the eps placement matters.
+    x, r, w, eps = inputs
+    return (x.float() * 1e-4).to(x.dtype), (r.float() * 1e-4).to(r.dtype), w, eps
+
+
+def _cancel(inputs, g):
+    # The sublayer output nearly cancels the residual: the sum must be formed before the norm.
+    x, r, w, eps = inputs
+    return (-(r.float()) + x.float() * 1e-2).to(x.dtype), r, w, eps
+
+
+ADVERSARIAL = {"large": _large, "tiny": _tiny, "cancel": _cancel}
