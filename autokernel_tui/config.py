@@ -51,6 +51,14 @@ class AgentSettings:
     openai_base_url: str = ""
     openai_model: str = ""
     seed: int = 0  # offline tuner randomness
+    tuner_budget: int = 0  # experiments the tuner plans for per kernel (0 = open-ended)
+    anthropic_base_url: str = ""  # override the Messages API endpoint (proxies, tests)
+    request_timeout_s: float = 600.0  # one streamed request, start to finish
+    retry_base_s: float = 2.0  # first backoff on 429/529/5xx/network errors, doubled per retry
+    retry_max_s: float = 60.0  # longest single backoff
+    memory_chars: int = 6000  # bound on the history digest sent to the model each experiment
+    price_input_usd_per_mtok: float = -1.0  # < 0: the built-in price table for the model
+    price_output_usd_per_mtok: float = -1.0
 
 
 @dataclass
