@@ -1,0 +1,76 @@
+"""The Textual app: live (in-process or attached), review, or first run, over one workspace."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from textual.app import App
+
+from autokernel_tui.tui import keys
+from autokernel_tui.tui.commands import SteeringCommands
+
+LIVE, REVIEW, FIRST_RUN = "live", "review", "first_run"
+
+
+class AutokernelApp(App[Any]):
+    """Exits with a quit choice (see screens.quit_screen) or None."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "autokernel-tui"
+    COMMANDS = App.COMMANDS | {SteeringCommands}
+    ENABLE_COMMAND_PALETTE = True
+
+    def __init__(self, workspace: Path, mode: str = LIVE, client: Any = None, *, attached: bool = False,
+                 user_keys: dict[str, str] | None = None, clock: Callable[[], float] | None = None,
+                 history: Any = None, first_run_info: dict | None = None) -> None:
+        super().__init__()
+        self.workspace = Path(workspace)
+        self.mode = mode
+        self.client = client
+        self.attached = attached
+        self.user_keys = keys.keymap(user_keys or {})
+        self.clock = clock or time.time
+        self.history = history  # callable(workspace) -> list of runs; defaults to ledger.history.load_runs
+        self.first_run_info = first_run_info or {}
+        self.theme = "textual-dark"
+
+    def on_mount(self) -> None:
+        self.set_keymap(self.user_keys)
+        if self.mode == LIVE:
+            from autokernel_tui.tui.screens.live_screen import LiveScreen
+            self.push_screen(LiveScreen(self.client, self.workspace, self.attached, self.clock))
+        elif self.mode == REVIEW:
+            self.open_review(standalone=True)
+        else:
+            from autokernel_tui.tui.screens.first_run import FirstRunScreen
+            self.push_screen(FirstRunScreen(self.workspace, self.first_run_info), self.exit)
+
+    # Screens other screens open.
+    def open_help(self) -> None:
+        from autokernel_tui.tui.screens.help_screen import HelpScreen
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.user_keys))
+
+    def open_review(self, standalone: bool = False) -> None:
+        from autokernel_tui.tui.screens.review_screen import ReviewScreen
+        self.push_screen(ReviewScreen(self.workspace, self.history, client=self.client, standalone=standalone))
+
+    def ask_quit(self) -> None:
+        from autokernel_tui.tui.screens.quit_screen import QuitScreen
+        if self.mode != LIVE or self.client is None:
+            self.exit(None)
+            return
+        if isinstance(self.screen, QuitScreen):
+            return
+        state = getattr(self.screen, "state", None)
+        active = state is not None and state.state not in ("stopped", "idle")
+        self.push_screen(QuitScreen(self.attached, active), self._quit_chosen)
+
+    def _quit_chosen(self, choice: str | None) -> None:
+        if choice is not None:
+            self.exit(choice)
+
+    def action_help(self) -> None:
+        self.open_help()

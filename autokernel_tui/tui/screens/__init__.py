@@ -1,0 +1,1 @@
+"""Screens of the app: live, review, help, quit, first run."""

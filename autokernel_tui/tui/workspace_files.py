@@ -1,0 +1,112 @@
+"""Read-only access to a workspace's run files (the workspace on disk is the truth)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+RESULTS_COLUMNS = (
+    "experiment", "timestamp", "task", "commit", "status", "correctness", "latency_us",
+    "speedup_vs_baseline", "speedup_vs_incumbent", "ci_low", "ci_high", "pct_roofline", "tflops",
+    "gbps", "peak_vram_mb", "agent", "tokens", "cost_usd", "description",
+)
+STATE_DIR = ".autokernel"
+
+
+def state_dir(workspace: Path) -> Path:
+    return Path(workspace) / STATE_DIR
+
+
+def runs_dir(workspace: Path) -> Path:
+    return state_dir(workspace) / "runs"
+
+
+def is_workspace(path: Path) -> bool:
+    """A workspace is a git repository with a kernels/ folder (see ledger.workspace)."""
+    path = Path(path)
+    return (path / ".git").exists() and (path / "kernels").is_dir()
+
+
+def run_tags(workspace: Path) -> list[str]:
+    """Run tags, oldest first (by run.json / folder modification time)."""
+    root = runs_dir(workspace)
+    if not root.is_dir():
+        return []
+    runs = [p for p in root.iterdir() if p.is_dir()]
+    runs.sort(key=lambda p: ((p / "run.json").stat().st_mtime if (p / "run.json").exists() else p.stat().st_mtime, p.name))
+    return [p.name for p in runs]
+
+
+def read_results(path: Path) -> list[dict[str, str]]:
+    """results.tsv rows as dicts; a missing file is no rows."""
+    if not Path(path).is_file():
+        return []
+    with open(path, newline="", encoding="utf-8") as handle:
+        return [dict(row) for row in csv.DictReader(handle, delimiter="\t")]
+
+
+def results_path(workspace: Path, tag: str) -> Path:
+    return runs_dir(workspace) / tag / "results.tsv"
+
+
+def events_path(workspace: Path, tag: str) -> Path:
+    return runs_dir(workspace) / tag / "events.jsonl"
+
+
+def tail_events(path: Path, max_bytes: int = 2 * 1024 * 1024) -> list[dict]:
+    """The newest events of a (possibly huge) events.jsonl, reading at most ``max_bytes``."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    with open(path, "rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        start = max(0, size - max_bytes)
+        handle.seek(start)
+        data = handle.read()
+    lines = data.split(b"\n")
+    if start > 0:
+        lines = lines[1:]  # the first line is cut in the middle
+    events = []
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a line being written right now
+        if isinstance(event, dict):
+            events.append(event)
+    return events
+
+
+def catch_up_events(events: list[dict], experiment: int) -> list[dict]:
+    """What a late viewer replays: the current experiment's stream since it started."""
+    start = 0
+    for i, event in enumerate(events):
+        if event.get("type") == "experiment_started" and int(event.get("n") or 0) == experiment:
+            start = i
+    replay = {"experiment_started", "agent", "proposal", "committed", "verdict"}
+    return [e for e in events[start:] if e.get("type") in replay]
+
+
+def engine_pid(workspace: Path) -> int | None:
+    """The pid in engine.lock if that process is alive, else None."""
+    lock = state_dir(workspace) / "engine.lock"
+    try:
+        pid = int(lock.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return pid
+    return pid
+
+
+def engine_is_live(workspace: Path) -> bool:
+    return engine_pid(workspace) is not None and (state_dir(workspace) / "control.sock").exists()
