@@ -19,7 +19,7 @@ LOOP_BLOCK_N = 4096  # chunk width of the looped path
 @triton.jit
 def _rmsnorm_rows(X, W, Y, M, N, stride_x, stride_y, eps,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # 64-bit offsets: M*N may pass 2^31
     cols = tl.arange(0, BLOCK_N)
     rmask = rows < M
     cmask = cols < N
@@ -33,7 +33,7 @@ def _rmsnorm_rows(X, W, Y, M, N, stride_x, stride_y, eps,
 
 @triton.jit
 def _rmsnorm_looped(X, W, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr):
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x
     y_row = Y + row * stride_y
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
