@@ -38,6 +38,7 @@ class AutokernelApp(App[Any]):
 
     def on_mount(self) -> None:
         self.set_keymap(self.user_keys)
+        self._watch_hangup()
         if self.mode == LIVE:
             from autokernel_tui.tui.screens.live_screen import LiveScreen
             self.push_screen(LiveScreen(self.client, self.workspace, self.attached, self.clock))
@@ -46,6 +47,17 @@ class AutokernelApp(App[Any]):
         else:
             from autokernel_tui.tui.screens.first_run import FirstRunScreen
             self.push_screen(FirstRunScreen(self.workspace, self.first_run_info), self.exit)
+
+    def _watch_hangup(self) -> None:
+        """SIGHUP (the SSH session died): exit at once; the launcher keeps the run safe. No busy loop."""
+        import asyncio
+        import signal
+
+        from autokernel_tui.tui.screens.quit_screen import HANGUP
+        try:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.exit, HANGUP)
+        except (NotImplementedError, RuntimeError, ValueError, AttributeError):
+            pass  # not the main thread (tests) or no SIGHUP on this platform
 
     # Screens other screens open.
     def open_help(self) -> None:

@@ -8,7 +8,7 @@ from textual.containers import Grid
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label
 
-STOP, HEADLESS, DETACH = "stop", "headless", "detach"
+STOP, HEADLESS, DETACH, HANGUP = "stop", "headless", "detach", "hangup"
 
 
 class QuitScreen(ModalScreen[str | None]):

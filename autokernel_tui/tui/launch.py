@@ -1,0 +1,51 @@
+"""Run the app and carry out what the user chose on the way out (stop, headless, detach, hang-up)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from autokernel_tui.tui import engine_link
+
+
+def run_live(workspace: Path, settings, client, attached: bool) -> int:
+    from autokernel_tui.tui.app import AutokernelApp
+    from autokernel_tui.tui.screens.quit_screen import DETACH, HANGUP, HEADLESS, STOP
+
+    app = AutokernelApp(workspace, client=client, attached=attached, user_keys=settings.keys)
+    try:
+        choice = app.run()
+    except OSError:  # the terminal went away while drawing: treat it as a hang-up
+        choice = HANGUP
+    if choice == HANGUP:
+        # The SSH session died: keep the night's run going rather than losing it.
+        choice = DETACH if attached else HEADLESS
+    if choice == STOP:
+        engine_link.stop_and_close(client)
+        _say("run stopped after its current experiment; resume with: autokernel-tui")
+    elif choice == HEADLESS:
+        engine_link.stop_and_close(client)
+        pid = engine_link.spawn_headless(workspace)
+        _say(f"run continues headless (pid {pid}); watch it with: autokernel-tui attach {workspace}")
+    elif attached or choice == DETACH:
+        client.close()
+        _say(f"detached; the run goes on. Attach again with: autokernel-tui attach {workspace}")
+    else:  # the app ended without a choice (run finished, or quit with nothing running)
+        engine_link.stop_and_close(client)
+    return 0
+
+
+def run_review(workspace: Path, settings, client=None) -> int:
+    from autokernel_tui.tui.app import REVIEW, AutokernelApp
+
+    AutokernelApp(workspace, mode=REVIEW, client=client, user_keys=settings.keys).run()
+    if client is not None:
+        client.close()
+    return 0
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr)
+    except OSError:  # no terminal left to say it on
+        pass

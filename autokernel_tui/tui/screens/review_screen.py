@@ -1,0 +1,260 @@
+"""Review: every experiment of every run, kept or not, with its diff, harness report and reasoning.
+
+Reads the workspace through ledger.history (the disk is the truth). Reverting
+a kept experiment is the engine's job: through the live client when one is
+attached, else the engine's revert entry point on the workspace.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Group
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from autokernel_tui.tui import formatting as fmt
+from autokernel_tui.tui import keys
+from autokernel_tui.tui.diff_render import render_diff
+from autokernel_tui.tui.screens.live_screen import bindings
+from autokernel_tui.tui.sparkline import best_so_far, sparkline
+from autokernel_tui.tui.widgets.approval_panel import approval_renderable
+from autokernel_tui.tui.widgets.results_table import STATUS_STYLE
+
+STATUSES = ("all", "keep", "discard", "fail", "crash", "timeout", "rejected", "vetoed", "reverted")
+VIEWS = ("diff", "report", "reasoning")
+
+
+def _get(record: Any, name: str) -> Any:
+    return record.get(name) if isinstance(record, dict) else getattr(record, name, None)
+
+
+class ReviewList(DataTable):
+    pass
+
+
+class ReviewDetail(VerticalScroll):
+    def compose(self) -> ComposeResult:
+        yield Static("", id="detail-body")
+
+
+class SpeedupPlot(Static):
+    def show(self, runs: list, kernel_filter: str) -> None:
+        width = max(10, (self.size.width or 60) - 24)
+        out = Text()
+        by_task: dict[str, list[float | None]] = {}
+        for run in runs:
+            for rec in run.experiments:
+                speed = fmt.to_float(_get(rec, "speedup_vs_baseline"))
+                kept = _get(rec, "status") == "keep"
+                by_task.setdefault(str(_get(rec, "task")), []).append(speed if kept else None)
+        for i, (task, values) in enumerate(sorted(by_task.items())):
+            if kernel_filter not in ("all", task):
+                continue
+            series = best_so_far(values)
+            if out:
+                out.append("\n")
+            out.append(f"{task[:12]:<12} ", "bold")
+            out.append(sparkline(series, width), "#5fd75f")
+            out.append(f" {series[-1]:.2f}x", "bold")
+            out.append(f" /{len(values)}", "dim")
+        self.update(out or Text("no experiments yet", "dim italic"))
+
+
+class Reverted(Message):
+    def __init__(self, label: str, error: str = "") -> None:
+        super().__init__()
+        self.label = label
+        self.error = error
+
+
+class ReviewScreen(Screen):
+    BINDINGS = bindings(keys.REVIEW) + [
+        Binding(keys.NAVIGATION[3].key, "help", "Help", id="help"),
+        Binding(keys.NAVIGATION[4].key, "quit_app", "Quit", id="quit"),
+    ]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+
+    def __init__(self, workspace: Path, history: Any = None, client: Any = None, standalone: bool = False) -> None:
+        super().__init__()
+        self.workspace = Path(workspace)
+        self.load_history = history
+        self.client = client
+        self.standalone = standalone
+        self.runs: list = []
+        self.status_filter = "all"
+        self.kernel_filter = "all"
+        self.view = "diff"
+        self.rows: dict[str, tuple[Any, Any]] = {}  # row key -> (run, record)
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="review-filters")
+        with Horizontal(id="review-main"):
+            with Vertical(id="review-left"):
+                yield ReviewList(id="review-list", cursor_type="row", zebra_stripes=True)
+                yield SpeedupPlot(id="review-plot")
+            yield ReviewDetail(id="review-detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(ReviewList).border_title = "experiments"
+        self.query_one(SpeedupPlot).border_title = "best speedup vs baseline, per kernel"
+        table = self.query_one(ReviewList)
+        for label in ("run", "exp", "kernel", "status", "speedup", "CI", "description"):
+            table.add_column(label, key=label)
+        self.reload()
+        table.focus()
+
+    def reload(self) -> None:
+        loader = self.load_history
+        if loader is None:
+            from autokernel_tui.ledger.history import load_runs as loader
+        self.runs = loader(self.workspace)
+        self._fill()
+
+    def _kernels(self) -> list[str]:
+        return ["all"] + sorted({str(_get(r, "task")) for run in self.runs for r in run.experiments})
+
+    def _fill(self) -> None:
+        table = self.query_one(ReviewList)
+        table.clear()
+        self.rows.clear()
+        shown = total = 0
+        for run in self.runs:
+            for rec in run.experiments:
+                total += 1
+                status, task = str(_get(rec, "status")), str(_get(rec, "task"))
+                if self.status_filter not in ("all", status) or self.kernel_filter not in ("all", task):
+                    continue
+                shown += 1
+                key = f"{run.tag}/{_get(rec, 'experiment')}"
+                self.rows[key] = (run, rec)
+                table.add_row(
+                    Text(run.tag, "dim"), Text(str(_get(rec, "experiment")), justify="right"), task,
+                    Text(status, STATUS_STYLE.get(status, "")),
+                    Text(fmt.speedup(_get(rec, "speedup_vs_baseline")), justify="right"),
+                    Text(fmt.interval(_get(rec, "ci_low"), _get(rec, "ci_high")), "dim"),
+                    str(_get(rec, "description") or ""), key=key)
+        bar = Text()
+        bar.append(" status ", "dim")
+        bar.append(self.status_filter, "bold #87d7ff")
+        bar.append("   kernel ", "dim")
+        bar.append(self.kernel_filter, "bold #d7afff")
+        bar.append(f"   {shown} of {total} experiments in {len(self.runs)} run(s)", "dim")
+        bar.append(f"   view {self.view}", "dim")
+        self.query_one("#review-filters", Static).update(bar)
+        self.query_one(SpeedupPlot).show(self.runs, self.kernel_filter)
+        self._show_detail()
+
+    def _selected(self) -> tuple[Any, Any] | None:
+        table = self.query_one(ReviewList)
+        if table.row_count == 0:
+            return None
+        key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        return self.rows.get(key)
+
+    @on(DataTable.RowHighlighted)
+    def _on_highlight(self) -> None:
+        self._show_detail()
+
+    def _show_detail(self) -> None:
+        detail = self.query_one(ReviewDetail)
+        body = detail.query_one("#detail-body", Static)
+        picked = self._selected()
+        if picked is None:
+            detail.border_title = "nothing to show"
+            body.update(Text("no experiments match the filters", "dim italic"))
+            return
+        run, rec = picked
+        n = _get(rec, "experiment")
+        detail.border_title = f"{run.tag} exp {n} · {self.view}  (t: diff / report / reasoning)"
+        if self.view == "diff":
+            diff = run.diff(rec)
+            body.update(render_diff(diff) if diff else Text("no diff recorded (no parent commit)", "dim italic"))
+        elif self.view == "report":
+            report = run.report(rec)
+            if report is None:
+                body.update(Text("no harness report recorded", "dim italic"))
+            else:
+                reason = Text(report.get("reason") or "", "bold #ff5f5f")
+                body.update(Group(reason, approval_renderable({"n": n, "task": _get(rec, "task"), "report": report,
+                                                               "comparison": {"speedup": _get(rec, "speedup_vs_incumbent"),
+                                                                              "ci_low": _get(rec, "ci_low"),
+                                                                              "ci_high": _get(rec, "ci_high"),
+                                                                              "n_samples": "?", "method": "results.tsv"}}),
+                                  Text("\n" + (report.get("stderr_tail") or ""), "dim")))
+        else:
+            body.update(Text(run.reasoning(rec) or "no reasoning recorded (offline tuner or empty)", ""))
+        detail.scroll_home(animate=False)
+
+    # --- actions -------------------------------------------------------------------
+    def action_filter_status(self) -> None:
+        self.status_filter = STATUSES[(STATUSES.index(self.status_filter) + 1) % len(STATUSES)]
+        self._fill()
+
+    def action_filter_kernel(self) -> None:
+        kernels = self._kernels()
+        current = kernels.index(self.kernel_filter) if self.kernel_filter in kernels else 0
+        self.kernel_filter = kernels[(current + 1) % len(kernels)]
+        self._fill()
+
+    def action_next_view(self) -> None:
+        self.view = VIEWS[(VIEWS.index(self.view) + 1) % len(VIEWS)]
+        self._fill()
+
+    def action_revert(self) -> None:
+        picked = self._selected()
+        if picked is None:
+            return
+        run, rec = picked
+        if _get(rec, "status") != "keep":
+            self.notify("only a kept experiment can be reverted", severity="warning", timeout=4)
+            return
+        self._revert(run.tag, int(_get(rec, "experiment")))
+
+    @work(thread=True, group="revert", exclusive=True)
+    def _revert(self, tag: str, n: int) -> None:
+        label = f"{tag} exp {n}"
+        try:
+            if self.client is not None:
+                reply = self.client.send("revert", run=tag, n=n)
+                if isinstance(reply, dict) and reply.get("ok") is False:
+                    raise RuntimeError(reply.get("error") or "refused")
+            else:
+                from autokernel_tui.engine.revert import revert_experiment  # the engine's offline revert
+                revert_experiment(self.workspace, tag, n)
+        except Exception as exc:
+            self.post_message(Reverted(label, f"{type(exc).__name__}: {exc}"))
+            return
+        self.post_message(Reverted(label))
+
+    @on(Reverted)
+    def _on_reverted(self, message: Reverted) -> None:
+        if message.error:
+            self.notify(f"revert {message.label}: {message.error}", title="Revert failed", severity="error", timeout=15)
+            return
+        self.notify(f"reverted {message.label}: a new commit and a 'reverted' row", title="Reverted", timeout=6)
+        self.reload()
+
+    def action_close(self) -> None:
+        if self.standalone:
+            self.app.exit(None)
+        else:
+            self.dismiss()
+
+    def action_help(self) -> None:
+        self.app.open_help()
+
+    def action_quit_app(self) -> None:
+        if self.standalone:
+            self.app.exit(None)
+        else:
+            self.app.ask_quit()
