@@ -1,0 +1,137 @@
+"""How a viewer (the TUI, ``status``, tests) talks to an engine.
+
+``LocalClient`` wraps an engine in this process; ``SocketClient`` talks to a
+headless engine over ``.autokernel/control.sock``. Both offer the same four
+calls, so the TUI does not care which it has. ``connect(ws)`` picks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from autokernel_tui.engine.lock import live_pid
+from autokernel_tui.errors import WorkspaceError
+
+Callback = Callable[[dict[str, Any]], None]
+
+
+def socket_path(workspace: str | Path) -> Path:
+    return Path(workspace).resolve() / ".autokernel" / "control.sock"
+
+
+class LocalClient:
+    def __init__(self, engine: Any):
+        self.engine = engine
+        self._unsubs: list[Callable[[], None]] = []
+
+    def snapshot(self) -> dict[str, Any]:
+        return self.engine.snapshot()
+
+    def subscribe(self, callback: Callback) -> None:
+        self._unsubs.append(self.engine.subscribe(callback))
+
+    def send(self, cmd: str, **args: Any) -> dict[str, Any]:
+        return self.engine.command(cmd, **args)
+
+    def close(self) -> None:
+        for unsub in self._unsubs:
+            unsub()
+        self._unsubs.clear()
+
+
+class SocketClient:
+    def __init__(self, workspace: str | Path, timeout_s: float = 10.0):
+        self.path = socket_path(workspace)
+        self.timeout_s = timeout_s
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.connect(str(self.path))
+        except OSError as exc:
+            self.sock.close()
+            raise WorkspaceError(f"cannot reach the engine at {self.path}: {exc.strerror or exc}") from None
+        self._ids = itertools.count(1)
+        self._replies: dict[int, dict[str, Any]] = {}
+        self._cv = threading.Condition()
+        self._callbacks: list[Callback] = []
+        self.closed = False
+        self._reader = threading.Thread(target=self._read, daemon=True, name="control-client")
+        self._reader.start()
+
+    def _read(self) -> None:
+        buf = b""
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if not line.strip():
+                        continue
+                    try:
+                        msg = json.loads(line)
+                    except ValueError:
+                        continue
+                    if "event" in msg:
+                        for cb in list(self._callbacks):
+                            try:
+                                cb(msg["event"])
+                            except Exception:
+                                pass
+                    else:
+                        with self._cv:
+                            self._replies[msg.get("id")] = msg
+                            self._cv.notify_all()
+        except OSError:
+            pass
+        with self._cv:
+            self.closed = True
+            self._cv.notify_all()
+
+    def send(self, cmd: str, **args: Any) -> dict[str, Any]:
+        rid = next(self._ids)
+        data = (json.dumps({"id": rid, "cmd": cmd, **args}) + "\n").encode()
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            return {"ok": False, "error": f"engine connection lost: {exc}"}
+        with self._cv:
+            ok = self._cv.wait_for(lambda: rid in self._replies or self.closed, self.timeout_s)
+            if rid in self._replies:
+                reply = self._replies.pop(rid)
+                reply.pop("id", None)
+                return reply
+        return {"ok": False, "error": "engine connection lost" if ok else "the engine did not answer in time"}
+
+    def snapshot(self) -> dict[str, Any]:
+        reply = self.send("snapshot")
+        if not reply.get("ok"):
+            raise WorkspaceError(reply.get("error", "no snapshot"))
+        return reply["snapshot"]
+
+    def subscribe(self, callback: Callback) -> None:
+        self._callbacks.append(callback)
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def connect(workspace: str | Path, engine_factory: Callable[[], Any] | None = None) -> LocalClient | SocketClient:
+    """A SocketClient when a live engine owns the workspace; otherwise a LocalClient on
+    ``engine_factory()`` (an idle engine in this process: ``send("resume")`` starts it).
+    Without a factory and without a live engine, a WorkspaceError says so."""
+    if live_pid(Path(workspace)) is not None and socket_path(workspace).exists():
+        return SocketClient(workspace)
+    if engine_factory is None:
+        raise WorkspaceError(f"no engine is running in {workspace} (start one with `autokernel-tui run`)")
+    return LocalClient(engine_factory())

@@ -1,0 +1,768 @@
+"""The experiment loop: propose -> commit -> evaluate -> gate -> record, all night.
+
+States: idle (built, not started), running, paused, awaiting_approval, stopped.
+One thread runs the loop (``run()`` blocks; ``start()`` runs it in the
+background); commands from the TUI or the control socket only set flags under
+one condition variable, so the loop acts on them at safe points.
+
+Crash safety. Every step is journaled before the next begins, in this order:
+``experiment_started`` -> agent text -> ``proposal`` -> commit on the run
+branch -> harness verdict (``verdict``, reports/exp-N.json) -> commit message
+amended with the metric trailers (``committed``) -> ``decision`` -> git (keep:
+nothing; otherwise ref kept, then branch reset) -> results row -> ``result``.
+A kill at any point leaves an *open* experiment that the next start finishes
+exactly once from what was journaled (see ``_recover``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import difflib
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from autokernel_tui.config import Settings, load_settings
+from autokernel_tui.engine import gate as gatemod
+from autokernel_tui.engine import journal
+from autokernel_tui.engine.lock import EngineLock
+from autokernel_tui.engine.orchestrator import EXHAUSTED, SKIPPED, Orchestrator
+from autokernel_tui.errors import AutokernelError, WorkspaceError
+from autokernel_tui.ledger import crashpoints
+from autokernel_tui.ledger.durable import write_file_atomic
+from autokernel_tui.ledger.events import AgentTextBatcher, EventLog, read_events
+from autokernel_tui.ledger.gitrepo import RunRepo, check_tag, message, parse_trailers
+from autokernel_tui.ledger.results import ResultsLog
+from autokernel_tui.tasks import spec as taskspec
+
+IDLE, RUNNING, PAUSED, AWAITING, STOPPED = "idle", "running", "paused", "awaiting_approval", "stopped"
+RUNS = Path(".autokernel") / "runs"
+
+
+def new_tag() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+
+
+def unfinished_run(workspace: Path) -> str | None:
+    """The newest run of the workspace that has not finished (the one `run` resumes)."""
+    root = Path(workspace) / RUNS
+    best: tuple[float, str] | None = None
+    for meta_path in root.glob("*/run.json"):
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if not meta.get("finished"):
+            key = (float(meta.get("created_at", 0)), meta_path.parent.name)
+            best = key if best is None or key > best else best
+    return best[1] if best else None
+
+
+def _as_dict(obj: Any) -> dict[str, Any] | None:
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    return dataclasses.asdict(obj)
+
+
+def _now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def make_row(n: int, task: str, commit: str, status: str, report: dict | None, comparison: dict | None,
+             proposal: dict | None, description: str) -> dict[str, Any]:
+    summary = (report or {}).get("summary") or {}
+    comparison = comparison or {}
+    proposal = proposal or {}
+    return {
+        "experiment": n, "timestamp": _now_iso(), "task": task, "commit": commit, "status": status,
+        "correctness": (report or {}).get("status", ""),
+        "latency_us": summary.get("latency_us"), "speedup_vs_baseline": summary.get("speedup_vs_baseline"),
+        "speedup_vs_incumbent": comparison.get("speedup"), "ci_low": comparison.get("ci_low"),
+        "ci_high": comparison.get("ci_high"), "pct_roofline": summary.get("pct_roofline"),
+        "tflops": summary.get("tflops"), "gbps": summary.get("gbps"),
+        "peak_vram_mb": (report or {}).get("peak_vram_mb"), "agent": proposal.get("agent", ""),
+        "tokens": int(proposal.get("tokens", 0) or 0), "cost_usd": float(proposal.get("cost_usd", 0.0) or 0.0),
+        "description": description,
+    }
+
+
+def _fraction(pct: float | None) -> float | None:
+    return None if pct is None else pct / 100.0  # the harness reports percent, settings use fractions
+
+
+class EngineError(AutokernelError):
+    """A command the engine cannot carry out now (e.g. approve with nothing pending)."""
+
+
+class Engine:
+    def __init__(self, workspace: str | Path, settings: Settings | None = None, *, tag: str | None = None,
+                 new: bool = False, tasks: list[str] | None = None, agent: Any = None, harness: Any = None,
+                 env: dict[str, str] | None = None):
+        self.workspace = Path(workspace).resolve()
+        self.settings = settings or load_settings(self.workspace)
+        self.env = dict(os.environ if env is None else env)
+        self._cv = threading.Condition(threading.RLock())
+        self._subscribers: list[Callable[[dict], None]] = []
+        self.state = IDLE
+        self.policy = gatemod.check_policy(self.settings.run.policy)
+        self._pause = self._stop = False
+        self._skip: str | None = None
+        self._decision: tuple[str, str, str] | None = None
+        self._pending: dict[str, Any] | None = None
+        self._reverts: list[int] = []
+        self._needs_recovery = False
+        self._thread: threading.Thread | None = None
+        self.current_n: int | None = None
+        self.current_task: str | None = None
+        self.device: dict[str, Any] | None = None
+        self.session_started = time.time()
+        self.finish_reason = ""
+        self._sources: dict[str, str] = {}
+        self._agent, self._harness = agent, harness
+        self.lock = EngineLock(self.workspace).acquire()
+        try:
+            self._open_run(tag, new, tasks)
+        except BaseException:
+            self.lock.release()
+            raise
+        self.control = None
+
+    # --- opening and resuming -------------------------------------------------
+    def _open_run(self, tag: str | None, new: bool, tasks: list[str] | None) -> None:
+        if tag is None and not new:
+            tag = unfinished_run(self.workspace)
+        tag = check_tag(tag or new_tag())
+        self.tag = tag
+        self.run_dir = self.workspace / RUNS / tag
+        self.repo = RunRepo(self.workspace, tag)
+        meta_path = self.run_dir / "run.json"
+        if meta_path.exists():
+            if new:
+                raise WorkspaceError(f"run {tag} already exists; pick another --tag or leave out --new to resume it")
+            self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            self.repo.open()
+            self.resumed = True
+            if tasks and set(tasks) != set(self.meta["tasks"]):
+                raise WorkspaceError(f"run {tag} works on {', '.join(self.meta['tasks'])}; "
+                                     "use --new for a run on other tasks")
+        else:
+            base = self.repo.create()
+            available = [s.name for s in taskspec.find_tasks(self.repo.worktree / "kernels")]
+            if not available:
+                raise WorkspaceError(f"{self.workspace}: no task folders under kernels/ (run `autokernel-tui init`)")
+            chosen = list(tasks) if tasks else available
+            unknown = [t for t in chosen if t not in available]
+            if unknown:
+                raise WorkspaceError(f"unknown task(s) {', '.join(unknown)}; the workspace has {', '.join(available)}")
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.meta = {
+                "tag": tag, "branch": self.repo.branch, "base": base, "tasks": chosen,
+                "owned_hashes": {t: taskspec.owned_file_hashes(self.repo.task_dir(t)) for t in chosen},
+                "settings": dataclasses.asdict(self.settings), "created_at": time.time(), "finished": False,
+            }
+            write_file_atomic(meta_path, json.dumps(self.meta, indent=2))
+            self.resumed = False
+        self.specs = {t: taskspec.load_spec(self.repo.task_dir(t)) for t in self.meta["tasks"]}
+        self.results = ResultsLog(self.run_dir / "results.tsv")
+        self.events = EventLog(self.run_dir / "events.jsonl", tag)
+        (self.run_dir / "agent").mkdir(exist_ok=True)
+        (self.run_dir / "reports").mkdir(exist_ok=True)
+        self._recover()
+        self._rebuild_orchestrator()
+
+    def _rebuild_orchestrator(self) -> None:
+        rs = self.settings.run
+        shares = {t: (self.specs[t].profile or {}).get("share") for t in self.meta["tasks"]}
+        self.orch = Orchestrator(shares, plateau=rs.plateau_experiments, kernel_budget_s=rs.kernel_time_budget_s,
+                                 roofline_target=rs.roofline_target)
+        seconds = journal.experiment_seconds(read_events(self.events.path))
+        for t in self.meta["tasks"]:
+            start = self._read_json(self.run_dir / "reports" / f"start-{t}.json")
+            if start:
+                s = start.get("summary") or {}
+                self.orch.set_start(t, self._meaningful_pct(start), s.get("speedup_vs_baseline"))
+        for row in self.results.rows:
+            if row["task"] not in self.orch.tasks:
+                continue
+            if row["status"] == "reverted":
+                prev = self._row(int(row["description"].split()[2].rstrip(":")))
+                if prev and prev.get("speedup_vs_incumbent"):
+                    self.orch.tasks[row["task"]].speedup /= prev["speedup_vs_incumbent"]
+                continue
+            report = self._read_json(self.run_dir / "reports" / f"exp-{row['experiment']}.json") or {}
+            self.orch.observe(row["task"], row["status"] == "keep", row["speedup_vs_incumbent"],
+                              self._meaningful_pct(report.get("report")), seconds.get(row["experiment"], 0.0),
+                              row["speedup_vs_baseline"])
+
+    @staticmethod
+    def _meaningful_pct(report: dict | None) -> float | None:
+        if not report or not report.get("timing_meaningful"):
+            return None
+        return _fraction((report.get("summary") or {}).get("pct_roofline"))
+
+    def _recover(self) -> None:
+        """Finish an experiment the last session died in, exactly once, and re-sync git."""
+        events = read_events(self.events.path)
+        for row in journal.rows_missing_result_event(events, self.results.rows):
+            self._emit("result", row=row)  # died between the row and its event
+        op = journal.open_experiment(events, self.results.experiments())
+        if op is None:
+            self._needs_recovery = False
+            return
+        n = op.n
+        head = self.repo.head()
+        head_is_n = head.message.startswith(f"exp {n}:")
+        commit = head.hexsha if head_is_n else (self.repo.ref_sha(n) or "")
+        parent = head.parents[0].hexsha if head_is_n and head.parents else head.hexsha
+        prop = op.events.get("proposal")
+        desc = (prop or {}).get("description", "")
+        if op.revert_of is not None:
+            if head_is_n:
+                self._finish_revert(n, op.task, op.revert_of, commit)
+            else:
+                self._emit("experiment_abandoned", n=n, reason="engine stopped before the revert was committed")
+            self._needs_recovery = False
+            return
+        verdict, decision = op.events.get("verdict"), op.events.get("decision")
+        report = (verdict or {}).get("report")
+        comparison = (verdict or {}).get("comparison")
+        if verdict and decision:
+            action = decision["action"]
+        elif verdict:
+            action = "discard"
+            self._emit("decision", n=n, action="discard", by="policy",
+                       reason="the engine stopped before a decision; discarded on resume")
+        else:
+            action = "crash"
+        if action == "keep" and head_is_n:
+            status = "keep"
+        else:
+            if commit:
+                self.repo.keep_ref(n, commit)
+                if head_is_n:
+                    self.repo.reset_to(parent)
+            status = {"veto": "vetoed", "keep": "crash", "crash": "crash"}.get(action) or self._status_of(report)
+        if status == "crash" and action != "keep":
+            desc = f"interrupted: the engine stopped during this experiment ({desc or 'no proposal yet'})"
+        row = make_row(n, op.task, commit, status, report, comparison, prop, desc)
+        self._record(row)
+        self._needs_recovery = False
+
+    @staticmethod
+    def _status_of(report: dict | None) -> str:
+        if report and report.get("status") in gatemod.FAILED_STATUS:
+            return gatemod.FAILED_STATUS[report["status"]]
+        return "discard"
+
+    # --- events ---------------------------------------------------------------
+    def subscribe(self, callback: Callable[[dict], None]) -> Callable[[], None]:
+        with self._cv:
+            self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with self._cv:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+        return unsubscribe
+
+    def _publish(self, event: dict) -> None:
+        for cb in list(self._subscribers):
+            try:
+                cb(event)
+            except Exception:  # a broken viewer must not stop the night
+                pass
+
+    def _emit(self, type_: str, **fields: Any) -> dict:
+        event = self.events.make(type_, **fields)
+        self.events.append(event)  # journal first: a viewer never sees what the disk lacks
+        self._publish(event)
+        return event
+
+    def _set_state(self, state: str) -> None:
+        with self._cv:
+            if self.state == state:
+                return
+            self.state = state
+            self._cv.notify_all()
+        try:
+            self._emit("state", state=state)
+        except OSError:
+            self._publish(self.events.make("state", state=state))
+
+    def _error(self, message_: str) -> None:
+        try:
+            self._emit("error", message=message_)
+        except OSError:
+            self._publish(self.events.make("error", message=message_))
+
+    # --- snapshot and commands --------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        with self._cv:
+            best = {t: s.best_vs_baseline for t, s in self.orch.tasks.items() if s.best_vs_baseline is not None}
+            rows = self.results.rows
+            return {
+                "run": self.tag, "state": self.state, "policy": self.policy, "experiment": self.current_n,
+                "task": self.current_task, "tasks": self.orch.ranked(), "best": best,
+                "tokens": sum(r["tokens"] or 0 for r in rows), "cost_usd": sum(r["cost_usd"] or 0.0 for r in rows),
+                "device": self.device, "pending": dict(self._pending) if self._pending else None,
+                "started_at": self.session_started, "experiments": len(rows), "branch": self.repo.branch,
+                "workspace": str(self.workspace), "pid": os.getpid(),
+            }
+
+    def command(self, cmd: str, **args: Any) -> dict[str, Any]:
+        """Apply one command; returns ``{"ok": bool, ...}`` (never raises for bad input)."""
+        try:
+            return {"ok": True, **(self._command(cmd, **args) or {})}
+        except (AutokernelError, ValueError, KeyError, TypeError) as exc:
+            return {"ok": False, "error": str(exc)}
+
+    def _command(self, cmd: str, **args: Any) -> dict[str, Any] | None:
+        with self._cv:
+            if cmd == "snapshot":
+                return {"snapshot": self.snapshot()}
+            if cmd == "pause":
+                self._pause = True
+            elif cmd in ("resume", "start"):
+                self._pause = False
+                if self._thread is None and self.state == IDLE:
+                    self.start()
+            elif cmd in ("approve", "veto"):
+                if self._pending is None:
+                    raise EngineError("no candidate is awaiting approval")
+                want = args.get("n")
+                if want is not None and int(want) != self._pending["n"]:
+                    raise EngineError(f"experiment {want} is not the one awaiting approval ({self._pending['n']})")
+                self._decision = ("keep" if cmd == "approve" else "veto", "human",
+                                  str(args.get("reason") or ("approved" if cmd == "approve" else "vetoed")))
+            elif cmd == "skip":
+                if self.current_task is None:
+                    raise EngineError("no kernel is being worked on")
+                self._skip = self.current_task
+            elif cmd == "stop":
+                self._stop = True
+            elif cmd == "set_policy":
+                self.policy = gatemod.check_policy(str(args.get("policy")))
+                self._emit("policy", policy=self.policy)
+            elif cmd == "revert":
+                n = int(args["n"])
+                self._check_revertable(n)
+                self._reverts.append(n)
+                if self._thread is None or not self._thread.is_alive():
+                    self._process_reverts()
+            else:
+                raise EngineError(f"unknown command {cmd!r}")
+            self._cv.notify_all()
+            return {"state": self.state}
+
+    def request_stop(self) -> None:
+        """Stop after the current experiment (SIGTERM/SIGINT in headless mode)."""
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+
+    # --- lifecycle ------------------------------------------------------------
+    def start(self) -> threading.Thread:
+        with self._cv:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self.run, name="autokernel-engine", daemon=True)
+                self._thread.start()
+            return self._thread
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def close(self) -> None:
+        if self.control is not None:
+            self.control.close()
+            self.control = None
+        for obj in (self._agent, self._harness):
+            try:
+                if obj is not None:
+                    obj.close()
+            except Exception:
+                pass
+        self.lock.release()
+
+    def serve_control(self) -> Any:
+        from autokernel_tui.engine.control import ControlServer
+
+        if self.control is None:
+            self.control = ControlServer(self, self.workspace / ".autokernel" / "control.sock").start()
+        return self.control
+
+    def _ensure_backends(self) -> None:
+        if self._harness is None:
+            factory = self.env.get("AUTOKERNEL_HARNESS_FACTORY")
+            if factory:  # plugin hook, used by the resume tests to swap in a fast harness
+                self._harness = _load_object(factory)(self.settings)
+            else:
+                from autokernel_tui.harness.runner import Harness
+
+                self._harness = Harness(timeout_s=self.settings.harness.timeout_s, device="auto")
+        if self._agent is None:
+            from autokernel_tui.agents.base import make_agent
+
+            self._agent = make_agent(self.settings.agent, env=self.env)
+        if self.device is None:
+            self.device = self._harness.device_info()
+
+    def run(self) -> str:
+        """The loop; blocks until the run stops. Returns why it stopped."""
+        with self._cv:
+            if self._thread is None:
+                self._thread = threading.current_thread()
+        try:
+            self._ensure_backends()
+            self._emit("run_started", resumed=self.resumed, tasks=self.meta["tasks"], policy=self.policy,
+                       device=self.device, branch=self.repo.branch, pid=os.getpid())
+            self._emit("policy", policy=self.policy)
+            reason = self._loop()
+        except AutokernelError as exc:
+            reason = f"error: {exc}"
+            self._error(str(exc))
+        self.finish_reason = reason
+        self._set_state(STOPPED)
+        try:
+            self._emit("run_finished", reason=reason)
+        except OSError:
+            self._publish(self.events.make("run_finished", reason=reason))
+        return reason
+
+    def _budget_reason(self) -> str | None:
+        rs = self.settings.run
+        done = [r for r in self.results.rows if r["status"] != "reverted"]
+        if rs.max_experiments and len(done) >= rs.max_experiments:
+            return f"experiment budget reached ({rs.max_experiments})"
+        if rs.max_wall_s and time.time() - self.session_started >= rs.max_wall_s:
+            return f"wall-time budget reached ({rs.max_wall_s / 3600:.2f} h)"
+        cost = sum(r["cost_usd"] or 0.0 for r in self.results.rows)
+        if rs.max_cost_usd and cost >= rs.max_cost_usd:
+            return f"cost budget reached (${cost:.2f} of ${rs.max_cost_usd:.2f})"
+        return None
+
+    def _mark_finished(self) -> None:
+        self.meta["finished"] = True
+        write_file_atomic(self.run_dir / "run.json", json.dumps(self.meta, indent=2))
+
+    def _wait_while_paused(self) -> None:
+        with self._cv:
+            if self._pause and not self._stop:
+                self._set_state(PAUSED)
+            while self._pause and not self._stop:
+                if self._reverts:
+                    self._process_reverts()
+                self._cv.wait(0.5)
+
+    def _loop(self) -> str:
+        announced: str | None = None
+        while True:
+            self._wait_while_paused()
+            try:
+                if self._needs_recovery:
+                    self._recover()
+                self._process_reverts()
+            except OSError as exc:
+                self._pause_on_error(f"cannot write the run journal: {exc}")
+                continue
+            if self._stop:
+                return "stopped by request"
+            budget = self._budget_reason()
+            if budget:
+                self._mark_finished()
+                return budget
+            task, why = self.orch.pick()
+            if task is None:
+                self._mark_finished()
+                return why
+            self._set_state(RUNNING)
+            try:
+                if task != announced:
+                    self._emit("task_selected", task=task, reason=why, ranking=self.orch.ranked())
+                    announced = task
+                self.current_task = task
+                self._experiment(task)
+            except OSError as exc:
+                self._needs_recovery = True
+                what = "the disk is full" if getattr(exc, "errno", None) == 28 else str(exc)
+                self._pause_on_error(f"cannot write the run journal ({what}); free space, then resume")
+                continue
+            finally:
+                self.current_n = None
+            with self._cv:
+                if self._skip:
+                    self.orch.mark(self._skip, SKIPPED)
+                    self._skip = None
+
+    def _pause_on_error(self, message_: str) -> None:
+        self._error(message_)
+        with self._cv:
+            self._pause = True
+
+    # --- one experiment -------------------------------------------------------
+    def _next_n(self) -> int:
+        return max(self.results.experiments(), default=0) + 1
+
+    def _read_json(self, path: Path) -> dict | None:
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def _row(self, n: int) -> dict | None:
+        return next((r for r in self.results.rows if r["experiment"] == n), None)
+
+    def _source_at(self, commit: str, task: str) -> str:
+        if commit not in self._sources:
+            try:
+                self._sources[commit] = self.repo.show(commit, task)
+            except Exception:
+                self._sources[commit] = ""
+        return self._sources[commit]
+
+    def _incumbent_report(self, task: str) -> dict | None:
+        for row in reversed(self.results.rows):
+            if row["task"] == task and row["status"] == "keep":
+                saved = self._read_json(self.run_dir / "reports" / f"exp-{row['experiment']}.json")
+                if saved:
+                    return saved.get("report")
+        path = self.run_dir / "reports" / f"start-{task}.json"
+        saved = self._read_json(path)
+        if saved is None:  # measure the starting kernel once, so the agent sees where it starts
+            saved = self._evaluate(task)
+            write_file_atomic(path, json.dumps(saved, default=str))
+            self._emit("baseline", task=task, report=saved)
+            s = saved.get("summary") or {}
+            self.orch.set_start(task, self._meaningful_pct(saved), s.get("speedup_vs_baseline"))
+        return saved
+
+    def _context(self, n: int, task: str) -> Any:
+        from autokernel_tui.agents.base import AgentContext
+
+        history = []
+        for row in self.results.rows:
+            if row["task"] != task:
+                continue
+            saved = self._read_json(self.run_dir / "reports" / f"exp-{row['experiment']}.json") or {}
+            report = saved.get("report") or {}
+            history.append({**row, "source": self._source_at(row["commit"], task) if row["commit"] else "",
+                            "reason": report.get("reason", "")})
+        spec = self.specs[task]
+        return AgentContext(task=spec, incumbent_source=(self.repo.task_dir(task) / "kernel.py").read_text(encoding="utf-8"),
+                            incumbent_report=self._incumbent_report(task), history=history,
+                            profile=dict(spec.profile) or None, experiment=n, workspace=self.workspace)
+
+    def _propose(self, n: int, ctx: Any) -> tuple[Any, AgentTextBatcher]:
+        batcher = AgentTextBatcher(lambda kind, text: self._emit("agent", n=n, kind=kind, text=text))
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["proposal"] = self._agent.propose(ctx, lambda ev: batcher.add(ev.kind, ev.text))
+            except BaseException as exc:  # re-raised in the loop thread
+                box["error"] = exc
+
+        worker = threading.Thread(target=work, name=f"agent-exp-{n}", daemon=True)
+        worker.start()
+        crashpoints.crash_point("agent", n)
+        while worker.is_alive():
+            worker.join(0.25)
+            batcher.flush_if_due()
+        batcher.flush()
+        if "error" in box:
+            raise box["error"]
+        return box["proposal"], batcher
+
+    def _evaluate(self, task: str) -> dict:
+        try:
+            report = self._harness.evaluate(self.repo.task_dir(task), kernel_source=None,
+                                            quick=self.settings.harness.quick,
+                                            owned_hashes=self.meta["owned_hashes"].get(task))
+            return _as_dict(report) or {}
+        except Exception as exc:  # a harness failure costs one experiment, never the night
+            return {"status": "CRASH", "reason": f"harness error: {type(exc).__name__}: {exc}", "stage": "static",
+                    "task": task, "summary": None}
+
+    def _compare(self, task: str, candidate: str, incumbent: str) -> dict | None:
+        try:
+            return _as_dict(self._harness.compare(self.repo.task_dir(task), candidate, incumbent))
+        except Exception as exc:
+            self._error(f"comparison failed: {type(exc).__name__}: {exc}")
+            return None
+
+    def _experiment(self, task: str) -> None:
+        from autokernel_tui.agents import base as agents
+
+        n = self._next_n()
+        self.current_n = n
+        self._emit("experiment_started", n=n, task=task)
+        try:
+            ctx = self._context(n, task)
+            proposal, batcher = self._propose(n, ctx)
+        except agents.AgentUnavailable as exc:
+            self._emit("experiment_abandoned", n=n, reason=f"agent unavailable: {exc}")
+            self._pause_on_error(f"agent unavailable: {exc} — paused; resume when it is back")
+            return
+        except agents.NothingToPropose as exc:
+            self._emit("experiment_abandoned", n=n, reason=f"nothing left to try: {exc}")
+            self.orch.mark(task, EXHAUSTED)
+            return
+        except agents.AgentError as exc:  # e.g. a submission that stayed malformed: a failed experiment
+            self._emit("proposal", n=n, description="malformed proposal", hypothesis="", diff="", agent="",
+                       tokens=0, cost_usd=0.0)
+            self._emit("decision", n=n, action="discard", by="policy", reason=str(exc))
+            self._record(make_row(n, task, "", "fail", None, None, None, f"agent failed: {exc}"))
+            self.orch.observe(task, False, None, None, 0.0)
+            return
+        incumbent = (self.repo.task_dir(task) / "kernel.py").read_text(encoding="utf-8")
+        diff = "".join(difflib.unified_diff(incumbent.splitlines(True), proposal.source.splitlines(True),
+                                            f"a/kernels/{task}/kernel.py", f"b/kernels/{task}/kernel.py"))
+        pinfo = {"agent": proposal.agent or getattr(self._agent, "name", ""),
+                 "tokens": int(proposal.tokens_in or 0) + int(proposal.tokens_out or 0),
+                 "cost_usd": float(proposal.cost_usd or 0.0)}
+        header = f"# exp {n}: {proposal.description}\n\n**Hypothesis.** {proposal.hypothesis}\n"
+        write_file_atomic(self.run_dir / "agent" / f"exp-{n}.md", batcher.markdown(header))
+        self._emit("proposal", n=n, description=proposal.description, hypothesis=proposal.hypothesis, diff=diff,
+                   **pinfo)
+        t0 = time.time()
+        parent = self.repo.head().hexsha
+        trailers = {"Autokernel-Task": task, "Autokernel-Experiment": n, "Autokernel-Agent": pinfo["agent"],
+                    "Autokernel-Run": self.tag}
+        self.repo.commit_kernel(task, proposal.source, message(n, proposal.description, trailers))
+        crashpoints.crash_point("committed", n)
+        report = self._evaluate(task)
+        comparison = self._compare(task, proposal.source, incumbent) if report.get("status") == "PASS" else None
+        write_file_atomic(self.run_dir / "reports" / f"exp-{n}.json",
+                          json.dumps({"report": report, "comparison": comparison}, default=str))
+        self._emit("verdict", n=n, report=report, comparison=comparison)
+        crashpoints.crash_point("evaluated", n)
+        summary = report.get("summary") or {}
+        trailers.update({
+            "Autokernel-Status": report.get("status"),
+            "Autokernel-Speedup": f"{comparison['speedup']:.4f}" if comparison else None,
+            "Autokernel-CI": f"{comparison['ci_low']:.4f}..{comparison['ci_high']:.4f}" if comparison else None,
+            "Autokernel-Speedup-Vs-Baseline": summary.get("speedup_vs_baseline"),
+            "Autokernel-Latency-Us": summary.get("latency_us"),
+            "Autokernel-Reason": report.get("reason"),
+        })
+        commit = self.repo.amend_message(message(n, proposal.description, trailers))
+        self._emit("committed", n=n, commit=commit)
+        action, by, reason = self._gate(n, task, diff, report, comparison)
+        self._emit("decision", n=n, action=action, by=by, reason=reason)
+        crashpoints.crash_point("decided", n)
+        if action == "keep":
+            status = "keep"
+        else:
+            self.repo.keep_ref(n, commit)
+            crashpoints.crash_point("ref-kept", n)
+            self.repo.reset_to(parent)
+            status = "vetoed" if action == "veto" else self._status_of(report)
+        self._record(make_row(n, task, commit, status, report, comparison, pinfo, proposal.description))
+        self.orch.observe(task, status == "keep", (comparison or {}).get("speedup"), self._meaningful_pct(report),
+                          time.time() - t0, summary.get("speedup_vs_baseline"))
+
+    def _record(self, row: dict) -> None:
+        typed = self.results.append(row)
+        crashpoints.crash_point("row-written", row["experiment"])
+        self._emit("result", row=typed)
+        rows = self.results.rows
+        self._emit("budget", tokens=sum(r["tokens"] or 0 for r in rows),
+                   cost_usd=sum(r["cost_usd"] or 0.0 for r in rows))
+
+    def _gate(self, n: int, task: str, diff: str, report: dict, comparison: dict | None) -> tuple[str, str, str]:
+        rs = self.settings.run
+        verdict = gatemod.decide(self.policy, report, comparison, rs.threshold)
+        if verdict.action != "ask":
+            return verdict.action, "policy", verdict.reason
+        deadline = time.time() + rs.approval_timeout_s
+        with self._cv:
+            self._decision = None
+            self._pending = {"n": n, "task": task, "diff": diff, "report": report, "comparison": comparison,
+                             "deadline": deadline}
+            self._set_state(AWAITING)
+            self._emit("awaiting_approval", **self._pending)
+            try:
+                while self._decision is None:
+                    again = gatemod.decide(self.policy, report, comparison, rs.threshold)
+                    if again.action != "ask":  # the policy changed while we waited
+                        self._decision = (again.action, "policy", again.reason)
+                        break
+                    if self._stop:
+                        self._decision = (rs.timeout_action, "timeout", "run stopped while awaiting approval")
+                        break
+                    left = deadline - time.time()
+                    if left <= 0:
+                        self._decision = (rs.timeout_action, "timeout",
+                                          f"no decision within {rs.approval_timeout_s:.0f} s")
+                        break
+                    self._cv.wait(min(left, 0.5))
+                decision = self._decision
+            finally:
+                self._pending = None
+                self._decision = None
+        self._set_state(RUNNING)
+        return decision
+
+    # --- revert ---------------------------------------------------------------
+    def _check_revertable(self, k: int) -> dict:
+        row = self._row(k)
+        if row is None:
+            raise EngineError(f"run {self.tag} has no experiment {k}")
+        if row["status"] != "keep":
+            raise EngineError(f"experiment {k} was not kept ({row['status']}); only kept experiments can be reverted")
+        if any(r["status"] == "reverted" and r["description"].startswith(f"revert exp {k}:") for r in self.results.rows):
+            raise EngineError(f"experiment {k} is already reverted")
+        return row
+
+    def _process_reverts(self) -> None:
+        with self._cv:
+            todo, self._reverts = self._reverts, []
+        for k in todo:
+            try:
+                row = self._check_revertable(k)
+            except EngineError as exc:
+                self._error(str(exc))
+                continue
+            n = self._next_n()
+            task = row["task"]
+            self._emit("experiment_started", n=n, task=task, revert_of=k)
+            restored = self._source_at(f"{row['commit']}^", task)
+            desc = f"revert exp {k}: {row['description']}"
+            trailers = {"Autokernel-Task": task, "Autokernel-Experiment": n, "Autokernel-Status": "reverted",
+                        "Autokernel-Reverts": row["commit"], "Autokernel-Run": self.tag}
+            commit = self.repo.commit_kernel(task, restored, message(n, desc, trailers))
+            self._finish_revert(n, task, k, commit)
+
+    def _finish_revert(self, n: int, task: str, k: int, commit: str) -> None:
+        row = self._row(k) or {}
+        self._emit("committed", n=n, commit=commit)
+        self._emit("decision", n=n, action="revert", by="human", reason=f"revert of experiment {k}")
+        self._record(make_row(n, task, commit, "reverted", None, None, None,
+                              f"revert exp {k}: {row.get('description', '')}"))
+        if row.get("speedup_vs_incumbent") and hasattr(self, "orch") and task in self.orch.tasks:
+            self.orch.tasks[task].speedup /= row["speedup_vs_incumbent"]
+
+
+def _load_object(spec: str) -> Any:
+    """``package.module:attribute`` -> the attribute (plugin agents and harnesses)."""
+    import importlib
+
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise WorkspaceError(f"{spec!r}: expected module:attribute")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise WorkspaceError(f"cannot load {spec!r}: {exc}") from None
+
+
+def trailers_of(commit_message: str) -> dict[str, str]:
+    return parse_trailers(commit_message)

@@ -1,0 +1,164 @@
+"""`autokernel-tui run [DIR] [--headless] ...`: run (or resume) the optimization loop.
+
+Without ``--headless`` this hands over to the app (``tui.cli``). Headless, the
+engine runs in this process, serves the control socket for `attach`, ignores
+SIGHUP (closing the SSH session does not stop it) and treats SIGTERM/SIGINT as
+"stop after the current experiment". ``--detach`` starts it in its own session
+in the background, logging to ``.autokernel/runs/<tag>/engine.log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+ENV_FLAGS = ("--agent", "--policy", "--max-experiments", "--max-hours", "--max-cost", "--tag", "--task")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory", nargs="?", default=None, help="workspace folder (default: .)")
+    parser.add_argument("-C", dest="workspace", default=None, help="workspace folder (same as DIR)")
+    parser.add_argument("--headless", action="store_true", help="no UI; attach later with `autokernel-tui attach`")
+    parser.add_argument("--detach", action="store_true", help="with --headless: run in the background")
+    parser.add_argument("--agent", default=None,
+                        help="claude | openai | tuner | auto, or module:factory for a plugin agent")
+    parser.add_argument("--policy", choices=("manual", "auto", "threshold"), default=None)
+    parser.add_argument("--max-experiments", type=int, default=None, metavar="N")
+    parser.add_argument("--max-hours", type=float, default=None, metavar="H")
+    parser.add_argument("--max-cost", type=float, default=None, metavar="USD")
+    parser.add_argument("--tag", default=None, help="run name (branch autokernel/<tag>); default: a timestamp")
+    parser.add_argument("--task", action="append", default=None, metavar="NAME", help="restrict to this task")
+    parser.add_argument("--new", action="store_true", help="start a new run even if an unfinished one exists")
+
+
+def _workspace(args: argparse.Namespace):
+    from pathlib import Path
+
+    return Path(args.workspace or args.directory or ".").resolve()
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    run = {"policy": args.policy, "max_experiments": args.max_experiments,
+           "max_wall_s": args.max_hours * 3600 if args.max_hours is not None else None, "max_cost_usd": args.max_cost}
+    agent = {"kind": args.agent} if args.agent and ":" not in args.agent else {}
+    return {"run": run, "agent": agent}
+
+
+def main(args: argparse.Namespace) -> int:
+    from autokernel_tui.errors import WorkspaceError
+
+    if not args.headless:
+        if args.detach:
+            raise WorkspaceError("--detach needs --headless")
+        try:
+            from autokernel_tui.tui import cli as tui_cli
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("autokernel_tui"):
+                raise WorkspaceError("the app is not installed here; use `run --headless`") from None
+            raise
+        return int(tui_cli.main(args) or 0)
+    if args.detach:
+        return _detach(args)
+    return _headless(args)
+
+
+def _headless(args: argparse.Namespace) -> int:
+    import os
+    import signal
+    import sys
+
+    from autokernel_tui.config import load_settings
+    from autokernel_tui.engine.loop import Engine, _load_object
+
+    ws = _workspace(args)
+    settings = load_settings(ws, overrides=_overrides(args))
+    agent = None
+    if args.agent and ":" in args.agent:
+        agent = _load_object(args.agent)(settings.agent, dict(os.environ))
+    engine = Engine(ws, settings, tag=args.tag, new=args.new, tasks=args.task, agent=agent)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # closing the SSH session must not stop the night
+
+    def stop(signum, _frame):
+        print(f"autokernel-tui: {signal.Signals(signum).name}: stopping after the current experiment",
+              file=sys.stderr, flush=True)
+        engine.request_stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    engine.subscribe(_printer())
+    try:
+        engine.serve_control()
+        print(f"run {engine.tag} on branch {engine.repo.branch} ({'resumed' if engine.resumed else 'new'}); "
+              f"control socket {engine.control.path}", flush=True)
+        reason = engine.run()
+    finally:
+        engine.close()
+    print(f"run {engine.tag} finished: {reason}", flush=True)
+    return 1 if reason.startswith("error") else 0
+
+
+def _printer():
+    """One line per notable event, for the log of a headless run."""
+    import sys
+    import time
+
+    def show(ev: dict) -> None:
+        kind = ev.get("type")
+        stamp = time.strftime("%H:%M:%S", time.localtime(ev.get("t", time.time())))
+        if kind == "result":
+            r = ev["row"]
+            sp = r.get("speedup_vs_incumbent")
+            line = (f"exp {r['experiment']:>3} {r['task']:<14} {r['status']:<8} "
+                    f"{(f'{sp:.3f}x' if sp else '-'):>8}  {r['description']}")
+        elif kind in ("task_selected",):
+            line = f"task {ev['task']}: {ev['reason']}"
+        elif kind in ("error", "run_finished", "state", "awaiting_approval", "decision"):
+            line = f"{kind}: " + ", ".join(f"{k}={v}" for k, v in ev.items()
+                                           if k in ("message", "reason", "state", "n", "action", "by"))
+        else:
+            return
+        print(f"[{stamp}] {line}", file=sys.stdout, flush=True)
+    return show
+
+
+def _detach(args: argparse.Namespace) -> int:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from autokernel_tui.engine.client import socket_path
+    from autokernel_tui.engine.lock import live_pid
+    from autokernel_tui.engine.loop import new_tag, unfinished_run
+
+    ws = _workspace(args)
+    pid = live_pid(ws)
+    if pid:
+        from autokernel_tui.errors import WorkspaceError
+
+        raise WorkspaceError(f"another engine (pid {pid}) is running on this workspace")
+    tag = args.tag or (None if args.new else unfinished_run(ws)) or new_tag()
+    log_dir = ws / ".autokernel" / "runs" / tag
+    log_dir.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "autokernel_tui", "run", "--headless", "-C", str(ws), "--tag", tag]
+    for flag in ENV_FLAGS[:-2]:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is not None:
+            argv += [flag, str(value)]
+    for t in args.task or []:
+        argv += ["--task", t]
+    if args.new:
+        argv.append("--new")
+    log_path = log_dir / "engine.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                cwd=str(ws))
+    for _ in range(600):  # wait until it serves the control socket, or died
+        if proc.poll() is not None:
+            print(f"the engine exited at once (code {proc.returncode}); see {log_path}", file=sys.stderr)
+            return 1
+        if socket_path(ws).exists() and live_pid(ws) == proc.pid:
+            break
+        time.sleep(0.1)
+    print(f"engine running in the background: pid {proc.pid}, run {tag}, log {log_path}")
+    print(f"attach: autokernel-tui attach {ws}    stop: kill {proc.pid}")
+    return 0

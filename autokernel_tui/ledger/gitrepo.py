@@ -1,0 +1,175 @@
+"""The git side of a run: branch ``autokernel/<tag>`` in a dedicated worktree.
+
+Why a worktree: the run must never touch the user's checkout (their current
+branch, their uncommitted files, their index). The run branch is checked out in
+``<ws>/.autokernel/worktrees/<tag>`` (``.autokernel/`` is git-excluded), so the
+engine commits, resets and evaluates there while the user keeps working in the
+main checkout. The branch is shared through the common repository, so
+``git log autokernel/<tag>`` and ``git merge`` work from the user's checkout.
+
+Experiments: one commit ``exp N: <description>`` per candidate, written with an
+explicit identity (a box without ``user.name`` works) and without the user's
+hooks or signing. A kept candidate stays on the branch; any other outcome keeps
+the commit reachable at ``refs/autokernel/<tag>/exp-N`` and resets the branch.
+The ref is written before the reset, so a crash between the two loses nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import git
+from git import Actor
+
+from autokernel_tui.errors import WorkspaceError
+
+ACTOR = Actor("autokernel-tui", "autokernel@localhost")
+TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+KERNELS = "kernels"
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": ACTOR.name, "GIT_AUTHOR_EMAIL": ACTOR.email,
+    "GIT_COMMITTER_NAME": ACTOR.name, "GIT_COMMITTER_EMAIL": ACTOR.email,
+}
+# Our commits must not run the user's hooks, ask for a signing key or an editor.
+_GIT_OPTS = ["-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", "-c", "core.editor=true"]
+
+
+def check_tag(tag: str) -> str:
+    if not TAG_RE.match(tag) or ".." in tag or tag.endswith((".lock", ".")):
+        raise WorkspaceError(f"run tag {tag!r}: use letters, digits, '.', '_' or '-' (at most 64)")
+    return tag
+
+
+def open_repo(workspace: Path) -> git.Repo:
+    try:
+        repo = git.Repo(workspace)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise WorkspaceError(f"{workspace}: not a git repository (run `autokernel-tui init {workspace}`)") from None
+    if repo.bare:
+        raise WorkspaceError(f"{workspace}: a bare repository has no working tree")
+    try:
+        repo.head.commit
+    except ValueError:
+        raise WorkspaceError(f"{workspace}: the repository has no commit yet; commit the task folders first") from None
+    return repo
+
+
+def dirty_task_files(repo: git.Repo, folder: str = KERNELS) -> list[str]:
+    out = repo.git.status("--porcelain", "--untracked-files=all", "--", folder)
+    return [line[3:] for line in out.splitlines() if line.strip()]
+
+
+class RunRepo:
+    def __init__(self, workspace: Path, tag: str):
+        self.workspace = Path(workspace).resolve()
+        self.tag = check_tag(tag)
+        self.repo = open_repo(self.workspace)
+        self.branch = f"autokernel/{tag}"
+        self.worktree = self.workspace / ".autokernel" / "worktrees" / tag
+        self.wt: git.Repo | None = None
+
+    # --- set-up ---------------------------------------------------------------
+    def branch_exists(self) -> bool:
+        return f"refs/heads/{self.branch}" in {r.path for r in self.repo.references}
+
+    def create(self) -> str:
+        """Start a new run branch from the user's HEAD; refuses on dirty task folders."""
+        dirty = dirty_task_files(self.repo)
+        if dirty:
+            shown = ", ".join(dirty[:3]) + (" ..." if len(dirty) > 3 else "")
+            raise WorkspaceError(f"uncommitted changes in {KERNELS}/ ({shown}): commit or stash them before a run")
+        if self.branch_exists():
+            raise WorkspaceError(f"branch {self.branch} already exists: pick another --tag")
+        base = self.repo.head.commit.hexsha
+        self.repo.git.branch(self.branch, base)
+        self.open()
+        return base
+
+    def open(self) -> None:
+        """Attach to the run's worktree (re-creating it if it vanished) and clean crash debris."""
+        if not self.branch_exists():
+            raise WorkspaceError(f"branch {self.branch} does not exist")
+        if not (self.worktree / ".git").exists():
+            self.repo.git.worktree("prune")
+            self.worktree.parent.mkdir(parents=True, exist_ok=True)
+            self.repo.git.worktree("add", str(self.worktree), self.branch)
+        self.wt = git.Repo(self.worktree)
+        self._remove_stale_locks()
+        # Only the engine writes here; anything uncommitted is a half-done experiment.
+        self._git("reset", "--hard", "HEAD")
+        self._git("clean", "-fdq", "--", KERNELS)
+
+    def _remove_stale_locks(self) -> None:
+        # A kill -9 during a git command leaves lock files; we hold engine.lock, so they are ours.
+        common = Path(self.repo.common_dir)
+        candidates = [Path(self.wt.git_dir) / "index.lock", common / "refs" / "heads" / f"{self.branch}.lock"]
+        candidates += list((common / "refs" / "autokernel" / self.tag).glob("*.lock"))
+        for lock in candidates:
+            lock.unlink(missing_ok=True)
+
+    def _git(self, *args: str) -> str:
+        assert self.wt is not None, "RunRepo.open() first"
+        return self.wt.git.execute(["git", *_GIT_OPTS, *args], env=_GIT_ENV)
+
+    # --- reading --------------------------------------------------------------
+    def head(self) -> git.Commit:
+        assert self.wt is not None
+        return self.wt.head.commit
+
+    def task_dir(self, task: str) -> Path:
+        return self.worktree / KERNELS / task
+
+    def kernel_path(self, task: str) -> str:
+        return f"{KERNELS}/{task}/kernel.py"
+
+    def show(self, rev: str, task: str) -> str:
+        return self.repo.git.show(f"{rev}:{self.kernel_path(task)}")
+
+    def ref_name(self, n: int) -> str:
+        return f"refs/autokernel/{self.tag}/exp-{n}"
+
+    def ref_sha(self, n: int) -> str | None:
+        try:
+            return self.repo.git.rev_parse("--verify", "-q", self.ref_name(n) + "^{commit}")
+        except git.GitCommandError:
+            return None
+
+    def diff(self, old: str, new: str, task: str) -> str:
+        return self.repo.git.diff(old, new, "--", self.kernel_path(task))
+
+    # --- writing --------------------------------------------------------------
+    def commit_kernel(self, task: str, source: str, message: str) -> str:
+        path = self.task_dir(task) / "kernel.py"
+        if not path.parent.is_dir():
+            raise WorkspaceError(f"task {task!r} is not in the run branch")
+        path.write_text(source, encoding="utf-8")
+        self._git("add", "--", self.kernel_path(task))
+        self._git("commit", "--allow-empty", "--no-verify", "-q", "-m", message)
+        return self.head().hexsha
+
+    def amend_message(self, message: str) -> str:
+        """Rewrite the head commit's message (same tree, same parent): adds the metric trailers."""
+        self._git("commit", "--amend", "--allow-empty", "--no-verify", "-q", "-m", message)
+        return self.head().hexsha
+
+    def keep_ref(self, n: int, sha: str) -> None:
+        self._git("update-ref", self.ref_name(n), sha)
+
+    def reset_to(self, sha: str) -> None:
+        self._git("reset", "--hard", "-q", sha)
+
+
+def message(n: int, description: str, trailers: dict[str, object]) -> str:
+    subject = " ".join(f"exp {n}: {description}".split())[:200]
+    lines = [f"{k}: {' '.join(str(v).split())}" for k, v in trailers.items() if v not in (None, "")]
+    return subject + ("\n\n" + "\n".join(lines) if lines else "") + "\n"
+
+
+def parse_trailers(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^(Autokernel-[A-Za-z-]+): (.*)$", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out

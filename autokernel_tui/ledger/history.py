@@ -1,0 +1,141 @@
+"""The read side for review: every run of a workspace, read from disk only.
+
+Safe to call while an engine is running (nothing here writes). Each experiment
+carries ``ref`` (where its commit lives: the run branch for kept ones,
+``refs/autokernel/<tag>/exp-N`` otherwise) and ``parent`` (the commit it was
+measured against), so a diff can always be shown.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import git
+
+from autokernel_tui.ledger.events import read_events
+from autokernel_tui.ledger.results import COLUMNS, read_rows
+
+RUNS_DIR = Path(".autokernel") / "runs"
+
+
+@dataclass
+class ExperimentRecord:
+    experiment: int
+    timestamp: str
+    task: str
+    commit: str
+    status: str
+    correctness: str
+    latency_us: float | None
+    speedup_vs_baseline: float | None
+    speedup_vs_incumbent: float | None
+    ci_low: float | None
+    ci_high: float | None
+    pct_roofline: float | None
+    tflops: float | None
+    gbps: float | None
+    peak_vram_mb: float | None
+    agent: str
+    tokens: int | None
+    cost_usd: float | None
+    description: str
+    ref: str = ""
+    parent: str = ""
+
+    def row(self) -> dict[str, Any]:
+        return {c: getattr(self, c) for c in COLUMNS}
+
+
+@dataclass
+class RunHistory:
+    tag: str
+    path: Path
+    workspace: Path
+    meta: dict[str, Any] = field(default_factory=dict)
+    experiments: list[ExperimentRecord] = field(default_factory=list)
+
+    @property
+    def branch(self) -> str:
+        return f"autokernel/{self.tag}"
+
+    def _find(self, exp: int | ExperimentRecord) -> ExperimentRecord:
+        if isinstance(exp, ExperimentRecord):
+            return exp
+        for rec in self.experiments:
+            if rec.experiment == exp:
+                return rec
+        raise KeyError(f"run {self.tag} has no experiment {exp}")
+
+    def diff(self, exp: int | ExperimentRecord) -> str:
+        rec = self._find(exp)
+        if not rec.commit or not rec.parent:
+            return ""
+        try:
+            return git.Repo(self.workspace).git.diff(rec.parent, rec.commit, "--", f"kernels/{rec.task}/kernel.py")
+        except git.GitCommandError:
+            return ""
+
+    def source(self, exp: int | ExperimentRecord) -> str:
+        rec = self._find(exp)
+        if not rec.commit:
+            return ""
+        try:
+            return git.Repo(self.workspace).git.show(f"{rec.commit}:kernels/{rec.task}/kernel.py")
+        except git.GitCommandError:
+            return ""
+
+    def report(self, exp: int | ExperimentRecord) -> dict | None:
+        path = self.path / "reports" / f"exp-{self._find(exp).experiment}.json"
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def reasoning(self, exp: int | ExperimentRecord) -> str:
+        path = self.path / "agent" / f"exp-{self._find(exp).experiment}.md"
+        try:
+            return path.read_text(encoding="utf-8")
+        except OSError:
+            return ""
+
+    def events(self) -> list[dict[str, Any]]:
+        return read_events(self.path / "events.jsonl")
+
+
+def _record(row: dict[str, Any], repo: git.Repo | None, tag: str) -> ExperimentRecord:
+    rec = ExperimentRecord(**row)
+    if repo is not None and rec.commit:
+        try:
+            commit = repo.commit(rec.commit)
+            rec.parent = commit.parents[0].hexsha if commit.parents else ""
+        except (ValueError, git.BadName):
+            pass
+        rec.ref = f"autokernel/{tag}" if rec.status in ("keep", "reverted") else f"refs/autokernel/{tag}/exp-{rec.experiment}"
+    return rec
+
+
+def load_run(workspace: str | Path, tag: str) -> RunHistory:
+    workspace = Path(workspace).resolve()
+    path = workspace / RUNS_DIR / tag
+    try:
+        meta = json.loads((path / "run.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        meta = {}
+    try:
+        repo: git.Repo | None = git.Repo(workspace)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        repo = None
+    records = [_record(r, repo, tag) for r in read_rows(path / "results.tsv", typed=True)]
+    return RunHistory(tag=tag, path=path, workspace=workspace, meta=meta, experiments=records)
+
+
+def load_runs(workspace: str | Path) -> list[RunHistory]:
+    """Every run, oldest first (by creation time recorded in run.json, then name)."""
+    root = Path(workspace).resolve() / RUNS_DIR
+    if not root.is_dir():
+        return []
+    runs = [load_run(workspace, p.name) for p in root.iterdir() if (p / "run.json").is_file()]
+    return sorted(runs, key=lambda r: (r.meta.get("created_at", 0), r.tag))
