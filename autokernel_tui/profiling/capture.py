@@ -1,0 +1,282 @@
+"""Run a model under torch.profiler and count each piece of device work exactly once.
+
+On a GPU only device kernels (and memcpy/memset) are counted, each kernel event once; a
+kernel is attributed to the CPU op that launched it (the profiler's correlation id) and,
+through that op's ancestry, to the op family and the "anchor" op whose input shapes
+give the task dimensions. Aten rows are never summed (that double counts).
+
+On the CPU there are no kernels: each aten op's *self* CPU time (its children excluded)
+is the unit instead, labelled ``time_kind = "cpu"`` — a stand-in so the whole path
+works on a laptop, not a measurement of anything a GPU would do.
+
+Output: a profile dict (see docs/ARCHITECTURE.md, "Profile dict"); ``amdahl.rank`` adds
+the ranked families.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from autokernel_tui.profiling import classify as cls
+
+PROFILE_VERSION = 1
+TORCH_DTYPES = {"float": "float32", "c10::BFloat16": "bfloat16", "c10::Half": "float16", "double": "float64",
+                "long int": "int64", "int": "int32", "bool": "bool", "c10::Float8_e4m3fn": "float8_e4m3fn"}
+
+
+@dataclass
+class OpCall:
+    """One op call: the kernels (or CPU self time) of one anchor op instance."""
+
+    family: str
+    op: str  # the anchor op's name (an aten op, an autograd node or a label)
+    shapes: list  # the anchor's input shapes
+    dtype: str  # the anchor's floating-point dtype
+    dims: dict  # starter-task dimensions when the family has them, else {}
+    kernels: dict = field(default_factory=dict)  # kernel name -> [time_us, count]
+    backward: bool = False
+
+
+def _chain(evt) -> list:
+    """The event and its ancestors, outermost first."""
+    out = []
+    while evt is not None:
+        out.append(evt)
+        evt = evt.cpu_parent
+    return out[::-1]
+
+
+def _causal(chain) -> bool | None:
+    for e in chain:
+        if e.name == "aten::scaled_dot_product_attention":
+            vals = list(getattr(e, "concrete_inputs", None) or [])
+            if len(vals) > 5 and isinstance(vals[5], bool):
+                return vals[5]
+    return None
+
+
+def _prod(xs) -> int:
+    n = 1
+    for x in xs:
+        n *= int(x)
+    return n
+
+
+def dims_for(family: str, op: str, shapes: list, concrete: list | None = None) -> dict:
+    """Starter-task dimensions from an aten op's input shapes (labels carry their own)."""
+    s = [list(x) if isinstance(x, (list, tuple)) else [] for x in shapes]
+
+    def rows_cols(x):
+        return {"M": _prod(x[:-1]), "N": x[-1]} if len(x) >= 2 else {}
+
+    if family == "matmul":
+        if op in ("aten::mm", "aten::matmul") and len(s) >= 2 and len(s[0]) >= 2 and len(s[1]) == 2:
+            return {"M": _prod(s[0][:-1]), "N": s[1][1], "K": s[0][-1]}
+        if op == "aten::addmm" and len(s) >= 3 and len(s[1]) == 2 and len(s[2]) == 2:
+            return {"M": s[1][0], "N": s[2][1], "K": s[1][1]}
+        if op == "aten::linear" and len(s) >= 2 and len(s[0]) >= 2 and len(s[1]) == 2:
+            return {"M": _prod(s[0][:-1]), "N": s[1][0], "K": s[0][-1]}
+        return {}
+    if family in ("flash_attention", "attention_bidirectional") and len(s) >= 2 and len(s[0]) == 4 and len(s[1]) == 4:
+        b, h, sq, d = s[0]
+        return {"B": b, "H": h, "KVH": s[1][1], "S": sq, "D": d}
+    if family in ("layernorm", "rmsnorm", "softmax", "swiglu") and s and s[0]:
+        return rows_cols(s[0])
+    if family == "gelu" and s and s[0]:
+        # torch records no string arguments: the variant is unknown here, "none" is F.gelu's default.
+        return {**rows_cols(s[0]), "approximate": "none"}
+    if family == "cross_entropy" and s and len(s[0]) == 2:
+        return {"M": s[0][0], "V": s[0][1]}
+    return {}
+
+
+FLOAT_DTYPES = ("bfloat16", "float16", "float32", "float64", "float8_e4m3fn")
+
+
+def _dtype_names(evt) -> list:
+    return [TORCH_DTYPES.get(d, d) for d in (getattr(evt, "input_dtypes", None) or [])]
+
+
+def _subtree(evt):
+    stack = [evt]
+    while stack:
+        e = stack.pop(0)
+        yield e
+        stack[:0] = list(e.cpu_children)
+
+
+def _float_dtype(evt, default: str) -> str:
+    """The first floating-point input dtype in the op or the ops it ran."""
+    for e in _subtree(evt):
+        for d in _dtype_names(e):
+            if d in FLOAT_DTYPES:
+                return d
+    return default
+
+
+def _anchor(chain, anchor_idx):
+    """The op whose inputs describe the work: the deciding op, or for an autograd node the
+    innermost op of the same family below it (the aten::mm inside MmBackward0)."""
+    if anchor_idx is None:
+        return chain[-1] if chain else None
+    e = chain[anchor_idx]
+    if e.name.startswith("autograd::"):
+        fam = cls.op_family(e.name)
+        for inner in reversed(chain[anchor_idx + 1:]):
+            f = cls.op_family(inner.name)
+            if f == fam or (f and fam and fam.startswith(f)):
+                return inner
+    return e
+
+
+def _anchor_info(anchor, family, default_dtype):
+    """(op name, input shapes, dtype, dims) of an anchor op."""
+    if anchor is None:
+        return "", [], default_dtype, {}
+    dtype = _float_dtype(anchor, default_dtype)
+    label = cls.parse_label(anchor.name)
+    if label:
+        # The label names its dims; the shapes come from the first op inside it.
+        inner = anchor.cpu_children[0] if anchor.cpu_children else None
+        return anchor.name, list(inner.input_shapes or []) if inner is not None else [], dtype, label[1]
+    shapes = list(anchor.input_shapes or [])
+    dims = dims_for(family, anchor.name, shapes, list(getattr(anchor, "concrete_inputs", None) or []))
+    return anchor.name, shapes, dtype, dims
+
+
+def collect(events, time_kind: str, default_dtype: str) -> list[OpCall]:
+    """Group device kernels (cuda) or aten self times (cpu) into op calls."""
+    calls: dict[Any, OpCall] = {}
+    if time_kind == "cuda":
+        from torch.autograd import DeviceType
+
+        by_id = {}
+        for e in events:
+            if e.device_type == DeviceType.CPU and getattr(e, "linked_correlation_id", 0) == 0:
+                by_id.setdefault(e.id, e)
+        units = []
+        for e in events:
+            if e.device_type != DeviceType.CUDA:
+                continue
+            launcher = by_id.get(getattr(e, "linked_correlation_id", 0))
+            units.append((e.name, e.time_range.elapsed_us(), _chain(launcher) if launcher is not None else []))
+    else:
+        units = [(e.name, e.self_cpu_time_total, _chain(e)) for e in events
+                 if e.name.startswith("aten::") and e.self_cpu_time_total > 0]
+    for name, time_us, chain in units:
+        names = [c.name for c in chain]
+        family, anchor_idx = cls.classify_detail(name, names, _causal(chain))
+        anchor = _anchor(chain, anchor_idx)
+        key = (id(anchor) if anchor is not None else ("kernel", name, len(calls)), family)
+        call = calls.get(key)
+        if call is None:
+            op, shapes, dtype, dims = _anchor_info(anchor, family, default_dtype)
+            call = calls[key] = OpCall(family, op, shapes, dtype, dims, backward=cls.is_backward(names))
+        k = call.kernels.setdefault(name, [0.0, 0])
+        k[0] += float(time_us)
+        k[1] += 1
+    return list(calls.values())
+
+
+def aggregate(calls: list[OpCall], steps: int) -> list[dict]:
+    """Merge identical op calls (same family, op, shapes, dtypes) into per-step rows."""
+    rows: dict[tuple, dict] = {}
+    for c in calls:
+        key = (c.family, c.op, repr(c.shapes), c.dtype, repr(sorted(c.dims.items(), key=str)))
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = {"family": c.family, "op": c.op, "shapes": c.shapes, "dtype": c.dtype,
+                               "dims": c.dims, "backward": c.backward, "calls": 0.0, "time_us": 0.0, "kernels": {}}
+        row["calls"] += 1 / steps
+        for name, (t, n) in c.kernels.items():
+            row["time_us"] += t / steps
+            kr = row["kernels"].setdefault(name, {"time_us": 0.0, "count": 0.0})
+            kr["time_us"] += t / steps
+            kr["count"] += n / steps
+    return sorted(rows.values(), key=lambda r: -r["time_us"])
+
+
+def kernel_table(ops: list[dict]) -> list[dict]:
+    """Per kernel name: total time per step and the families it was counted in."""
+    table: dict[str, dict] = {}
+    for row in ops:
+        for name, k in row["kernels"].items():
+            t = table.setdefault(name, {"name": name, "time_us": 0.0, "count": 0.0, "families": []})
+            t["time_us"] += k["time_us"]
+            t["count"] += k["count"]
+            if row["family"] not in t["families"]:
+                t["families"].append(row["family"])
+    return sorted(table.values(), key=lambda t: -t["time_us"])
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    return "CPU"
+
+
+def profile_bundle(bundle, steps: int | None = None, warmup: int = 2) -> dict:
+    """Profile ``steps`` steps of a model bundle (after ``warmup``) into a profile dict (unranked)."""
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    on_gpu = bundle.device.startswith("cuda")
+    steps = steps or (5 if on_gpu else 2)
+    for _ in range(warmup):
+        bundle.step()
+        _zero_grads(bundle.model)
+    _sync(bundle.device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    wall = []
+    with profile(activities=activities, record_shapes=True) as prof:
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            bundle.step()
+            _zero_grads(bundle.model)
+            _sync(bundle.device)
+            wall.append((time.perf_counter() - t0) * 1e6)
+    time_kind = "cuda" if on_gpu else "cpu"
+    calls = collect(prof.events(), time_kind, bundle.dtype)
+    ops = aggregate(calls, steps)
+    total = sum(r["time_us"] for r in ops)
+    if total <= 0:
+        raise cls_error("the profiler recorded no device time: did the model run any op?")
+    return {
+        "version": PROFILE_VERSION,
+        "model": bundle.name,
+        "model_args": {"batch": bundle.batch, "seq": bundle.seq, "dtype": bundle.dtype, "train": bundle.train,
+                       **({"layers": bundle.meta["layers"]} if "layers" in bundle.meta else {})},
+        "device": device_name(bundle.device),
+        "time_kind": time_kind,
+        "timing_meaningful": on_gpu,
+        "steps": steps,
+        "total_us": total,
+        "wall_us": statistics.median(wall),
+        "ops": ops,
+        "kernels": kernel_table(ops),
+    }
+
+
+def _zero_grads(model) -> None:
+    for p in model.parameters():
+        p.grad = None
+
+
+def cls_error(msg: str):
+    from autokernel_tui.profiling.zoo import ModelError
+
+    return ModelError(msg)

@@ -1,0 +1,63 @@
+"""``autokernel-tui profile MODEL``: profile a model and rank its op families by Amdahl's law."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, model_required: bool = True) -> None:
+    """The model flags shared by profile and verify."""
+    kw = {} if model_required else {"nargs": "?", "default": None}
+    parser.add_argument("model", metavar="MODEL", **kw,
+                        help="gpt2 | llama | bert (or -tiny), hf:ClassName, file.py:factory, or a KernelBench file.py")
+    parser.add_argument("--batch", type=int, default=None, help="batch size (default: per model)")
+    parser.add_argument("--seq", type=int, default=None, help="sequence length (default: per model)")
+    parser.add_argument("--dtype", default=None, choices=["bfloat16", "float16", "float32"],
+                        help="model dtype (default bfloat16 on a GPU, float32 on the CPU)")
+    parser.add_argument("--train", action="store_true", help="profile a training step (forward + backward)")
+    parser.add_argument("--layers", type=int, default=None, help="number of layers (zoo models)")
+    parser.add_argument("--device", default="auto", help="auto | cuda | cpu")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--json", metavar="FILE", help="write the full profile (ranked) as JSON")
+    parser.add_argument("--steps", type=int, default=None, help="profiled steps (default 5 on a GPU, 2 on the CPU)")
+    parser.add_argument("--top", type=int, default=20, help="rows to print")
+
+
+def default_dtype(dtype: str | None, device: str) -> str:
+    if dtype:
+        return dtype
+    from autokernel_tui.profiling.zoo import resolve_device
+
+    return "bfloat16" if resolve_device(device).startswith("cuda") else "float32"
+
+
+def run_profile(model: str, batch=None, seq=None, dtype=None, train=False, layers=None, device="auto",
+                steps=None) -> dict:
+    """Load, profile and rank a model: the profile dict the CLI prints and extraction reads."""
+    from autokernel_tui.profiling.amdahl import rank
+    from autokernel_tui.profiling.capture import profile_bundle
+    from autokernel_tui.profiling.zoo import load_model
+
+    bundle = load_model(model, batch=batch, seq=seq, dtype=default_dtype(dtype, device), device=device,
+                        train=train, layers=layers)
+    profile = rank(profile_bundle(bundle, steps=steps))
+    profile["model_args"]["device"] = device
+    return profile
+
+
+def main(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from autokernel_tui.profiling.amdahl import format_table
+
+    profile = run_profile(args.model, args.batch, args.seq, args.dtype, args.train, args.layers, args.device,
+                          args.steps)
+    print(format_table(profile, limit=args.top))
+    if args.json:
+        Path(args.json).write_text(json.dumps(profile, indent=1), encoding="utf-8")
+        print(f"profile written to {args.json} (use: autokernel-tui init --from-profile {args.json})")
+    return 0
