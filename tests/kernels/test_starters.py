@@ -1,0 +1,128 @@
+"""Every task in kernels/ (all ten starters, whoever wrote them) checked against
+its reference under the Triton interpreter, every dtype, every test shape, every
+adversarial transform. The checks live in benchmarks/starters_check.py so the
+GPU script and tests/gpu run exactly the same ones at full shapes."""
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import starters_check as sc  # noqa: E402
+
+from autokernel_tui.tasks.spec import find_tasks, load_spec  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+TASKS = find_tasks(REPO / "kernels")
+
+
+def _cases():
+    for spec in TASKS:
+        for dtype in spec.dtypes:
+            for shape in spec.test_shapes:
+                yield pytest.param(spec.path, dtype, shape, None, id=f"{spec.name}-{dtype}-{shape.name}")
+            ref = sc.load_module(spec.path / "reference.py", "test")
+            for adv in getattr(ref, "ADVERSARIAL", {}):
+                shape = spec.test_shapes[0]
+                yield pytest.param(spec.path, dtype, shape, adv, id=f"{spec.name}-{dtype}-{shape.name}+{adv}")
+
+
+def test_all_starters_present():
+    names = {s.name for s in TASKS}
+    assert {"matmul", "softmax", "layernorm", "rmsnorm", "add_rmsnorm"} <= names
+
+
+@pytest.mark.parametrize("task_dir,dtype,shape,adversarial", list(_cases()))
+def test_kernel_matches_reference(task_dir, dtype, shape, adversarial):
+    row = sc.check_case(task_dir, dtype, shape, "cpu", seed=0, adversarial=adversarial, tag="test")
+    assert row["kernel"]["passed"], f"kernel: {row['kernel']['why']}"
+    assert row["baseline"]["passed"], f"eager baseline fails its own tolerance: {row['baseline']['why']}"
+
+
+@pytest.mark.parametrize("spec", TASKS, ids=[s.name for s in TASKS])
+def test_task_is_well_formed(spec):
+    spec = load_spec(spec.path)  # parses and validates task.toml
+    assert spec.shapes and spec.test_shapes and spec.dtypes
+    ref = sc.load_module(spec.path / "reference.py", "test")
+    for fn in ("make_inputs", "reference", "flops", "bytes_moved"):
+        assert callable(getattr(ref, fn, None)), f"reference.py lacks {fn}()"
+    assert getattr(ref, "ADVERSARIAL", None), "reference.py needs at least one adversarial transform"
+    for shape in spec.shapes + spec.test_shapes:
+        for dtype in spec.dtypes:
+            assert ref.bytes_moved(dict(shape.dims), getattr(torch, dtype)) > 0
+        assert ref.flops(dict(shape.dims)) > 0
+    # CPU test shapes stay small, and at least one is not a power of two.
+    ints = [v for s in spec.test_shapes for v in s.dims.values() if isinstance(v, int)]
+    assert any(v & (v - 1) for v in ints), "no non-power-of-two test dimension"
+
+
+@pytest.mark.parametrize("spec", TASKS, ids=[s.name for s in TASKS])
+def test_knobs_are_module_constants(spec):
+    ker = sc.load_module(spec.path / "kernel.py", "test")
+    assert callable(getattr(ker, "kernel_fn", None))
+    for knob, space in spec.knob_space.items():
+        assert knob.isupper(), f"knob {knob} must be UPPER_CASE"
+        assert hasattr(ker, knob), f"[knobs] lists {knob} but kernel.py does not define it"
+        value = getattr(ker, knob)
+        assert isinstance(value, int) and not isinstance(value, bool), f"{knob} must be an int"
+        assert value in space, f"{knob} = {value} is outside its search space {list(space)}"
+
+
+# --- the checks themselves must be able to fail -------------------------------------------
+
+def _broken_copy(tmp_path, task, old, new):
+    dst = tmp_path / task
+    shutil.copytree(REPO / "kernels" / task, dst)
+    src = (dst / "kernel.py").read_text()
+    assert old in src
+    (dst / "kernel.py").write_text(src.replace(old, new))
+    return dst
+
+
+def test_unwritten_rows_are_caught(tmp_path):
+    # The last row is never stored: the NaN poison must show it.
+    task = _broken_copy(tmp_path, "softmax", "mask = (rows < M)[:, None]", "mask = (rows < M - 1)[:, None]")
+    shape = load_spec(task).test_shapes[0]
+    row = sc.check_case(task, "float32", shape, "cpu", tag="broken1")
+    assert not row["kernel"]["passed"] and "non-finite" in row["kernel"]["why"]
+
+
+def test_accuracy_loss_is_caught(tmp_path):
+    # Dropping eps placement / a wrong scale must fail the tolerance, not slip through.
+    task = _broken_copy(tmp_path, "rmsnorm", "/ N + eps)", "/ N + 1e-2)")
+    row = sc.check_case(task, "float32", load_spec(task).test_shapes[0], "cpu", adversarial="tiny", tag="broken2")
+    assert not row["kernel"]["passed"]
+
+
+def test_tf32_matmul_fails_the_fp32_tolerance():
+    # fp32 means fp32: operands rounded to TF32's 10-bit mantissa must not pass.
+    spec = load_spec(REPO / "kernels" / "matmul")
+    ref = sc.load_module(spec.path / "reference.py", "test")
+    a, b = ref.make_inputs({"M": 64, "N": 64, "K": 512}, torch.float32, "cpu", 0)
+
+    def tf32(t):
+        bits = t.view(torch.int32)
+        return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+
+    out = (tf32(a).double() @ tf32(b).double()).float()
+    precise = a.double() @ b.double()
+    verdict = sc.compare(out, ref.reference(a, b), precise, spec.tolerances["float32"])
+    assert not verdict["passed"]
+
+
+def test_poisoned_allocations_restore_torch():
+    original = torch.empty
+    with sc.poisoned_allocations():
+        assert torch.empty is not original
+        assert torch.isnan(torch.empty(4)).all()
+        assert torch.isnan(torch.empty_like(torch.ones(2, 2))).all()
+        assert (torch.empty(3, dtype=torch.int32) == torch.iinfo(torch.int32).min).all()
+    assert torch.empty is original
+
+
+def test_interpreter_is_on():
+    assert os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()
