@@ -16,37 +16,33 @@ from autokernel_tui.profiling.classify import starter_task
 BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "int64": 8, "int32": 4,
          "bool": 1}
 
-# Ceilings (bytes/s, FLOP/s by dtype). H200: measured on the device machine (copy 4.23 TB/s,
-# torch bf16 matmul 730 TFLOP/s; fp32 at the datasheet's 67). Others: datasheet values.
-LOCAL_PEAKS = [
-    ("H200", 4.23e12, {"bfloat16": 730e12, "float16": 730e12, "float32": 67e12}, "measured H200 (copy, bf16 mm)"),
-    ("H100", 3.35e12, {"bfloat16": 989e12, "float16": 989e12, "float32": 67e12}, "H100 SXM datasheet"),
-    ("B200", 8.0e12, {"bfloat16": 2250e12, "float16": 2250e12, "float32": 80e12}, "B200 datasheet"),
-    ("A100", 2.04e12, {"bfloat16": 312e12, "float16": 312e12, "float32": 19.5e12}, "A100 80GB datasheet"),
-]
 # A nominal CPU so the arithmetic runs on a laptop; its floors mean nothing.
 CPU_PEAKS = (20e9, {"bfloat16": 200e9, "float16": 200e9, "float32": 200e9}, "nominal CPU (not meaningful)")
-UNKNOWN_GPU = (3.0e12, {"bfloat16": 700e12, "float16": 700e12, "float32": 50e12}, "unknown GPU: assumed")
+UNKNOWN_GPU = (3.0e12, {"bfloat16": 700e12, "float16": 700e12, "float32": 50e12}, "unknown GPU: assumed rates")
 
 
 def device_peaks(device: str) -> tuple[float, dict, str]:
-    """(bytes/s, {dtype: FLOP/s}, where the numbers come from) for a device name."""
-    try:  # the harness's table (measured ceilings) when it is installed
-        from autokernel_tui.harness import roofline  # type: ignore[attr-defined]
+    """(bytes/s, {dtype: FLOP/s}, where the numbers come from) for a device name.
 
-        peaks = getattr(roofline, "peaks_for", None)
-        if callable(peaks):
-            got = peaks(device)
-            if got:
-                return got
-    except ImportError:
-        pass
+    The harness's roofline table: its measured ceilings for this GPU when a bench run
+    cached them, else the datasheet.
+    """
     if device.upper().startswith("CPU"):
         return CPU_PEAKS
-    for key, bw, flops, source in LOCAL_PEAKS:
-        if key in device.upper():
-            return bw, flops, source
-    return UNKNOWN_GPU
+    from autokernel_tui.harness import roofline
+
+    measured = None
+    try:
+        import torch
+
+        measured = roofline.load_measured(device, torch.__version__)
+    except ImportError:  # pragma: no cover - torch is always there when profiling
+        pass
+    ceil = roofline.ceilings_for(device, measured)
+    if not ceil.bandwidth_gbps:
+        return UNKNOWN_GPU
+    flops = {k: v * 1e12 for k, v in ceil.tflops.items()}
+    return ceil.bandwidth_gbps * 1e9, flops, f"harness roofline: {ceil.device} ({ceil.source})"
 
 
 def amdahl(p: float, s: float) -> float:
