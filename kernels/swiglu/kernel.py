@@ -13,8 +13,6 @@ import triton.language as tl
 BLOCK_SIZE = 4096  # elements per program
 NUM_WARPS = 8
 
-LOG2E = 1.4426950408889634
-
 
 @triton.jit
 def _swiglu(G, U, Y, n_elements, BLOCK: tl.constexpr):
