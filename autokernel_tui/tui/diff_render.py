@@ -22,10 +22,11 @@ def render_diff(diff: str, max_lines: int = 4000) -> Text:
     """Highlight the code of each line as Python and mark +/- lines; hunks and headers dimmed."""
     if not diff.strip():
         return Text("no changes", style="dim italic")
-    lines = diff.splitlines()[:max_lines]
+    # git's "diff --git" and "index" lines say nothing a reader needs here.
+    lines = [l for l in diff.splitlines() if not l.startswith(("diff --git", "index "))][:max_lines]
     kinds, bodies = [], []
     for line in lines:
-        if line.startswith(("+++", "---", "diff ", "index ")):
+        if line.startswith(("+++", "---")):
             kinds.append("file")
             bodies.append("")
         elif line.startswith("@@"):

@@ -96,13 +96,44 @@ def pending_event(n=7):
             "report": report(), "comparison": COMPARISON, "deadline": NOW + 900}
 
 
+KERNEL = "import torch\nimport triton\nimport triton.language as tl\nNUM_WARPS = {w}\nROW_BLOCK_ELEMS = {b}\n"
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "GIT_AUTHOR_DATE": "2026-12-02T00:00:00Z", "GIT_COMMITTER_DATE": "2026-12-02T00:00:00Z", "PATH": "/usr/bin:/bin"}
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True,
+                          env=GIT_ENV).stdout.strip()
+
+
+def _commit_kernel(root: Path, task: str, n: int) -> str:
+    path = root / "kernels" / task / "kernel.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(KERNEL.format(w=2 ** (n % 5), b=1024 * n))
+    _git(root, "add", str(path))
+    _git(root, "commit", "-q", "-m", f"exp {n}: {task}")
+    return _git(root, "rev-parse", "HEAD")
+
+
 def make_workspace(root: Path, rows=ROWS, events=None) -> Path:
-    """A git repository with kernels/ and one run's files, like ledger.workspace would leave it."""
+    """A git repository with kernels/, one commit per experiment, and one run's files (results, events,
+    reports, agent text), like the engine would leave it. Deterministic: fixed dates and contents."""
     root.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    (root / "kernels" / "rmsnorm").mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
+    _commit_kernel(root, "rmsnorm", 0)
+    _commit_kernel(root, "softmax", 0)
+    rows = [dict(r) for r in rows]
+    for r in rows:
+        r["commit"] = _commit_kernel(root, r["task"], int(r["experiment"]))
     run = root / ".autokernel" / "runs" / TAG
-    run.mkdir(parents=True, exist_ok=True)
+    (run / "reports").mkdir(parents=True, exist_ok=True)
+    (run / "agent").mkdir(parents=True, exist_ok=True)
+    for r in rows:
+        n = int(r["experiment"])
+        failed = r["status"] in ("fail", "crash")
+        (run / "reports" / f"exp-{n}.json").write_text(json.dumps(
+            report("FAIL" if failed else "PASS", "smoke" if failed else "timing")))
+        (run / "agent" / f"exp-{n}.md").write_text(f"# exp {n}\n\nTry {r['description']}: fewer passes over x.\n")
     with open(run / "results.tsv", "w", encoding="utf-8") as handle:
         handle.write("\t".join(RESULTS_COLUMNS) + "\n")
         for r in rows:
