@@ -1,0 +1,137 @@
+"""Output checks against a float64 reference (worker side).
+
+A candidate's output must be a plain ``torch.Tensor`` of the reference's shape,
+dtype and device, must not alias an input, and must match a float64 reference
+elementwise (atol + rtol * |ref|) AND in relative L2 norm, so that a reference
+close to zero cannot be matched by returning zeros.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from autokernel_tui.harness.errors import Verdict
+
+
+def as_tuple(out: Any) -> tuple:
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+@dataclass(frozen=True)
+class OutputMeta:
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+
+def meta_of(outs: tuple) -> list[OutputMeta]:
+    return [OutputMeta(tuple(o.shape), o.dtype, o.device) for o in outs]
+
+
+def precise_reference(ref_module: Any, inputs: tuple) -> tuple:
+    """The float64 reference: ``reference_precise`` if the task has one, else an upcast."""
+    if hasattr(ref_module, "reference_precise"):
+        out = ref_module.reference_precise(*inputs)
+    else:
+        up = tuple(t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs)
+        out = ref_module.reference(*up)
+    return tuple(o.double() if isinstance(o, torch.Tensor) else o for o in as_tuple(out))
+
+
+def _storage_span(t: torch.Tensor) -> tuple[int, int]:
+    st = t.untyped_storage()
+    return st.data_ptr(), st.data_ptr() + st.nbytes()
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.device != b.device:
+        return False
+    a0, a1 = _storage_span(a)
+    b0, b1 = _storage_span(b)
+    return a0 < b1 and b0 < a1 and a1 > a0 and b1 > b0
+
+
+def check_structure(outs: tuple, expected: list[OutputMeta], inputs: tuple, where: str, stage: str) -> None:
+    """Raise a Verdict unless ``outs`` look exactly like the reference's outputs."""
+    if len(outs) != len(expected):
+        raise Verdict("FAIL", stage, f"{where}: kernel_fn returned {len(outs)} output(s), expected {len(expected)}")
+    for i, (o, want) in enumerate(zip(outs, expected)):
+        label = f"{where}: output {i}"
+        if not isinstance(o, torch.Tensor):
+            raise Verdict("FAIL", stage, f"{label} is a {type(o).__name__}, expected a torch.Tensor")
+        if type(o) is not torch.Tensor:
+            raise Verdict("REJECTED", stage, f"{label} is a {type(o).__name__} (tensor subclass or lazy "
+                                             "output): return a plain, materialized torch.Tensor")
+        if o.device != want.device:
+            raise Verdict("FAIL", stage, f"{label} is on {o.device}, expected {want.device}")
+        if tuple(o.shape) != want.shape:
+            raise Verdict("FAIL", stage, f"{label} has shape {tuple(o.shape)}, expected {want.shape}")
+        if o.dtype != want.dtype:
+            if o.dtype.is_floating_point and want.dtype.is_floating_point and o.itemsize < want.itemsize:
+                raise Verdict("REJECTED", stage, f"{label} is {str(o.dtype)[6:]}, lower precision than the "
+                                                 f"task's {str(want.dtype)[6:]}")
+            raise Verdict("FAIL", stage, f"{label} has dtype {str(o.dtype)[6:]}, expected {str(want.dtype)[6:]}")
+        for k, t in enumerate(inputs):
+            if isinstance(t, torch.Tensor) and _overlaps(o, t):
+                raise Verdict("REJECTED", stage, f"{label} aliases input {k} (returns an input's memory)")
+
+
+def snapshot_inputs(inputs: tuple) -> list[torch.Tensor | None]:
+    return [t.detach().clone() if isinstance(t, torch.Tensor) else None for t in inputs]
+
+
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.is_floating_point and a.itemsize in (2, 4, 8):
+        view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.itemsize]
+        return torch.equal(a.contiguous().view(view), b.contiguous().view(view))
+    return torch.equal(a, b)
+
+
+def check_inputs_unchanged(before: list, inputs: tuple, where: str, stage: str) -> None:
+    for k, (saved, t) in enumerate(zip(before, inputs)):
+        if saved is not None and not bitwise_equal(saved, t):
+            raise Verdict("REJECTED", stage, f"{where}: kernel_fn modified input {k} in place")
+
+
+@dataclass
+class Errors:
+    ok: bool
+    max_abs_err: float
+    rel_l2_err: float
+    detail: str
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, max_rel_l2: float) -> Errors:
+    o = out.detach().double()
+    r = ref.detach().double()
+    finite = torch.isfinite(r)
+    # Where the reference itself is inf/nan, the output must match it exactly.
+    special_ok = bool(torch.equal(torch.isnan(o[~finite]), torch.isnan(r[~finite]))) and bool(
+        (o[~finite & ~torch.isnan(r)] == r[~finite & ~torch.isnan(r)]).all())
+    of, rf = o[finite], r[finite]
+    diff = (of - rf).abs()
+    if diff.numel():
+        bad = ~(diff <= atol + rtol * rf.abs())  # NaN in the output counts as bad
+        n_bad = int(bad.sum())
+        max_abs = float(diff.max()) if not bool(torch.isnan(diff).any()) else math.inf
+        ref_norm = float(torch.linalg.vector_norm(rf))
+        err_norm = float(torch.linalg.vector_norm(diff)) if max_abs != math.inf else math.inf
+    else:
+        n_bad, max_abs, ref_norm, err_norm = 0, 0.0, 0.0, 0.0
+    rel_l2 = err_norm / ref_norm if ref_norm > 0 else err_norm
+    ok = special_ok and n_bad == 0 and rel_l2 <= max_rel_l2
+    detail = ""
+    if not special_ok:
+        detail = "inf/nan positions differ from the reference"
+    elif n_bad:
+        detail = (f"{n_bad} of {diff.numel()} elements outside atol {atol:g} + rtol {rtol:g}, "
+                  f"max_abs_err {max_abs:.3g}, rel_l2 {rel_l2:.3g}")
+    elif rel_l2 > max_rel_l2:
+        detail = f"rel_l2 {rel_l2:.3g} > {max_rel_l2:g}"
+    return Errors(ok, max_abs, rel_l2, detail)

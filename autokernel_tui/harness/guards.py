@@ -1,0 +1,164 @@
+"""Runtime guards around a candidate call (worker side: torch + triton + stdlib).
+
+* ``LaunchCounter`` wraps the Triton launch entry (``JITFunction.run`` and, under
+  the interpreter, ``InterpretedFunction.run``) so the harness knows a Triton
+  kernel really ran. Class-level wrapping works for plain, autotuned and
+  heuristic kernels alike, compiled or interpreted, on Triton 3.6 and 3.7.
+* ``OpRecorder`` is a TorchDispatchMode that records every aten op kernel_fn
+  issues. Only allocation, view and copy ops are allowed: any compute op means
+  PyTorch did (part of) the work. It also fills every fresh ``empty*``
+  allocation with NaN (a sentinel for integers), so output elements a kernel
+  leaves unwritten, or memory it hopes still holds a freed reference result,
+  show up as errors.
+* ``IdentitySnapshot`` remembers the identity of every callable in the modules
+  the harness trusts (timers, events, do_bench, torch, the harness itself) and
+  names any that a candidate replaced.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# aten base names that allocate, view, copy or read metadata: no task work.
+ALLOWED_OPS = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+    "zeros", "zeros_like", "new_zeros", "zero_", "ones", "ones_like", "new_ones", "full", "full_like",
+    "new_full", "fill_", "arange", "scalar_tensor", "lift_fresh", "lift_fresh_copy",
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided", "t", "transpose", "permute", "expand",
+    "unsqueeze", "squeeze", "select", "slice", "narrow", "split", "split_with_sizes", "unbind", "chunk",
+    "alias", "detach", "view_as", "flatten", "unflatten", "movedim", "expand_as",
+    "clone", "copy_", "_to_copy", "to", "contiguous", "set_", "_local_scalar_dense", "is_same_size",
+    "resolve_conj", "resolve_neg", "_has_compatible_shallow_copy_type",
+})
+ALLOCATING_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
+
+
+def poison_value(dtype: torch.dtype) -> float | int | None:
+    if dtype.is_floating_point:
+        return float("nan")
+    if dtype == torch.bool:
+        return None
+    return torch.iinfo(dtype).max
+
+
+def poison_(t: torch.Tensor) -> None:
+    value = poison_value(t.dtype)
+    if value is not None and t.numel():
+        t.fill_(value)
+
+
+class LaunchCounter:
+    """Counts Triton kernel launches process-wide (installed once per worker)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._installed: list[tuple[type, Callable[..., Any]]] = []
+
+    def install(self) -> None:
+        classes = []
+        from triton.runtime.jit import JITFunction
+        classes.append(JITFunction)
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+            classes.append(InterpretedFunction)
+        except ImportError:  # pragma: no cover - every supported Triton has it
+            pass
+        for cls in classes:
+            original = cls.run
+            counter = self
+
+            def run(self, *args, __original=original, **kwargs):
+                if not kwargs.get("warmup", False):
+                    counter.count += 1
+                return __original(self, *args, **kwargs)
+
+            cls.run = run
+            self._installed.append((cls, run))
+
+    def hooks_intact(self) -> bool:
+        return all(cls.__dict__.get("run") is fn for cls, fn in self._installed)
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records aten ops; poisons fresh allocations (see module docstring)."""
+
+    def __init__(self, poison: bool = True) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+        self.poison = poison
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        base = func.name().split("::")[-1].split(".")[0]
+        self.ops.append(f"aten::{base}")
+        out = func(*args, **(kwargs or {}))
+        if self.poison and base in ALLOCATING_OPS and isinstance(out, torch.Tensor):
+            poison_(out)
+        return out
+
+    def forbidden(self) -> list[str]:
+        seen = []
+        for op in self.ops:
+            if op.split("::")[-1] not in ALLOWED_OPS and op not in seen:
+                seen.append(op)
+        return seen
+
+
+def _trusted_namespaces() -> dict[str, Any]:
+    import triton
+    import triton.testing
+    from triton.runtime import jit as triton_jit
+    spaces: dict[str, Any] = {
+        "builtins": builtins, "time": time, "threading": threading, "torch": torch, "torch.Tensor": torch.Tensor,
+        "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event, "torch.cuda.Stream": torch.cuda.Stream,
+        "triton": triton, "triton.testing": triton.testing, "triton.runtime.jit": triton_jit,
+        "triton.runtime.jit.JITFunction": triton_jit.JITFunction, "TorchDispatchMode": TorchDispatchMode,
+        "torch.utils._python_dispatch": sys.modules["torch.utils._python_dispatch"],
+    }
+    try:
+        from triton.runtime import interpreter
+        spaces["triton.runtime.interpreter"] = interpreter
+        spaces["InterpretedFunction"] = interpreter.InterpretedFunction
+    except ImportError:  # pragma: no cover
+        pass
+    for name, module in list(sys.modules.items()):
+        if name.startswith("autokernel_tui.") and module is not None:
+            spaces[name] = module
+            for attr, value in vars(module).items():
+                if isinstance(value, type) and value.__module__ == name:
+                    spaces[f"{name}.{attr}"] = value
+    return spaces
+
+
+class IdentitySnapshot:
+    """Identity of every attribute of the trusted namespaces, to spot monkey-patching."""
+
+    def __init__(self) -> None:
+        self._spaces = _trusted_namespaces()
+        # Hold the objects themselves (not ids: a freed id can be reused by a replacement).
+        self._values = {name: dict(vars(ns)) for name, ns in self._spaces.items()}
+        self._modules = {name: sys.modules[name] for name in self._spaces if name in sys.modules}
+
+    def changed(self) -> list[str]:
+        out = []
+        for name, values in self._values.items():
+            now = vars(self._spaces[name])
+            for key, value in values.items():
+                if key == "__warningregistry__":
+                    continue
+                if key not in now or now[key] is not value:
+                    out.append(f"{name}.{key}")
+        for name, module in self._modules.items():
+            if sys.modules.get(name) is not module:
+                out.append(f"sys.modules[{name!r}]")
+        return out
+
+
+def live_threads() -> int:
+    return threading.active_count()

@@ -1,0 +1,118 @@
+"""The harness's verdicts as plain dataclasses (stdlib only: the engine and TUI read them).
+
+Every number carries its meaning in its name; ``timing_meaningful`` says whether
+times come from CUDA events on a GPU (True) or a wall clock around the Triton
+interpreter (False).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+STATUSES = ("PASS", "FAIL", "CRASH", "TIMEOUT", "REJECTED")
+STAGES = ("static", "smoke", "shapes", "stability", "determinism", "timing")
+
+
+def _pick(cls, data: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+@dataclass
+class ShapeResult:
+    shape: str
+    dims: dict[str, Any]
+    dtype: str
+    passed: bool
+    max_abs_err: float | None = None
+    rel_l2_err: float | None = None
+    median_us: float | None = None
+    p20_us: float | None = None
+    p80_us: float | None = None
+    baseline_us: float | None = None
+    compile_ref_us: float | None = None
+    speedup_vs_baseline: float | None = None
+    speedup_vs_compile: float | None = None
+    gbps: float | None = None
+    tflops: float | None = None
+    pct_roofline: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ShapeResult":
+        return cls(**_pick(cls, data))
+
+
+@dataclass
+class Summary:
+    latency_us: float
+    speedup_vs_baseline: float | None
+    speedup_vs_compile: float | None
+    pct_roofline: float | None
+    worst_shape: str
+    worst_speedup: float | None
+    gbps: float | None
+    tflops: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Summary":
+        return cls(**_pick(cls, data))
+
+
+@dataclass
+class Report:
+    status: str
+    reason: str = ""
+    stage: str = "static"
+    task: str = ""
+    device: str = ""
+    timing_meaningful: bool = False
+    shapes: list[ShapeResult] = field(default_factory=list)
+    summary: Summary | None = None
+    compile_s: float = 0.0
+    wall_s: float = 0.0
+    peak_vram_mb: float = 0.0
+    stderr_tail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "PASS"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["summary"] = self.summary.to_dict() if self.summary else None
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Report":
+        fields = _pick(cls, data)
+        fields["shapes"] = [ShapeResult.from_dict(s) for s in data.get("shapes", [])]
+        fields["summary"] = Summary.from_dict(data["summary"]) if data.get("summary") else None
+        return cls(**fields)
+
+
+@dataclass
+class Comparison:
+    speedup: float  # incumbent_time / candidate_time: > 1 means the candidate is faster
+    ci_low: float
+    ci_high: float
+    faster: bool  # ci_low clears the keep margin
+    n_samples: int
+    method: str
+    status: str = "PASS"  # PASS, or why the comparison could not be made (FAIL/CRASH/TIMEOUT/REJECTED)
+    reason: str = ""
+    per_shape: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Comparison":
+        return cls(**_pick(cls, data))

@@ -1,0 +1,333 @@
+"""The harness, parent side (stdlib only: the engine process never imports torch).
+
+``Harness`` keeps one warm worker process (torch and Triton imported, CUDA
+initialised) in its own process group and talks to it over a private pipe. A
+candidate that hangs, crashes the process, exits, blows up memory or poisons the
+CUDA context costs one evaluation: the group is killed, the outcome classified
+(TIMEOUT / CRASH), the stderr tail kept, and a fresh worker started for the next
+request.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from autokernel_tui.harness import protocol, stats
+from autokernel_tui.harness.report import Comparison, Report
+from autokernel_tui.tasks.spec import HARNESS_OWNED, KERNEL_FILE, load_spec, owned_file_hashes
+
+STARTUP_TIMEOUT_S = 300.0
+PREPARE_TIMEOUT_S = 1800.0  # baselines + torch.compile of the reference, once per GPU x task (then cached)
+TAIL_CHARS = 4000
+_PKG_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def _default_memory_limit_mb() -> float:
+    """Kill a worker whose resident memory passes 75% of this machine's RAM."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) / 1024 * 0.75
+    except OSError:
+        pass
+    return 64 * 1024.0
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "the worker stopped answering"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"the worker was killed by {name}"
+    return f"the worker exited with code {code} (os._exit / sys.exit in candidate code?)"
+
+
+class _Failure(Exception):
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class Harness:
+    """Evaluate and compare kernel.py candidates in an isolated, warm worker.
+
+    ``device``: "auto" (CUDA if available, else the CPU Triton interpreter), "cuda" or "cpu".
+    """
+
+    def __init__(self, timeout_s: float = 180.0, device: str = "auto", keep_margin: float = 1.01,
+                 memory_limit_mb: float | None = None, python: str | None = None) -> None:
+        if device not in ("auto", "cuda", "cpu"):
+            raise ValueError(f"device must be auto, cuda or cpu, not {device!r}")
+        self.timeout_s = float(timeout_s)
+        self.device = device
+        self.keep_margin = float(keep_margin)
+        self.memory_limit_mb = memory_limit_mb or _default_memory_limit_mb()
+        self.python = python or sys.executable
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._info: dict[str, Any] | None = None
+        self._tmp = Path(tempfile.mkdtemp(prefix="autokernel-harness-"))
+        os.chmod(self._tmp, 0o700)
+        self._log_path = self._tmp / "worker.log"
+        self._prepared: set[tuple[str, bool]] = set()
+        self._copies = 0
+        self.restarts = 0
+
+    # Worker lifecycle -------------------------------------------------------------
+    def _start(self) -> None:
+        req_r, req_w = os.pipe()
+        resp_r, resp_w = os.pipe()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = _PKG_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        log = open(self._log_path, "ab")
+        try:
+            self._proc = subprocess.Popen(
+                [self.python, "-m", "autokernel_tui.harness.worker", "--req-fd", str(req_r),
+                 "--resp-fd", str(resp_w), "--device", self.device],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(req_r, resp_w),
+                start_new_session=True, env=env, cwd=str(self._tmp))
+        finally:
+            log.close()
+            os.close(req_r)
+            os.close(resp_w)
+        self._req, self._resp = req_w, resp_r
+        self._prepared.clear()
+        offset = self._log_offset()
+        try:
+            reply = self._wait_reply(STARTUP_TIMEOUT_S, offset)
+        except _Failure as failure:
+            last = [ln for ln in self._tail(offset).splitlines() if ln.strip()]
+            raise RuntimeError(f"the harness worker did not start ({failure.reason}): "
+                               f"{last[-1] if last else 'no output'}") from None
+        if not reply.get("ready"):
+            raise _Failure("CRASH", f"the harness worker did not start: {reply.get('error', reply)}")
+        self._info = reply["info"]
+
+    def _log_offset(self) -> int:
+        try:
+            return self._log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def _tail(self, offset: int) -> str:
+        try:
+            with open(self._log_path, "rb") as fh:
+                fh.seek(offset)
+                data = fh.read()
+        except OSError:
+            return ""
+        return data.decode("utf-8", "replace")[-TAIL_CHARS:]
+
+    def _kill(self) -> int | None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the whole group: candidate children too
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            code = None
+        for fd in (self._req, self._resp):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        return code
+
+    def _wait_reply(self, timeout_s: float, offset: int) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        assert self._proc is not None
+        pid = self._proc.pid
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._kill()
+                self.restarts += 1
+                raise _Failure("TIMEOUT", f"no verdict within {timeout_s:.0f} s (hang or infinite loop?): "
+                                          "worker killed and restarted")
+            ready, _, _ = select.select([self._resp], [], [], min(0.25, left))
+            if ready:
+                reply = protocol.recv(self._resp)
+                if reply is not None:
+                    return reply
+                code = self._proc.wait(timeout=10) if self._proc else None
+                self._kill()
+                self.restarts += 1
+                raise _Failure("CRASH", _describe_exit(code))
+            rss = _rss_mb(pid)
+            if rss > self.memory_limit_mb:
+                self._kill()
+                self.restarts += 1
+                raise _Failure("CRASH", f"memory blowup: the worker used {rss / 1024:.1f} GiB of host memory "
+                                        f"(limit {self.memory_limit_mb / 1024:.1f} GiB): worker killed")
+
+    def _request(self, message: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], str]:
+        """Send one request; (reply, stderr tail). Raises _Failure on TIMEOUT / CRASH."""
+        if self._proc is None or self._proc.poll() is not None:
+            if self._proc is not None:
+                self._kill()
+            self._start()
+        offset = self._log_offset()
+        try:
+            protocol.send(self._req, message)
+            reply = self._wait_reply(timeout_s, offset)
+        except _Failure as failure:
+            failure.tail = self._tail(offset)  # type: ignore[attr-defined]
+            raise
+        except BrokenPipeError:
+            code = self._kill()
+            failure = _Failure("CRASH", _describe_exit(code))
+            failure.tail = self._tail(offset)  # type: ignore[attr-defined]
+            raise failure from None
+        if reply.get("restart"):
+            self._kill()
+            self.restarts += 1
+        return reply, self._tail(offset)
+
+    # Public API -----------------------------------------------------------------
+    def device_info(self) -> dict[str, Any]:
+        with self._lock:
+            if self._info is None:
+                self._request({"op": "info"}, STARTUP_TIMEOUT_S)
+            return dict(self._info or {})
+
+    def _private_copy(self, task_dir: Path, source: str) -> Path:
+        self._copies += 1
+        dest = self._tmp / f"task-{self._copies}"
+        dest.mkdir()
+        for name in HARNESS_OWNED:
+            shutil.copy2(task_dir / name, dest / name)
+        (dest / KERNEL_FILE).write_text(source, encoding="utf-8")
+        return dest
+
+    def _prepare(self, task_dir: Path, quick: bool) -> None:
+        key = (str(task_dir), quick)
+        if key not in self._prepared:
+            reply, _ = self._request({"op": "prepare", "task_dir": str(task_dir), "quick": quick},
+                                     max(PREPARE_TIMEOUT_S, self.timeout_s))
+            if not reply.get("ok"):
+                raise RuntimeError(f"harness worker could not prepare {task_dir.name}: {reply.get('error')}")
+            self._prepared.add(key)
+
+    def evaluate(self, task_dir: str | Path, kernel_source: str | None = None, quick: bool = False,
+                 owned_hashes: dict[str, str] | None = None) -> Report:
+        t0 = time.monotonic()
+        task_dir = Path(task_dir).resolve()
+        spec = load_spec(task_dir)  # a broken task folder is the user's to fix: TaskFormatError
+        with self._lock:
+            info = self._info or {}
+            base = Report(status="PASS", task=spec.name, device=info.get("name", ""),
+                          timing_meaningful=bool(info.get("timing_meaningful")))
+            if owned_hashes is not None:
+                current = owned_file_hashes(task_dir)
+                changed = sorted(k for k in set(owned_hashes) | set(current) if owned_hashes.get(k) != current.get(k))
+                if changed:
+                    base.status, base.stage = "REJECTED", "static"
+                    base.reason = f"harness-owned file changed since the run started: {', '.join(changed)}"
+                    base.wall_s = time.monotonic() - t0
+                    return base
+            copy = self._private_copy(task_dir, kernel_source) if kernel_source is not None else None
+            work_dir = copy or task_dir
+            try:
+                self._prepare(work_dir if copy is None else task_dir, quick)
+                t0 = time.monotonic()  # request -> verdict, baselines (cached once per GPU x task) apart
+                reply, tail = self._request({"op": "evaluate", "task_dir": str(work_dir), "quick": quick,
+                                             "kernel_path": str(work_dir / KERNEL_FILE)}, self.timeout_s)
+                if not reply.get("ok"):
+                    raise RuntimeError(f"harness worker error: {reply.get('error')}")
+                report = Report.from_dict(reply["report"])
+                report.stderr_tail = tail
+            except _Failure as failure:
+                report = base
+                report.device = (self._info or {}).get("name", base.device)
+                report.status, report.reason = failure.status, failure.reason
+                report.stage = "smoke"
+                report.stderr_tail = getattr(failure, "tail", "")
+            finally:
+                if copy is not None:
+                    shutil.rmtree(copy, ignore_errors=True)
+            report.wall_s = time.monotonic() - t0
+            return report
+
+    def compare(self, task_dir: str | Path, candidate_source: str, incumbent_source: str,
+                quick: bool = False) -> Comparison:
+        task_dir = Path(task_dir).resolve()
+        load_spec(task_dir)
+        with self._lock:
+            cand = self._private_copy(task_dir, candidate_source)
+            inc = self._private_copy(task_dir, incumbent_source)
+            try:
+                self._prepare(task_dir, quick)
+                reply, _ = self._request({"op": "compare", "task_dir": str(cand), "quick": quick,
+                                          "candidate_path": str(cand / KERNEL_FILE),
+                                          "incumbent_path": str(inc / KERNEL_FILE)}, self.timeout_s)
+            except _Failure as failure:
+                return Comparison(1.0, 0.0, 0.0, False, 0, "", status=failure.status, reason=failure.reason)
+            finally:
+                shutil.rmtree(cand, ignore_errors=True)
+                shutil.rmtree(inc, ignore_errors=True)
+        if not reply.get("ok"):
+            raise RuntimeError(f"harness worker error: {reply.get('error')}")
+        if reply.get("status") != "PASS":
+            return Comparison(1.0, 0.0, 0.0, False, 0, "", status=reply["status"], reason=reply.get("reason", ""))
+        rows = reply["rows"]
+        pairs = [(r["candidate_us"], r["incumbent_us"]) for r in rows]
+        speedup, lo, hi = stats.bootstrap_speedup(pairs, seed=len(rows))
+        per_shape = [{"shape": r["shape"], "dtype": r["dtype"], "candidate_us": stats.median(r["candidate_us"]),
+                      "incumbent_us": stats.median(r["incumbent_us"]),
+                      "speedup": stats.median(r["incumbent_us"]) / stats.median(r["candidate_us"])} for r in rows]
+        method = (f"{reply['method']}; speedup = geomean over {len(rows)} shape x dtype of "
+                  "median(incumbent)/median(candidate), 95% bootstrap CI")
+        return Comparison(speedup=speedup, ci_low=lo, ci_high=hi, faster=lo > self.keep_margin,
+                          n_samples=sum(len(c) + len(i) for c, i in pairs), method=method, per_shape=per_shape)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None:
+                try:
+                    protocol.send(self._req, {"op": "exit"})
+                    self._proc.wait(timeout=5)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            self._kill()
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self) -> "Harness":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # best effort: never leave a worker behind
+        try:
+            if self._proc is not None:
+                self._kill()
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,50 @@
+"""Small statistics for timings (stdlib only): percentiles, geometric means, bootstrap CIs."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Sequence
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile, q in [0, 100]."""
+    xs = sorted(values)
+    if not xs:
+        raise ValueError("percentile of no values")
+    pos = (len(xs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def median(values: Sequence[float]) -> float:
+    return percentile(values, 50.0)
+
+
+def geomean(values: Sequence[float]) -> float:
+    vals = [v for v in values if v is not None]
+    if not vals or any(v <= 0 for v in vals):
+        raise ValueError("geometric mean needs positive values")
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def bootstrap_speedup(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], n_boot: int = 1000,
+                      seed: int = 0, level: float = 0.95) -> tuple[float, float, float]:
+    """Speedup = geomean over shapes of median(incumbent) / median(candidate), with a
+    percentile-bootstrap CI (each shape's two samples resampled independently).
+
+    ``pairs`` holds (candidate_times, incumbent_times) per shape.
+    """
+    point = geomean([median(inc) / median(cand) for cand, inc in pairs])
+    rng = random.Random(seed)
+    stats = []
+    for _ in range(n_boot):
+        logs = 0.0
+        for cand, inc in pairs:
+            c = median(rng.choices(cand, k=len(cand)))
+            i = median(rng.choices(inc, k=len(inc)))
+            logs += math.log(i / c)
+        stats.append(math.exp(logs / len(pairs)))
+    tail = (1.0 - level) / 2 * 100
+    return point, percentile(stats, tail), percentile(stats, 100 - tail)

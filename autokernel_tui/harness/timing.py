@@ -1,0 +1,123 @@
+"""Timing (worker side).
+
+GPU: CUDA events around each call, L2 flushed before each rep, fresh input
+contents every rep (so caching cannot help), warm-up first, then median and
+p20/p80. CPU: wall clock around the interpreted call; the numbers are labelled
+not meaningful upstream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from autokernel_tui.harness import stats
+
+GPU_MIN_REPS = 10
+GPU_MAX_REPS = 40
+GPU_BUDGET_US = 20_000.0  # GPU time per timed function per config
+CPU_REPS = 4  # one of them is the checked (untimed) rep
+
+
+@dataclass
+class Samples:
+    times_us: list[float]
+    checked: tuple | None = None  # (inputs, outputs) of the rep whose output is checked afterwards
+
+    @property
+    def median(self) -> float:
+        return stats.median(self.times_us)
+
+    def pcts(self) -> tuple[float, float, float]:
+        return stats.percentile(self.times_us, 20), self.median, stats.percentile(self.times_us, 80)
+
+
+class L2Flusher:
+    """Writes a buffer twice the size of L2 so no rep starts with warm inputs."""
+
+    def __init__(self, device: torch.device) -> None:
+        props = torch.cuda.get_device_properties(device)
+        size = max(2 * int(getattr(props, "L2_cache_size", 0) or 0), 64 << 20)
+        self.buf = torch.empty(size, dtype=torch.uint8, device=device)
+
+    def __call__(self) -> None:
+        self.buf.zero_()
+
+
+def reps_for(estimate_us: float) -> int:
+    if estimate_us <= 0:
+        return GPU_MAX_REPS
+    return int(min(GPU_MAX_REPS, max(GPU_MIN_REPS, GPU_BUDGET_US / estimate_us)))
+
+
+def time_gpu_interleaved(fns: list[Callable], make_inputs: Callable[[], tuple], flush: L2Flusher,
+                         n_reps: int | None, check_rep: int | None = None, warmup: int = 2,
+                         spy: Callable[[], Any] | None = None) -> list[Samples]:
+    """Time each fn in ``fns`` on the same fresh inputs every rep, interleaved (A B A B ...).
+
+    The rep ``check_rep`` runs under ``spy()`` (the op recorder) and its output is kept
+    for a correctness check; that rep's time is left out of the samples.
+    """
+    for _ in range(warmup):
+        inputs = make_inputs()
+        for fn in fns:
+            fn(*inputs)
+    if n_reps is None:
+        inputs = make_inputs()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        flush()
+        s.record()
+        fns[0](*inputs)
+        e.record()
+        torch.cuda.synchronize()
+        n_reps = reps_for(s.elapsed_time(e) * 1000.0)
+    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+               for _ in range(n_reps)] for _ in fns]
+    checked: list[tuple | None] = [None] * len(fns)
+    for r in range(n_reps):
+        inputs = make_inputs()
+        order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+        for i in order:
+            flush()
+            start, end = events[i][r]
+            if r == check_rep:
+                recorder = spy() if spy else contextlib.nullcontext()
+                with recorder:
+                    out = fns[i](*inputs)
+                checked[i] = (inputs, out, recorder)
+                continue
+            start.record()
+            out = fns[i](*inputs)
+            end.record()
+            del out
+    torch.cuda.synchronize()
+    return [Samples([s.elapsed_time(e) * 1000.0 for r, (s, e) in enumerate(events[i]) if r != check_rep],
+                    checked[i]) for i in range(len(fns))]
+
+
+def time_cpu_interleaved(fns: list[Callable], make_inputs: Callable[[], tuple], n_reps: int = CPU_REPS,
+                         check_rep: int | None = None, spy: Callable[[], Any] | None = None) -> list[Samples]:
+    """Wall clock around each call; the checked rep runs under ``spy()`` and is not timed."""
+    times: list[list[float]] = [[] for _ in fns]
+    checked: list[tuple | None] = [None] * len(fns)
+    warm = make_inputs()
+    for fn in fns:  # one warm-up call each (first-call costs are not the kernel's speed)
+        fn(*warm)
+    for r in range(n_reps):
+        inputs = make_inputs()
+        order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+        for i in order:
+            if r == check_rep:
+                recorder = spy() if spy else contextlib.nullcontext()
+                with recorder:
+                    out = fns[i](*inputs)
+                checked[i] = (inputs, out, recorder)
+                continue
+            t0 = time.perf_counter()
+            fns[i](*inputs)
+            times[i].append((time.perf_counter() - t0) * 1e6)
+    return [Samples(times[i], checked[i]) for i in range(len(fns))]
