@@ -25,7 +25,27 @@ def socket_path(workspace: str | Path) -> Path:
 
 
 class LocalClient:
-    def __init__(self, engine: Any):
+    """The in-process client. ``LocalClient(engine)`` wraps an engine you manage;
+    ``LocalClient(workspace, settings, **engine_kwargs)`` opens (or resumes) the run
+    itself, serves the control socket so other terminals can attach or ask
+    ``status``, and starts the loop; then ``close()`` stops it after the current
+    experiment and waits for that."""
+
+    def __init__(self, engine: Any, settings: Any = None, *, start: bool = True, serve: bool = True,
+                 **engine_kwargs: Any):
+        self._owns = isinstance(engine, (str, Path))
+        if self._owns:
+            from autokernel_tui.engine.loop import Engine
+
+            engine = Engine(engine, settings, **engine_kwargs)
+            try:
+                if serve:
+                    engine.serve_control()
+                if start:
+                    engine.start()
+            except BaseException:
+                engine.close()
+                raise
         self.engine = engine
         self._unsubs: list[Callable[[], None]] = []
 
@@ -42,6 +62,11 @@ class LocalClient:
         for unsub in self._unsubs:
             unsub()
         self._unsubs.clear()
+        if self._owns:
+            self._owns = False
+            self.engine.request_stop()
+            self.engine.join()
+            self.engine.close()
 
 
 class SocketClient:

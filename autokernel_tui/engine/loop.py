@@ -119,6 +119,7 @@ class Engine:
         self._pending: dict[str, Any] | None = None
         self._reverts: list[int] = []
         self._needs_recovery = False
+        self._looping = False
         self._thread: threading.Thread | None = None
         self.current_n: int | None = None
         self.current_task: str | None = None
@@ -352,10 +353,15 @@ class Engine:
                 self.policy = gatemod.check_policy(str(args.get("policy")))
                 self._emit("policy", policy=self.policy)
             elif cmd == "revert":
+                if args.get("run") not in (None, self.tag):
+                    raise EngineError(f"the live run is {self.tag}: only its experiments can be reverted here, "
+                                      f"not run {args['run']}'s")
                 n = int(args["n"])
                 self._check_revertable(n)
+                if n in self._reverts:
+                    raise EngineError(f"experiment {n} is already queued for revert")
                 self._reverts.append(n)
-                if self._thread is None or not self._thread.is_alive():
+                if not self._looping:  # no loop to pick it up: do it now
                     self._process_reverts()
             else:
                 raise EngineError(f"unknown command {cmd!r}")
@@ -420,6 +426,14 @@ class Engine:
         with self._cv:
             if self._thread is None:
                 self._thread = threading.current_thread()
+            self._looping = True
+        try:
+            return self._run()
+        finally:
+            with self._cv:
+                self._looping = False
+
+    def _run(self) -> str:
         try:
             self._ensure_backends()
             self._emit("run_started", resumed=self.resumed, tasks=self.meta["tasks"], policy=self.policy,
@@ -431,10 +445,13 @@ class Engine:
             self._error(str(exc))
         self.finish_reason = reason
         self._set_state(STOPPED)
+        # run_finished means the run is over for good (budget spent, nothing left to try); a stop
+        # or an error ends only this session, and `run` resumes the same run later.
+        kind = "run_finished" if self.meta.get("finished") else "session_ended"
         try:
-            self._emit("run_finished", reason=reason)
+            self._emit(kind, reason=reason)
         except OSError:
-            self._publish(self.events.make("run_finished", reason=reason))
+            self._publish(self.events.make(kind, reason=reason))
         return reason
 
     def _budget_reason(self) -> str | None:

@@ -111,7 +111,7 @@ def _printer():
                     f"{(f'{sp:.3f}x' if sp else '-'):>8}  {r['description']}")
         elif kind in ("task_selected",):
             line = f"task {ev['task']}: {ev['reason']}"
-        elif kind in ("error", "run_finished", "state", "awaiting_approval", "decision"):
+        elif kind in ("error", "run_finished", "session_ended", "state", "awaiting_approval", "decision"):
             line = f"{kind}: " + ", ".join(f"{k}={v}" for k, v in ev.items()
                                            if k in ("message", "reason", "state", "n", "action", "by"))
         else:

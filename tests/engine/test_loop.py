@@ -1,0 +1,225 @@
+"""The loop in-process with a scripted agent and the fake harness: policies, gate,
+commands, budgets, outages, revert, disk full, and what lands in git and the journal."""
+
+import errno
+import json
+import subprocess
+import threading
+import time
+
+import pytest
+
+from autokernel_tui.engine.client import LocalClient
+from autokernel_tui.engine.loop import Engine
+from autokernel_tui.errors import WorkspaceError
+from autokernel_tui.ledger import durable
+from autokernel_tui.ledger.events import read_events
+from autokernel_tui.ledger.history import load_runs
+from autokernel_tui.ledger.results import read_rows
+from enginefakes import FakeHarness, ScriptedAgent, latency_of
+
+
+def git(ws, *args):
+    return subprocess.run(["git", "-C", str(ws), *args], capture_output=True, text=True, check=True).stdout
+
+
+def run_dir(ws, tag="t"):
+    return ws / ".autokernel" / "runs" / tag
+
+
+def statuses(ws, tag="t"):
+    return [r["status"] for r in read_rows(run_dir(ws, tag) / "results.tsv")]
+
+
+def wait_for(pred, timeout=10.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
+def test_auto_policy_keeps_faster_and_resets_the_rest(workspace, settings):
+    settings.run.max_experiments = 4
+    agent = ScriptedAgent([90, 95, (50, "FAIL"), 80])
+    engine = Engine(workspace, settings, tag="t", agent=agent, harness=FakeHarness())
+    seen = []
+    engine.subscribe(seen.append)
+    assert engine.run() == "experiment budget reached (4)"
+    engine.close()
+
+    assert statuses(workspace) == ["keep", "discard", "fail", "keep"]
+    rows = read_rows(run_dir(workspace) / "results.tsv", typed=True)
+    assert git(workspace, "log", "--format=%s", "autokernel/t").splitlines()[:2] == ["exp 4: latency 80us",
+                                                                                      "exp 1: latency 90us"]
+    assert git(workspace, "rev-parse", "refs/autokernel/t/exp-2").strip() == rows[1]["commit"]
+    assert git(workspace, "rev-parse", "refs/autokernel/t/exp-3").strip() == rows[2]["commit"]
+    assert rows[3]["speedup_vs_incumbent"] == pytest.approx(90 / 80, rel=1e-4)
+    assert "Autokernel-Speedup: 1.1250" in git(workspace, "log", "-1", "--format=%B", "autokernel/t")
+    # The agent saw the history, each experiment with its source and the harness's reason.
+    last_ctx = agent.contexts[-1]
+    assert [h["status"] for h in last_ctx.history] == ["keep", "discard", "fail"]
+    assert latency_of(last_ctx.history[1]["source"]) == 95 and last_ctx.history[2]["reason"] == "fake fail"
+    assert latency_of(last_ctx.incumbent_source) == 90
+    # Events on disk are what subscribers saw, in the contract's order per experiment.
+    events = read_events(run_dir(workspace) / "events.jsonl")
+    assert [e["type"] for e in events] == [e["type"] for e in seen]
+    exp2 = [e["type"] for e in events if e.get("n") == 2 or e.get("row", {}).get("experiment") == 2]
+    assert exp2 == ["experiment_started", "agent", "agent", "proposal", "verdict", "committed", "decision", "result"]
+    assert events[-1]["type"] == "run_finished"
+    # The review side reads it all back.
+    (run,) = load_runs(workspace)
+    assert [e.status for e in run.experiments] == ["keep", "discard", "fail", "keep"]
+    assert run.experiments[1].ref == "refs/autokernel/t/exp-2"
+    assert "+# fake-latency-us: 95" in run.diff(2)
+    assert run.report(2)["report"]["status"] == "PASS"
+    assert "try latency 95" in run.reasoning(2)
+    assert json.loads((run_dir(workspace) / "run.json").read_text())["finished"] is True
+
+
+def test_manual_gate_human_approves_and_vetoes_and_timeout_discards(workspace, settings):
+    settings.run.policy = "manual"
+    settings.run.max_experiments = 4
+    settings.run.approval_timeout_s = 0.3
+    agent = ScriptedAgent([90, 80, 95, 70])
+    client = LocalClient(Engine(workspace, settings, tag="t", agent=agent, harness=FakeHarness()), start=False)
+    answers = {1: "approve", 2: "veto"}  # 3 is slower (no question), 4 times out
+
+    def on_event(ev):
+        if ev["type"] == "awaiting_approval" and ev["n"] in answers:
+            threading.Thread(target=lambda: client.send(answers[ev["n"]], n=ev["n"])).start()
+
+    client.subscribe(on_event)
+    assert client.send("approve")["ok"] is False  # nothing pending yet
+    client.engine.run()
+    client.close()
+    client.engine.close()
+    assert statuses(workspace) == ["keep", "vetoed", "discard", "discard"]
+    decisions = [(e["n"], e["action"], e["by"]) for e in read_events(run_dir(workspace) / "events.jsonl")
+                 if e["type"] == "decision"]
+    assert decisions == [(1, "keep", "human"), (2, "veto", "human"), (3, "discard", "policy"),
+                         (4, "discard", "timeout")]
+    assert git(workspace, "rev-parse", "refs/autokernel/t/exp-2").strip()
+
+
+def test_threshold_policy_and_set_policy_while_waiting(workspace, settings):
+    settings.run.policy = "threshold"
+    settings.run.threshold = 1.2
+    settings.run.max_experiments = 2
+    settings.run.approval_timeout_s = 30
+    engine = Engine(workspace, settings, tag="t", agent=ScriptedAgent([50, 45]), harness=FakeHarness())
+
+    def on_event(ev):  # exp 2 is 1.11x: below the threshold, so it asks; switching to auto answers it
+        if ev["type"] == "awaiting_approval":
+            threading.Thread(target=lambda: engine.command("set_policy", policy="auto")).start()
+
+    engine.subscribe(on_event)
+    engine.run()
+    engine.close()
+    decisions = [(e["action"], e["by"]) for e in read_events(run_dir(workspace) / "events.jsonl")
+                 if e["type"] == "decision"]
+    assert decisions == [("keep", "policy"), ("keep", "policy")]
+    assert engine.command("set_policy", policy="yolo")["ok"] is False
+
+
+def test_agent_outage_pauses_without_losing_anything(workspace, settings):
+    settings.run.max_experiments = 2
+    engine = Engine(workspace, settings, tag="t", agent=ScriptedAgent([90, "down"]), harness=FakeHarness())
+    engine.start()
+    wait_for(lambda: engine.state == "paused")
+    errors = [e["message"] for e in read_events(run_dir(workspace) / "events.jsonl") if e["type"] == "error"]
+    assert errors and "agent unavailable: scripted outage" in errors[0]
+    assert statuses(workspace) == ["keep"]
+    engine._agent.script = [90, 85]  # the service is back
+    assert engine.command("resume")["ok"]
+    engine.join(10)
+    engine.close()
+    assert statuses(workspace) == ["keep", "keep"]
+    assert [r["experiment"] for r in read_rows(run_dir(workspace) / "results.tsv", typed=True)] == [1, 2]
+
+
+def test_pause_skip_stop_and_second_engine_refused(workspace, settings):
+    settings.run.max_experiments = 50
+    engine = Engine(workspace, settings, tag="t", agent=ScriptedAgent([95], delay_s=0.05), harness=FakeHarness())
+    with pytest.raises(WorkspaceError, match="another engine"):
+        Engine(workspace, settings, tag="t2", agent=ScriptedAgent([90]), harness=FakeHarness())
+    engine.command("pause")
+    engine.start()
+    wait_for(lambda: engine.state == "paused")
+    time.sleep(0.2)
+    assert statuses(workspace) == []
+    engine.command("resume")
+    wait_for(lambda: len(statuses(workspace)) >= 2)
+    assert engine.command("skip")["ok"]
+    engine.command("stop")
+    engine.join(10)
+    assert engine.state == "stopped"
+    n = len(statuses(workspace))
+    engine.close()
+    kinds = [e["type"] for e in read_events(run_dir(workspace) / "events.jsonl")]
+    assert kinds[-1] == "session_ended" and "run_finished" not in kinds  # a stop can be resumed
+    # the same command resumes the same run
+    again = Engine(workspace, settings, agent=ScriptedAgent([90]), harness=FakeHarness())
+    assert again.tag == "t" and again.resumed
+    again.command("stop")
+    again.run()
+    again.close()
+    assert len(statuses(workspace)) == n
+
+
+def test_budget_in_dollars_and_revert(workspace, settings):
+    settings.run.max_cost_usd = 0.025  # each proposal costs 0.01
+    engine = Engine(workspace, settings, tag="t", agent=ScriptedAgent([90, 80, 85]), harness=FakeHarness())
+    assert engine.run().startswith("cost budget reached")
+    assert statuses(workspace) == ["keep", "keep", "discard"]
+    kept2 = read_rows(run_dir(workspace) / "results.tsv", typed=True)[1]["commit"]
+    assert engine.command("revert", n=3)["ok"] is False  # not kept
+    assert engine.command("revert", n=2)["ok"] is True
+    assert engine.command("revert", n=2)["ok"] is False  # once
+    engine.close()
+    rows = read_rows(run_dir(workspace) / "results.tsv", typed=True)
+    assert rows[-1]["status"] == "reverted" and rows[-1]["experiment"] == 4
+    assert rows[-1]["description"].startswith("revert exp 2:")
+    head_src = git(workspace, "show", "autokernel/t:kernels/rmsnorm/kernel.py")
+    assert latency_of(head_src) == 90  # back to exp 1's kernel
+    assert git(workspace, "rev-parse", "autokernel/t~1").strip() == kept2
+
+
+def test_disk_full_pauses_and_resume_records_the_experiment_once(workspace, settings, monkeypatch):
+    settings.run.max_experiments = 3
+    engine = Engine(workspace, settings, tag="t", agent=ScriptedAgent([90, 80, 70]), harness=FakeHarness())
+    real = durable.append_line
+    state = {"full": False}
+
+    def append(path, line):
+        if state["full"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, line)
+
+    monkeypatch.setattr("autokernel_tui.ledger.results.append_line", append)
+    monkeypatch.setattr("autokernel_tui.ledger.events.append_line", append)
+
+    def on_event(ev):
+        if ev["type"] == "committed" and ev["n"] == 2:
+            state["full"] = True  # the disk fills up mid-experiment
+
+    engine.subscribe(on_event)
+    engine.start()
+    wait_for(lambda: engine.state == "paused")
+    assert statuses(workspace) == ["keep"]
+    state["full"] = False
+    engine.command("resume")
+    engine.join(10)
+    engine.close()
+    rows = read_rows(run_dir(workspace) / "results.tsv", typed=True)
+    assert [(r["experiment"], r["status"]) for r in rows] == [(1, "keep"), (2, "discard"), (3, "keep")]
+    assert git(workspace, "rev-parse", "refs/autokernel/t/exp-2").strip() == rows[1]["commit"]
+    results = [e["row"]["experiment"] for e in read_events(run_dir(workspace) / "events.jsonl")
+               if e["type"] == "result"]
+    assert results == [1, 2, 3]
+
+
+def test_unknown_task_and_dirty_workspace(workspace, settings):
+    with pytest.raises(WorkspaceError, match="unknown task"):
+        Engine(workspace, settings, tag="x", tasks=["softmax"], agent=ScriptedAgent([1]), harness=FakeHarness())
