@@ -36,6 +36,7 @@ RESTART_MIN_BUDGET = 4  # a restart needs a few experiments after it to refine w
 ENUMERATE_LIMIT = 200_000  # spaces up to this size are enumerated exactly for restarts
 
 Config = tuple[int, ...]
+MOVE = re.compile(r"\b([A-Z][A-Z0-9_]*) (-?\d+) -> (-?\d+)\b")  # one knob change in a tuner description
 
 
 def _float(value) -> float | None:
@@ -79,6 +80,7 @@ class TunerAgent:
         """Config -> best measured speedup vs baseline (None = failed), and how many rows apply."""
         base = skeleton(ctx.incumbent_source)
         tried: dict[Config, float | None] = {}
+        parents: list[tuple[Config, float | None] | None] = []
         rows = 0
         for row in ctx.history:
             source = row.get("source")
@@ -90,7 +92,24 @@ class TunerAgent:
             score = _float(row.get("speedup_vs_baseline")) if row.get("status") in MEASURED else None
             old = tried.get(config)
             tried[config] = score if old is None else (old if score is None else max(old, score))
+            parents.append(self._parent(row, names, config))
+        # The incumbent each move started from was measured too, though it has no row of its own.
+        for parent, score in filter(None, parents):
+            if tried.get(parent) is None:
+                tried[parent] = score
         return tried, rows
+
+    @staticmethod
+    def _parent(row: dict, names: list[str], config: Config) -> tuple[Config, float | None] | None:
+        """The configuration a tuner move ("NUM_WARPS 8 -> 4, ...") started from, and its speedup
+        (speedup vs baseline / speedup vs incumbent = the incumbent's own speedup vs baseline)."""
+        moves = MOVE.findall(str(row.get("description") or ""))
+        if not moves or any(n not in names or config[names.index(n)] != int(new) for n, _, new in moves):
+            return None
+        old = dict((n, int(v)) for n, v, _ in moves)
+        parent = tuple(old.get(n, v) for n, v in zip(names, config))
+        svb, svi = _float(row.get("speedup_vs_baseline")), _float(row.get("speedup_vs_incumbent"))
+        return parent, (svb / svi if svb is not None and svi else None)
 
     # -- candidate moves ------------------------------------------------------------------------------------------
     def _single_steps(self, names, space, center, tried, center_score, step, rng) -> list[tuple[float, Move]]:
