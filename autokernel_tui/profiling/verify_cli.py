@@ -1,0 +1,49 @@
+"""``autokernel-tui verify [WS] --model M``: the kept kernels inside the model, checked and timed."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workspace", nargs="?", default=".", metavar="WS",
+                        help="workspace whose kernels/<task>/kernel.py files (current checkout) are used")
+    parser.add_argument("-C", dest="workspace_flag", metavar="DIR", help="same as WS")
+    parser.add_argument("--model", help="model to patch (default: the one the workspace's tasks were extracted from)")
+    parser.add_argument("--kernels", metavar="DIR", help="a kernels folder (<task>/kernel.py + task.toml) instead of WS")
+    parser.add_argument("--tasks", help="comma-separated task names to use (default: all)")
+    parser.add_argument("--batch", type=int)
+    parser.add_argument("--seq", type=int)
+    parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"])
+    parser.add_argument("--train", action="store_true", help="compare the training loss (forward) instead of outputs")
+    parser.add_argument("--layers", type=int)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--iters", type=int, help="timed iterations (default 30 on a GPU, 3 on the CPU)")
+    parser.add_argument("--json", metavar="FILE", help="write the full result as JSON")
+
+
+def main(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from autokernel_tui.profiling.patch import use_interpreter_if_no_gpu
+
+    use_interpreter_if_no_gpu(args.device)
+    from autokernel_tui.profiling.verify import VerifyError, format_result, kernel_paths, model_args_from_tasks, verify
+
+    ws = Path(args.workspace_flag or args.workspace)
+    kdir = Path(args.kernels) if args.kernels else ws / "kernels"
+    tasks = [t.strip() for t in args.tasks.split(",")] if args.tasks else None
+    kernels = kernel_paths(kdir, tasks)
+    saved = model_args_from_tasks(kdir)
+    model = args.model or saved.get("model")
+    if not model:
+        raise VerifyError("name the model: --model MODEL (the workspace's tasks do not record one)")
+    pick = lambda flag, key: flag if flag is not None else (saved.get(key) if model == saved.get("model") else None)  # noqa: E731
+    result = verify(model, kernels, batch=pick(args.batch, "batch"), seq=pick(args.seq, "seq"),
+                    dtype=pick(args.dtype, "dtype"), device=args.device, train=args.train,
+                    layers=pick(args.layers, "layers"), iters=args.iters)
+    print(format_result(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1), encoding="utf-8")
+    return 0 if result["correct"] else 1
