@@ -213,3 +213,16 @@ class FakeClient:
 
     def close(self) -> None:
         self.closed = True
+
+
+def screen_text(app) -> str:
+    """What the terminal shows right now, as plain text (for asserting on rendered content)."""
+    import io
+
+    from rich.console import Console
+
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True,
+                      color_system="truecolor", record=True, legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(full=True))
+    return console.export_text()

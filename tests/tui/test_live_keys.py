@@ -11,7 +11,7 @@ from autokernel_tui.tui.screens.live_screen import LiveScreen
 from autokernel_tui.tui.screens.quit_screen import DETACH, HEADLESS, STOP, QuitScreen
 from autokernel_tui.tui.screens.review_screen import ReviewScreen
 from autokernel_tui.tui.widgets.results_table import ResultsTable
-from tests.tui.fakes import NOW, FakeClient, pending_event, snapshot
+from tests.tui.fakes import NOW, FakeClient, pending_event, screen_text
 
 SIZE = (120, 36)
 
@@ -49,7 +49,7 @@ async def test_approve_and_veto_keys(workspace, client):
         await settle(pilot)
         screen = app.screen
         assert screen.has_class("-awaiting")
-        assert "awaits approval" in str(screen.query_one("#approval-banner").render())
+        assert "awaits approval" in screen_text(app)
         await pilot.press("a")
         await settle(pilot)
         assert client.sent == [("approve", {"n": 7})]
@@ -191,7 +191,7 @@ async def test_user_keymap_remaps_and_bad_id_is_an_error(workspace, client):
         await settle(pilot)
         client.emit(pending_event(7))
         await settle(pilot)
-        assert "y approve" in str(app.screen.query_one("#approval-banner").render())
+        assert "y approve" in screen_text(app)
         await pilot.press("a")
         await settle(pilot)
         assert client.sent == []

@@ -94,6 +94,7 @@ class ReviewScreen(Screen):
         self.kernel_filter = "all"
         self.view = "diff"
         self.rows: dict[str, tuple[Any, Any]] = {}  # row key -> (run, record)
+        self.counts = (0, 0)
 
     def compose(self) -> ComposeResult:
         yield Static("", id="review-filters")
@@ -143,6 +144,13 @@ class ReviewScreen(Screen):
                     Text(fmt.speedup(_get(rec, "speedup_vs_baseline")), justify="right"),
                     Text(fmt.interval(_get(rec, "ci_low"), _get(rec, "ci_high")), "dim"),
                     str(_get(rec, "description") or ""), key=key)
+        self.counts = (shown, total)
+        self._show_filters()
+        self.query_one(SpeedupPlot).show(self.runs, self.kernel_filter)
+        self._show_detail()
+
+    def _show_filters(self) -> None:
+        shown, total = self.counts
         bar = Text()
         bar.append(" status ", "dim")
         bar.append(self.status_filter, "bold #87d7ff")
@@ -151,8 +159,6 @@ class ReviewScreen(Screen):
         bar.append(f"   {shown} of {total} experiments in {len(self.runs)} run(s)", "dim")
         bar.append(f"   view {self.view}", "dim")
         self.query_one("#review-filters", Static).update(bar)
-        self.query_one(SpeedupPlot).show(self.runs, self.kernel_filter)
-        self._show_detail()
 
     def _selected(self) -> tuple[Any, Any] | None:
         table = self.query_one(ReviewList)
@@ -208,7 +214,8 @@ class ReviewScreen(Screen):
 
     def action_next_view(self) -> None:
         self.view = VIEWS[(VIEWS.index(self.view) + 1) % len(VIEWS)]
-        self._fill()
+        self._show_filters()
+        self._show_detail()
 
     def action_revert(self) -> None:
         picked = self._selected()
