@@ -1,0 +1,94 @@
+"""Harness-owned PyTorch side of the flash_attention task (read-only to the agent).
+
+Causal self-attention forward, softmax scale 1/sqrt(D), grouped-query heads:
+query head h reads key/value head h // (H // KVH).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def _check(shape: dict) -> None:
+    if shape["H"] % shape["KVH"]:
+        raise ValueError(f"flash_attention: KVH={shape['KVH']} must divide H={shape['H']}")
+
+
+def make_inputs(shape: dict, dtype: torch.dtype, device: str, seed: int) -> tuple:
+    _check(shape)
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    b, h, kvh, s, d = shape["B"], shape["H"], shape["KVH"], shape["S"], shape["D"]
+    # Post-projection activations: unit-variance entries, a per-head scale spread
+    # (some heads attend sharply, some diffusely), and a shared key direction so
+    # logits carry a per-query offset as real keys do.
+    q_scale = torch.exp(torch.randn(1, h, 1, 1, generator=g) * 0.3)
+    k_scale = torch.exp(torch.randn(1, kvh, 1, 1, generator=g) * 0.3)
+    q = torch.randn(b, h, s, d, generator=g) * q_scale
+    k = torch.randn(b, kvh, s, d, generator=g) * k_scale + 0.5 * torch.randn(1, kvh, 1, d, generator=g)
+    v = torch.randn(b, kvh, s, d, generator=g)
+    to = dict(device=device, dtype=dtype)
+    return q.to(**to), k.to(**to), v.to(**to)
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The baseline: SDPA (flash / cuDNN / efficient backends on a GPU), causal."""
+    gqa = q.shape[1] != k.shape[1]
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+
+
+def naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """matmul - mask - softmax - matmul, materialising the S x S scores."""
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    s = q.shape[2]
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    causal = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
+    return torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1) @ v
+
+
+def flops(shape: dict) -> int:
+    b, h, s, d = shape["B"], shape["H"], shape["S"], shape["D"]
+    # Two matmuls (QK^T and PV) over the causal half: S(S+1)/2 query-key pairs.
+    return 4 * b * h * d * (s * (s + 1) // 2)
+
+
+def bytes_moved(shape: dict, dtype: torch.dtype) -> int:
+    size = torch.finfo(dtype).bits // 8
+    b, h, kvh, s, d = shape["B"], shape["H"], shape["KVH"], shape["S"], shape["D"]
+    return (2 * b * h * s * d + 2 * b * kvh * s * d) * size  # read q, k, v once, write out
+
+
+def _mixed_scales(inputs, g):
+    # Some heads x30 on queries and keys (logits ~1e3): the predecessor produced NaN here.
+    q, k, v = inputs
+    hq = (torch.rand(1, q.shape[1], 1, 1, generator=g) < 0.5).to(q.device)
+    hk = (torch.rand(1, k.shape[1], 1, 1, generator=g) < 0.5).to(k.device)
+    return (torch.where(hq, q.float() * 30.0, q.float()).to(q.dtype),
+            torch.where(hk, k.float() * 30.0, k.float()).to(k.dtype), v)
+
+
+def _key_offset(inputs, g):
+    # A large shared key component: every logit of a query row shifts by ~ +-100,
+    # softmax is invariant, only a correct running max keeps exp() finite.
+    q, k, v = inputs
+    direction = torch.randn(1, k.shape[1], 1, k.shape[3], generator=g).to(k.device)
+    return q, (k.float() + 8.0 * direction).to(k.dtype), v
+
+
+def _attention_sink(inputs, g):
+    # Every query aligned with key 0 (an "attention sink", logit ~ +15 above the rest):
+    # the weight sits in the first key block and must survive every later rescaling.
+    q, k, v = inputs
+    d = q.shape[3]
+    group = q.shape[1] // k.shape[1]
+    sink = torch.randn(1, k.shape[1], 1, d, generator=g)
+    sink = (sink / sink.norm(dim=-1, keepdim=True) * math.sqrt(d)).to(q.device)
+    q = (q.float() + sink.repeat_interleave(group, dim=1)).to(q.dtype)
+    k = k.float().clone()
+    k[:, :, :1, :] += 1.5 * sink
+    return q, k.to(v.dtype), v
+
+
+ADVERSARIAL = {"mixed_scales": _mixed_scales, "key_offset": _key_offset, "attention_sink": _attention_sink}
