@@ -1,0 +1,373 @@
+"""Kernel quality on the GPU: every task's Triton kernel beside the PyTorch paths.
+
+For each task in kernels/ (or --tasks), each default shape, each declared dtype
+(or --dtypes): median latency of
+  * starter   the shipped kernel.py
+  * tuned     kernel.py from --kernel-dir DIR/<task>/ (when given and present)
+  * eager     reference(): the task's baseline (cuBLAS torch.matmul for matmul,
+              F.scaled_dot_product_attention for attention, F.rms_norm, ...)
+  * compile   torch.compile(reference): mode "max-autotune-no-cudagraphs" for
+              compute-bound tasks (GEMM template autotuning; CUDA graphs are left
+              out because they copy every rotated input into static buffers, which
+              would bill compile for a copy), default mode for memory-bound ones.
+              Dynamo is reset before each shape/dtype and the graph count is
+              checked, so a silent fallback to eager is reported, never timed.
+Timing: CUDA events around each call, the L2 flushed (a 256 MiB write) before
+every call, inputs rotated over 3 independently generated sets, median with
+p20/p80. Roofline in the same run: a 1 GiB device-to-device copy (GB/s) and
+an 8192^3 matmul in bf16 and fp32 (TFLOP/s). Memory-bound tasks are scored in
+% of the copy rate, compute-bound ones in % of the matmul rate of their dtype
+(fp16 against the bf16 rate).
+
+    PYTHONPATH=$PWD python3 benchmarks/kernel_quality.py --json $OUT/quality.json
+    PYTHONPATH=$PWD python3 benchmarks/kernel_quality.py --tasks matmul --kernel-dir tuned/kernels
+    python3 benchmarks/kernel_quality.py --smoke        # CPU, interpreter, tiny shapes, no compile
+
+Targets (issue 8) marked met/missed per task: memory-bound tasks >= 85% of copy
+bandwidth (geomean) at shapes moving >= 128 MB, >= 65% at 16-128 MB, and no
+slower than torch.compile at any shape; matmul >= 90% of cuBLAS at 4096^3
+fp16/bf16 and >= 75% at every shape; attention >= 80% of SDPA at LLaMA-7B shapes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import starters_check as sc  # noqa: E402
+
+REPO = sc.REPO
+N_INPUT_SETS = 3
+FLUSH_BYTES = 256 << 20
+MB = 1e6
+
+
+# ----------------------------------------------------------------------------- timing
+
+class Timer:
+    """Median latency of fn over rotated inputs; CUDA events on a GPU, perf_counter on the CPU."""
+
+    def __init__(self, device: str, target_s: float, smoke: bool):
+        import torch
+
+        self.device, self.target_s, self.smoke = device, target_s, smoke
+        self.flush = torch.empty(FLUSH_BYTES if device == "cuda" else 1 << 20, dtype=torch.uint8, device=device)
+
+    def sync(self):
+        import torch
+
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    def __call__(self, fn, input_sets: list[tuple]) -> dict:
+        import torch
+
+        fn(*input_sets[0])  # warm-up (JIT compile, autotune)
+        self.sync()
+        t0 = time.perf_counter()
+        for i in range(3):
+            fn(*input_sets[i % len(input_sets)])
+        self.sync()
+        est = (time.perf_counter() - t0) / 3
+        reps = 2 if self.smoke else int(min(200, max(10, self.target_s / max(est, 1e-6))))
+        times = []
+        if self.device == "cuda":
+            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+            for i, (start, end) in enumerate(events):
+                self.flush.zero_()
+                start.record()
+                fn(*input_sets[i % len(input_sets)])
+                end.record()
+            torch.cuda.synchronize()
+            times = [s.elapsed_time(e) * 1e3 for s, e in events]
+        else:
+            for i in range(reps):
+                self.flush.zero_()
+                t = time.perf_counter()
+                fn(*input_sets[i % len(input_sets)])
+                times.append((time.perf_counter() - t) * 1e6)
+        times.sort()
+        q = lambda p: times[min(len(times) - 1, int(p * len(times)))]  # noqa: E731
+        return {"median_us": statistics.median(times), "p20_us": q(0.2), "p80_us": q(0.8), "n": reps}
+
+
+def measure_roofline(timer: Timer, device: str, smoke: bool) -> dict:
+    """Copy bandwidth and matmul rates measured now, on this device."""
+    import torch
+
+    nbytes = (1 << 30) if not smoke else (16 << 20)
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_(0, 255)
+    dst = torch.empty_like(src)
+    copy = timer(lambda s, d: d.copy_(s), [(src, dst)])
+    out = {"copy_bytes": 2 * nbytes, "copy_gbps": 2 * nbytes / copy["median_us"] / 1e3}
+    del src, dst
+    n = 8192 if not smoke else 256
+    for name, dtype in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
+        t = timer(torch.matmul, [(a, b)])
+        out[f"matmul_tflops_{name}"] = 2 * n ** 3 / t["median_us"] / 1e6
+    out["matmul_tflops_float16"] = out["matmul_tflops_bfloat16"]
+    out["matmul_n"] = n
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return out
+
+
+# ----------------------------------------------------------------------------- compile
+
+def compiled_reference(ref_mod, mode: str, sample: tuple):
+    """A freshly compiled reference, or (None, why) when dynamo did not really compile it."""
+    import torch
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 1024)
+    before = counters["stats"]["unique_graphs"]
+
+    def fresh(*args):
+        return ref_mod.reference(*args)
+
+    fn = torch.compile(fresh, mode=mode, dynamic=False, fullgraph=False)
+    t0 = time.perf_counter()
+    fn(*sample)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    compile_s = time.perf_counter() - t0
+    if counters["stats"]["unique_graphs"] <= before:
+        return None, "dynamo produced no graph (ran eager)", compile_s
+    return fn, "", compile_s
+
+
+# ----------------------------------------------------------------------------- one task
+
+def run_task(task_dir: Path, tuned_dir: Path | None, dtypes: list[str], timer: Timer, roof: dict,
+             args, deadline: float) -> list[dict]:
+    import torch
+
+    from autokernel_tui.tasks.spec import load_spec
+
+    spec = load_spec(task_dir)
+    ref_mod = sc.load_module(task_dir / "reference.py", "quality")
+    kernels = {"starter": sc.load_module(task_dir / "kernel.py", "quality")}
+    if tuned_dir is not None and (tuned_dir / "kernel.py").is_file():
+        kernels["tuned"] = sc.load_module(tuned_dir / "kernel.py", "quality_tuned")
+    compute = spec.bound == "compute"
+    mode = "max-autotune-no-cudagraphs" if compute else "default"
+    shapes = spec.test_shapes[:1] if args.smoke else spec.shapes
+    rows = []
+    for dtype_name in spec.dtypes:
+        if dtypes and dtype_name not in dtypes:
+            continue
+        dtype = getattr(torch, dtype_name)
+        tol = spec.tolerances[dtype_name]
+        for shape in shapes:
+            dims = dict(shape.dims)
+            row = {"task": spec.name, "bound": spec.bound, "dtype": dtype_name, "shape": shape.name, "dims": dims,
+                   "bytes": ref_mod.bytes_moved(dims, dtype), "flops": ref_mod.flops(dims),
+                   "baseline": spec.baseline, "compile_mode": mode, "times": {}, "notes": []}
+            if time.perf_counter() > deadline:
+                row["notes"].append("skipped: --max-seconds budget spent")
+                rows.append(row)
+                continue
+            try:
+                sets = [ref_mod.make_inputs(dims, dtype, timer.device, seed) for seed in range(N_INPUT_SETS)]
+                eager_out = ref_mod.reference(*sets[0])
+                for label, mod in kernels.items():
+                    verdict = sc.compare(mod.kernel_fn(*sets[0]), eager_out, eager_out, tol)
+                    row[f"{label}_matches_eager"] = verdict["passed"]
+                    if not verdict["passed"]:
+                        row["notes"].append(f"{label} differs from eager: {verdict['why']}")
+                    row["times"][label] = timer(mod.kernel_fn, sets)
+                row["times"]["eager"] = timer(ref_mod.reference, sets)
+                if args.compile and time.perf_counter() < deadline:
+                    fn, why, compile_s = compiled_reference(ref_mod, mode, sets[0])
+                    row["compile_s"] = round(compile_s, 2)
+                    if fn is None:
+                        row["notes"].append(f"compile: {why}")
+                    else:
+                        row["times"]["compile"] = timer(fn, sets)
+                elif args.compile:
+                    row["notes"].append("compile skipped: --max-seconds budget spent")
+            except Exception as exc:  # one broken shape is a row, not the end of the run
+                row["notes"].append(f"error: {type(exc).__name__}: {exc}"[:300])
+            finally:
+                sets = eager_out = None
+                if timer.device == "cuda":
+                    torch.cuda.empty_cache()
+            _derive(row, roof)
+            rows.append(row)
+            print(_row_line(row), flush=True)
+    return rows
+
+
+def _derive(row: dict, roof: dict) -> None:
+    """Throughput, % of roofline and speedups from the medians."""
+    best = "tuned" if "tuned" in row["times"] else "starter"
+    row["scored"] = best
+    for label, t in row["times"].items():
+        us = t["median_us"]
+        t["gbps"] = row["bytes"] / us / 1e3
+        t["tflops"] = row["flops"] / us / 1e6
+        if row["bound"] == "compute":
+            t["pct_roofline"] = 100 * t["tflops"] / roof[f"matmul_tflops_{row['dtype']}"]
+        else:
+            t["pct_roofline"] = 100 * t["gbps"] / roof["copy_gbps"]
+    k = row["times"].get(best)
+    for other in ("eager", "compile"):
+        if k and other in row["times"]:
+            row[f"speedup_vs_{other}"] = row["times"][other]["median_us"] / k["median_us"]
+
+
+def _row_line(row: dict) -> str:
+    t = row["times"]
+    cell = lambda k: f"{t[k]['median_us']:>10.1f}" if k in t else f"{'-':>10}"  # noqa: E731
+    k = t.get(row.get("scored", "starter"), {})
+    rate = (f"{k.get('tflops', 0):7.1f} TF/s" if row["bound"] == "compute" else f"{k.get('gbps', 0):7.0f} GB/s") if k else " " * 12
+    pct = f"{k['pct_roofline']:5.1f}%" if k else "     -"
+    vs = lambda n: f"{row[n]:6.2f}x" if n in row else f"{'-':>7}"  # noqa: E731
+    note = ("  ! " + row["notes"][0]) if row["notes"] else ""
+    return (f"{row['task']:<15}{row['dtype']:<9}{row['shape']:<19}{row['bytes'] / MB:>8.1f}"
+            f"{cell('starter')}{cell('tuned')}{cell('eager')}{cell('compile')}  {rate} {pct} "
+            f"{vs('speedup_vs_eager')} {vs('speedup_vs_compile')}{note}")
+
+
+HEADER = (f"{'task':<15}{'dtype':<9}{'shape':<19}{'MB':>8}{'starter':>10}{'tuned':>10}{'eager':>10}{'compile':>10}"
+          f"  {'rate':>12} {'%roof':>6} {'vsEager':>7} {'vsComp':>7}   (latencies: median us)")
+
+
+# ----------------------------------------------------------------------------- targets
+
+def _geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def targets(task: str, bound: str, rows: list[dict]) -> list[dict]:
+    """Issue 8's targets for one task: each met, missed or not measured."""
+    timed = [r for r in rows if r.get("scored") in r["times"]]
+    out = []
+
+    def verdict(name, value, goal, fmt="{:.1f}"):
+        out.append({"target": name, "value": value, "goal": goal,
+                    "status": "not measured" if value is None else ("met" if value >= goal else "missed"),
+                    "shown": "-" if value is None else fmt.format(value)})
+
+    pct = lambda r: r["times"][r["scored"]]["pct_roofline"]  # noqa: E731
+    if task == "matmul":
+        sq = [r.get("speedup_vs_eager") for r in timed if r["dims"] == {"M": 4096, "N": 4096, "K": 4096}
+              and r["dtype"] in ("float16", "bfloat16")]
+        verdict("% of cuBLAS at 4096^3 fp16/bf16 (worst)", 100 * min(sq) if sq and None not in sq else None, 90.0)
+        every = [r.get("speedup_vs_eager") for r in timed]
+        verdict("% of cuBLAS at every shape (worst)", 100 * min(every) if every and None not in every else None, 75.0)
+    elif task == "flash_attention":
+        llama = [r.get("speedup_vs_eager") for r in timed if "llama" in r["shape"]]
+        verdict("% of SDPA at LLaMA-7B shapes (worst)", 100 * min(llama) if llama and None not in llama else None, 80.0)
+    elif bound == "memory":
+        big = [pct(r) for r in timed if r["bytes"] >= 128 * MB]
+        mid = [pct(r) for r in timed if 16 * MB <= r["bytes"] < 128 * MB]
+        verdict("% of copy BW, >= 128 MB (geomean)", _geomean(big), 85.0)
+        verdict("% of copy BW, 16-128 MB (geomean)", _geomean(mid), 65.0)
+        vs = [r["speedup_vs_compile"] for r in timed if "speedup_vs_compile" in r]
+        verdict("vs torch.compile, slowest shape (x)", min(vs) if vs else None, 1.0, "{:.2f}x")
+    return out
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    tasks = {}
+    for r in rows:
+        tasks.setdefault(r["task"], []).append(r)
+    summary = []
+    for task, rs in tasks.items():
+        timed = [r for r in rs if r.get("scored") in r["times"]]
+        summary.append({
+            "task": task, "bound": rs[0]["bound"], "shapes": len(rs), "timed": len(timed),
+            "geomean_us": _geomean([r["times"][r["scored"]]["median_us"] for r in timed]),
+            "geomean_pct_roofline": _geomean([r["times"][r["scored"]]["pct_roofline"] for r in timed]),
+            "geomean_speedup_vs_eager": _geomean([r.get("speedup_vs_eager") for r in timed]),
+            "geomean_speedup_vs_compile": _geomean([r.get("speedup_vs_compile") for r in timed]),
+            "targets": targets(task, rs[0]["bound"], rs),
+        })
+    return summary
+
+
+def print_summary(summary: list[dict]) -> None:
+    f = lambda v, s="{:.2f}": "-" if v is None else s.format(v)  # noqa: E731
+    print(f"\n{'task':<16}{'bound':<8}{'timed':>6}{'geo us':>10}{'geo %roof':>10}{'vs eager':>9}{'vs compile':>11}")
+    for s in summary:
+        print(f"{s['task']:<16}{s['bound']:<8}{s['timed']:>6}{f(s['geomean_us'], '{:.1f}'):>10}"
+              f"{f(s['geomean_pct_roofline'], '{:.1f}'):>10}{f(s['geomean_speedup_vs_eager']):>9}"
+              f"{f(s['geomean_speedup_vs_compile']):>11}")
+        for t in s["targets"]:
+            print(f"    {t['status']:<13}{t['target']:<42}{t['shown']:>9}  (goal {t['goal']:g})")
+
+
+# ----------------------------------------------------------------------------- main
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--smoke", action="store_true", help="CPU: interpreter, first test shape, no compile")
+    ap.add_argument("--tasks", default="", help="comma-separated task names (default: all in kernels/)")
+    ap.add_argument("--dtypes", default="", help="comma-separated dtypes (default: every dtype a task declares)")
+    ap.add_argument("--kernel-dir", type=Path, default=None,
+                    help="folder of tuned task folders (<dir>/<task>/kernel.py), timed beside the starters")
+    ap.add_argument("--max-seconds", type=float, default=450.0, help="stop timing new shapes after this long")
+    ap.add_argument("--target-ms", type=float, default=150.0, help="timed calls per measurement add up to about this")
+    ap.add_argument("--no-compile", dest="compile", action="store_false", help="skip torch.compile")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="raw results (default: $OUT/kernel_quality.json, else benchmarks/results/kernel_quality-<time>.json)")
+    args = ap.parse_args(argv)
+    t_start = time.perf_counter()
+    sc.ensure_backend(args.smoke)
+    import torch
+    import triton
+
+    if not args.smoke and not torch.cuda.is_available():
+        raise SystemExit("no CUDA GPU: run with --smoke for the CPU interpreter (timings then mean nothing)")
+    device = "cpu" if args.smoke else "cuda"
+    if args.smoke:
+        args.compile = False
+    dirs = sc.task_dirs(None, [t for t in args.tasks.split(",") if t])
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    timer = Timer(device, args.target_ms / 1e3, args.smoke)
+    roof = measure_roofline(timer, device, args.smoke)
+    name = torch.cuda.get_device_name() if device == "cuda" else "CPU (Triton interpreter; timings not meaningful)"
+    print(f"{name} | torch {torch.__version__} | triton {triton.__version__} | copy {roof['copy_gbps']:.0f} GB/s | "
+          f"matmul bf16 {roof['matmul_tflops_bfloat16']:.0f} TFLOP/s, fp32 {roof['matmul_tflops_float32']:.1f} TFLOP/s")
+    print(HEADER, flush=True)
+    deadline = t_start + args.max_seconds
+    rows = []
+    for d in dirs:
+        tuned = args.kernel_dir / d.name if args.kernel_dir else None
+        rows.extend(run_task(d, tuned, dtypes, timer, roof, args, deadline))
+    summary = summarize(rows)
+    print_summary(summary)
+    result = {"device": name, "torch": torch.__version__, "triton": triton.__version__,
+              "python": sys.version.split()[0], "smoke": args.smoke, "roofline": roof,
+              "method": {"timer": "CUDA events per call" if device == "cuda" else "perf_counter",
+                         "l2_flush_bytes": FLUSH_BYTES, "input_sets": N_INPUT_SETS, "statistic": "median, p20, p80",
+                         "compile_modes": {"compute": "max-autotune-no-cudagraphs", "memory": "default"}},
+              "kernel_dir": str(args.kernel_dir) if args.kernel_dir else None,
+              "wall_s": round(time.perf_counter() - t_start, 1), "summary": summary, "rows": rows}
+    path = args.json
+    if path is None:
+        path = (Path(os.environ["OUT"]) / "kernel_quality.json" if os.environ.get("OUT")
+                else REPO / "benchmarks" / "results" / f"kernel_quality-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1, default=str))
+    print(f"\nwrote {path} ({result['wall_s']} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

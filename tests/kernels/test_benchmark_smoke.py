@@ -1,0 +1,61 @@
+"""The GPU scripts in benchmarks/ run end to end on the CPU in their smoke modes."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(script, *args, tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TRITON_INTERPRET": "1", "HOME": str(tmp_path)}
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args],
+                          capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
+
+
+def test_kernel_quality_smoke(tmp_path):
+    out = tmp_path / "q.json"
+    proc = _run("kernel_quality.py", "--smoke", "--tasks", "rmsnorm,matmul", "--dtypes", "float32",
+                "--kernel-dir", str(REPO / "kernels"), "--json", str(out), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["smoke"] and data["roofline"]["copy_gbps"] > 0
+    rows = {(r["task"], r["dtype"]) for r in data["rows"]}
+    assert rows == {("rmsnorm", "float32"), ("matmul", "float32")}
+    for r in data["rows"]:
+        assert {"starter", "tuned", "eager"} <= set(r["times"]), r
+        assert r["starter_matches_eager"] and r["tuned_matches_eager"]
+        assert r["times"]["starter"]["median_us"] > 0 and r["bytes"] > 0 and r["flops"] > 0
+    names = {s["task"]: s for s in data["summary"]}
+    assert [t["target"] for t in names["matmul"]["targets"]][0].startswith("% of cuBLAS")
+    assert "% of copy BW" in names["rmsnorm"]["targets"][0]["target"]
+    assert "rmsnorm" in proc.stdout and "wrote" in proc.stdout
+
+
+def test_kernel_quality_rejects_unknown_task(tmp_path):
+    proc = _run("kernel_quality.py", "--smoke", "--tasks", "nope", tmp_path=tmp_path)
+    assert proc.returncode != 0 and "unknown task" in proc.stderr
+
+
+def test_starters_check_smoke(tmp_path):
+    out = tmp_path / "s.json"
+    proc = _run("starters_check.py", "--smoke", "--tasks", "softmax", "--dtypes", "float16",
+                "--json", str(out), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["summary"] == [d for d in data["summary"] if d["task"] == "softmax" and d["dtype"] == "float16"]
+    assert data["summary"][0]["kernel_fail"] == [] and data["summary"][0]["cases"] >= 4
+    assert "PASS" in proc.stdout
+
+
+def test_starters_check_reports_a_broken_kernel(tmp_path):
+    import shutil
+
+    kdir = tmp_path / "kernels"
+    shutil.copytree(REPO / "kernels" / "rmsnorm", kdir / "rmsnorm")
+    src = (kdir / "rmsnorm" / "kernel.py").read_text().replace("* rstd[:, None] * w[None, :]", "* w[None, :]")
+    (kdir / "rmsnorm" / "kernel.py").write_text(src)
+    proc = _run("starters_check.py", "--smoke", "--kernel-dir", str(kdir), "--dtypes", "float32",
+                "--json", str(tmp_path / "s.json"), tmp_path=tmp_path)
+    assert proc.returncode == 1 and "FAIL" in proc.stdout
