@@ -108,14 +108,17 @@ class ClaudeAgent:
 
     def _stream_once(self, req: dict[str, Any], emit: Emit) -> _Round:
         rnd = _Round()
+        failure: Exception | None = None
         try:
             with self._client.messages.create(stream=True, **req) as stream:
                 for event in stream:
                     self._on_event(event, rnd, emit)
         except self._anthropic.APIConnectionError as exc:
-            raise Retryable(f"connection error ({type(exc).__name__})") from None
+            failure = Retryable(f"connection error ({type(exc).__name__})")
         except self._anthropic.APIStatusError as exc:
-            raise self._classify(exc) from None
+            failure = self._classify(exc)
+        if failure is not None:
+            raise failure  # raised outside the except block: no chained SDK error (its text may echo secrets)
         return rnd
 
     def _classify(self, exc: Any) -> Exception:

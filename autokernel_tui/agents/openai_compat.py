@@ -71,6 +71,7 @@ class OpenAICompatAgent:
 
     def _stream_once(self, messages: list[dict], emit: Emit) -> _Round:
         rnd = _Round()
+        failure: Exception | None = None
         try:
             stream = self._client.chat.completions.create(
                 model=self.model, messages=messages, tools=[TOOL], tool_choice="auto", stream=True,
@@ -79,12 +80,13 @@ class OpenAICompatAgent:
                 for chunk in stream:
                     self._on_chunk(chunk, rnd, emit)
         except self._openai.APIConnectionError as exc:
-            raise Retryable(f"connection error ({type(exc).__name__})") from None
+            failure = Retryable(f"connection error ({type(exc).__name__})")
         except self._openai.APIStatusError as exc:
-            raise self._classify(exc.status_code, exc.body, exc.message, getattr(exc.response, "headers", None)) \
-                from None
+            failure = self._classify(exc.status_code, exc.body, exc.message, getattr(exc.response, "headers", None))
         except self._openai.APIError as exc:  # an error object inside the stream
-            raise self._classify(200, exc.body, exc.message, None) from None
+            failure = self._classify(200, exc.body, exc.message, None)
+        if failure is not None:
+            raise failure  # raised outside the except block: no chained SDK error (its text may echo secrets)
         return rnd
 
     def _classify(self, status: int, body: Any, message: str, headers: Any) -> Exception:

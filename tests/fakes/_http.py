@@ -67,7 +67,8 @@ class ScriptedServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02},
+                                        daemon=True)
 
     def exhausted(self) -> Reply:
         """The reply when the script ran out: a server error that says so."""
