@@ -71,7 +71,7 @@ def check_structure(outs: tuple, expected: list[OutputMeta], inputs: tuple, wher
         if tuple(o.shape) != want.shape:
             raise Verdict("FAIL", stage, f"{label} has shape {tuple(o.shape)}, expected {want.shape}")
         if o.dtype != want.dtype:
-            if o.dtype.is_floating_point and want.dtype.is_floating_point and o.itemsize < want.itemsize:
+            if o.dtype.is_floating_point and want.dtype.is_floating_point and o.dtype.itemsize < want.dtype.itemsize:
                 raise Verdict("REJECTED", stage, f"{label} is {str(o.dtype)[6:]}, lower precision than the "
                                                  f"task's {str(want.dtype)[6:]}")
             raise Verdict("FAIL", stage, f"{label} has dtype {str(o.dtype)[6:]}, expected {str(want.dtype)[6:]}")

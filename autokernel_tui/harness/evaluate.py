@@ -31,6 +31,7 @@ from autokernel_tui.harness.timing import CPU_REPS, L2Flusher, Samples, time_cpu
 from autokernel_tui.tasks.spec import REFERENCE_FILE, Shape, TaskSpec, load_spec, owned_file_hashes
 
 CPU_DEVICE_NAME = "CPU (Triton interpreter)"
+COMPARE_CPU_REPS = 8
 BASE_CACHE_BYTES = {"cuda": 24 << 30, "cpu": 512 << 20}
 
 
@@ -99,6 +100,12 @@ class WorkerState:
         with guards.OpRecorder():
             torch.empty(1).add_(1)
         self.snapshot = guards.IdentitySnapshot()
+
+    def ceilings(self) -> roofline.Ceilings | None:
+        """None on the CPU interpreter (no roofline there) unless ceilings were measured."""
+        if not self.cuda and not self.measured:
+            return None
+        return roofline.ceilings_for(self.device_name, self.measured)
 
     def info(self) -> dict[str, Any]:
         info: dict[str, Any] = {"name": self.device_name, "timing_meaningful": self.timing_meaningful,
@@ -281,7 +288,7 @@ class Evaluation:
             try:
                 _, _, errors2 = self.run_checked(fn, shape, dtype, "shapes", inputs=inputs)
             except Verdict as v:
-                if v.status == "FAIL" and "wrong" in v.reason:
+                if (v.status == "FAIL" and "wrong" in v.reason) or "no Triton kernel" in v.reason:
                     raise Verdict("REJECTED", "shapes", f"{shape.name} {dtype}: stale output after the inputs "
                                   "changed in place (same address, id and version): caching or replaying "
                                   "outputs across calls") from None
@@ -311,7 +318,8 @@ class Evaluation:
                                   f"between two runs on the same inputs (max diff {diff:.3g})")
 
     # Timing ---------------------------------------------------------------------------
-    def time_fns(self, fns: list[Callable], shape: Shape, dtype: str, check: bool) -> list[Samples]:
+    def time_fns(self, fns: list[Callable], shape: Shape, dtype: str, check: bool,
+                 cpu_reps: int = CPU_REPS) -> list[Samples]:
         base = self.st.base_inputs(self.ref, self.digest, shape, dtype)
         gen = self.st.generator(self.rng.randrange(2**62))
 
@@ -326,8 +334,8 @@ class Evaluation:
                 check_rep = self.rng.randrange(2, 10) if check else None
                 samples = time_gpu_interleaved(fns, make, self.st.flusher, None, check_rep=check_rep, spy=spy)
             else:
-                check_rep = self.rng.randrange(CPU_REPS) if check else None
-                samples = time_cpu_interleaved(fns, make, CPU_REPS, check_rep=check_rep, spy=spy)
+                check_rep = self.rng.randrange(cpu_reps) if check else None
+                samples = time_cpu_interleaved(fns, make, cpu_reps, check_rep=check_rep, spy=spy)
         except BaseException as exc:  # noqa: BLE001
             raise candidate_error(exc, f"{shape.name} {dtype} (timing)", "timing") from None
         if check:
@@ -386,7 +394,7 @@ class Evaluation:
         return {"compile_us": samples.median, "compile_note": "compiled"}
 
     def stage_timing(self, fn: Callable, report: Report) -> None:
-        ceil = roofline.ceilings_for(self.st.device_name, self.st.measured) if self.st.cuda else None
+        ceil = self.st.ceilings()
         by_key = {(r.shape, r.dtype): r for r in report.shapes}
         for shape, dtype in self.configs:
             row = by_key[(shape.name, dtype)]
@@ -455,7 +463,7 @@ def compare_run(ev: "Evaluation", candidate_path: Path, incumbent_path: Path) ->
         ev.stage_smoke(cand)
         rows = []
         for shape, dtype in ev.configs:
-            s_cand, s_inc = ev.time_fns([cand, inc], shape, dtype, check=True)
+            s_cand, s_inc = ev.time_fns([cand, inc], shape, dtype, check=True, cpu_reps=COMPARE_CPU_REPS)
             rows.append({"shape": shape.name, "dtype": dtype, "candidate_us": s_cand.times_us,
                          "incumbent_us": s_inc.times_us})
     finally:

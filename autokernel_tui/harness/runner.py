@@ -260,9 +260,12 @@ class Harness:
                 t0 = time.monotonic()  # request -> verdict, baselines (cached once per GPU x task) apart
                 reply, tail = self._request({"op": "evaluate", "task_dir": str(work_dir), "quick": quick,
                                              "kernel_path": str(work_dir / KERNEL_FILE)}, self.timeout_s)
-                if not reply.get("ok"):
-                    raise RuntimeError(f"harness worker error: {reply.get('error')}")
-                report = Report.from_dict(reply["report"])
+                if reply.get("ok"):
+                    report = Report.from_dict(reply["report"])
+                else:  # a harness bug: this evaluation fails loudly, the caller carries on
+                    report = base
+                    report.status, report.stage = "CRASH", "smoke"
+                    report.reason = f"harness error (please report): {reply.get('error')}"
                 report.stderr_tail = tail
             except _Failure as failure:
                 report = base

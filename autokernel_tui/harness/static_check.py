@@ -128,6 +128,28 @@ class _Checker(ast.NodeVisitor):
 
     visit_Nonlocal = visit_Global
 
+    def _check_targets(self, node: ast.AST, targets: list[ast.AST]) -> None:
+        for target in targets:
+            for sub in ast.walk(target):
+                if isinstance(sub, ast.Attribute):
+                    self.fail(node, "attribute-assignment", "assigning to an attribute is not allowed "
+                                                            "(no patching of modules or objects)")
+                    return
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self._check_targets(node, node.targets)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._check_targets(node, [node.target])
+        self.generic_visit(node)
+
+    visit_AnnAssign = visit_AugAssign
+
+    def visit_Delete(self, node: ast.Delete) -> None:
+        self._check_targets(node, node.targets)
+        self.generic_visit(node)
+
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         if node.bases or node.keywords:
             self.fail(node, "tensor-subclass", f"class '{node.name}' may not inherit (no tensor subclasses)")

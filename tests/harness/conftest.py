@@ -1,0 +1,80 @@
+"""Shared fixtures: one warm CPU Harness for the module, a tiny copy of the rmsnorm task."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autokernel_tui.harness.runner import Harness
+
+REPO = Path(__file__).resolve().parents[2]
+RMSNORM = REPO / "kernels" / "rmsnorm"
+
+TINY_SHAPES = """
+[[test_shapes]]
+name = "odd"
+M = 7
+N = 100
+[[test_shapes]]
+name = "row"
+M = 2
+N = 64
+"""
+
+# A plain one-row-per-program RMSNorm; exploits below are built on top of it.
+PREFIX = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms(X, W, Y, N, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    m = cols < N
+    x = tl.load(X + row * N + cols, mask=m, other=0.0).to(tl.float32)
+    w = tl.load(W + cols, mask=m, other=0.0).to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+    tl.store(Y + row * N + cols, (x * r * w).to(Y.dtype.element_ty), mask=m)
+
+
+def launch(x, w, eps, y, rows=None):
+    n = x.shape[-1]
+    rows = x.numel() // n if rows is None else rows
+    _rms[(rows,)](x, w, y, n, eps, BLOCK=triton.next_power_of_2(n))
+    return y
+'''
+
+GOOD = PREFIX + '''
+
+def kernel_fn(x, weight, eps):
+    return launch(x, weight, eps, torch.empty_like(x))
+'''
+
+
+def make_tiny_task(dest: Path, dtypes: str = '["float16", "float32"]') -> Path:
+    """rmsnorm with two small test shapes and two dtypes: fast under the interpreter."""
+    dest.mkdir(parents=True, exist_ok=True)
+    text = (RMSNORM / "task.toml").read_text()
+    head = text.split("[[shapes]]", 1)[0]
+    head = head.replace('dtypes = ["float16", "bfloat16", "float32"]', f"dtypes = {dtypes}")
+    gpu_shapes = "[[shapes]]" + text.split("[[shapes]]", 1)[1].split("[[test_shapes]]", 1)[0]
+    (dest / "task.toml").write_text(head + gpu_shapes + TINY_SHAPES)
+    shutil.copy(RMSNORM / "reference.py", dest / "reference.py")
+    (dest / "kernel.py").write_text(GOOD)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def tiny_task(tmp_path_factory) -> Path:
+    return make_tiny_task(tmp_path_factory.mktemp("tasks") / "rmsnorm")
+
+
+@pytest.fixture(scope="session")
+def harness(tmp_path_factory):
+    h = Harness(timeout_s=120, device="cpu")
+    yield h
+    h.close()
