@@ -93,15 +93,17 @@ BACKWARD_NODES = [
 # Kernel-name rules, first match wins. Names are matched case-insensitively.
 KERNEL_RULES: list[tuple[re.Pattern, str]] = [(re.compile(p, re.I), f) for p, f in [
     (r"^memcpy|^memset|copy_kernel|catarraybatchedcopy|cat_batched|unrolled_elementwise_kernel.*copy", "copy"),
-    (r"flash_bwd|fmha.*(bwd|backward)|attention_backward|flash_attention_backward", "attention_backward"),
+    (r"flash_bwd|fmha_cutlassb|fmha.*(bwd|backward)|attention_backward|sdpa.*bprop|bprop.*sdpa", "attention_backward"),
     (r"flash_fwd|flash::|pytorch_flash|fmha|sdpa|attention|_attn_fwd|mha_fwd", "attention"),
     (r"cross_entropy|nll_loss|log_softmax|logsoftmax", "cross_entropy"),
     (r"softmax", "softmax"),
+    (r"fused_?add_?rms_?norm|add_rms_?norm", "add_rmsnorm"),
     (r"rms_?norm", "rmsnorm"),
     (r"layer_?norm|rowwisemoments|layernormforward|computefusedparams|gammabetabackward", "layernorm"),
-    (r"rotary|rope", "rotary"),
-    (r"swiglu|silu", "swiglu"),
+    (r"rotary|_rope\b|^rope_", "rotary"),
+    (r"swiglu|silu|act_and_mul", "swiglu"),
     (r"gelu", "gelu"),
+    (r"fprop_implicit_gemm|dgrad|wgrad|conv2d|conv3d|convolution|implicit_convolve", "conv"),
     (r"^nvjet|xmma_gemm|xmma_.*gemm|gemm|gemv|cutlass|cublas|ampere_.*(s|h)\d+gemm|sm\d+_xmma|"
      r"\bdot_kernel|matmul|_mm_|splitkreduce|cudnn.*(conv|matmul)", "matmul"),
     (r"cudnn", OTHER),  # cuDNN kernels outside SDPA/conv: reported as such

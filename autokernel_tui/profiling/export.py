@@ -1,0 +1,88 @@
+"""Write kept kernels as a standalone package (torch + triton only) with ``patch(model)``.
+
+The package holds a verbatim copy of ``profiling/patch.py`` (the code ``verify`` uses) and
+a copy of each task's ``kernel.py``; its ``__init__`` only maps families to those files::
+
+    OUT/
+      __init__.py        patch(model, families=None) -> {family: modules replaced}
+      _patch.py          = autokernel_tui/profiling/patch.py
+      kernels/<task>.py  = <workspace>/kernels/<task>/kernel.py
+      manifest.json      source, sha256 of each kernel, commit of the workspace when known
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from autokernel_tui.errors import AutokernelError
+
+INIT_TEMPLATE = '''"""Triton kernels found by autokernel-tui, packaged to patch a PyTorch model.
+
+    import {name}
+    {name}.patch(model)      # replaces the modules each kernel implements, in place
+
+Needs only torch and triton. Without a GPU, kernels run in Triton's interpreter
+(set TRITON_INTERPRET=1 before importing triton): correct, but slow.
+"""
+
+from pathlib import Path
+
+from . import _patch
+
+KERNELS = {kernels!r}  # task/family -> file in this package
+_HERE = Path(__file__).resolve().parent
+
+
+def patch(model, families=None):
+    """Put the kernels into ``model`` (in place); returns {{family: modules replaced}}."""
+    _patch.use_interpreter_if_no_gpu(next((p.device.type for p in model.parameters()), "auto"))
+    fns = _patch.load_kernels({{f: _HERE / rel for f, rel in KERNELS.items()}})
+    return _patch.patch_model(model, fns, families)
+
+
+def unpatch(model):
+    _patch.unpatch_model(model)
+'''
+
+
+class ExportError(AutokernelError):
+    """The package cannot be written."""
+
+
+def _git_head(path: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def export_package(out: Path, kernels: dict[str, Path], source: str = "") -> Path:
+    """Write the package at ``out`` (its folder name is the import name); returns ``out``."""
+    out = Path(out)
+    name = out.name
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ExportError(f"{out}: the folder name is the package's import name and must be a Python identifier")
+    if out.exists() and any(out.iterdir()):
+        raise ExportError(f"{out} exists and is not empty; choose a new folder")
+    if not kernels:
+        raise ExportError("no kernels to export")
+    (out / "kernels").mkdir(parents=True, exist_ok=True)
+    files, manifest = {}, {"source": source, "kernels": {}}
+    for family, path in sorted(kernels.items()):
+        path = Path(path)
+        rel = f"kernels/{family}.py"
+        shutil.copyfile(path, out / rel)
+        files[family] = rel
+        manifest["kernels"][family] = {"file": rel, "from": str(path),
+                                       "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                                       "commit": _git_head(path.parent)}
+    shutil.copyfile(Path(__file__).with_name("patch.py"), out / "_patch.py")
+    (out / "__init__.py").write_text(INIT_TEMPLATE.format(name=name, kernels=files), encoding="utf-8")
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    return out
