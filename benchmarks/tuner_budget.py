@@ -1,0 +1,183 @@
+"""The offline tuner under a fixed budget, on the GPU: does it improve each starter?
+
+For each task (default: rmsnorm, softmax, matmul) the tuner runs up to --budget
+experiments (and at most --max-seconds of loop time) through the real harness,
+the way the engine does: evaluate the candidate (correctness + timing), compare
+it with the incumbent (interleaved timing, bootstrap CI), keep it when the lower
+CI bound clears the harness's keep margin. Candidates whose evaluated latency
+is already clearly slower than the incumbent's (> --prescreen) are discarded
+without the paired comparison, to spend the budget on promising ones.
+
+Prints, per task: before/after latency per shape, the speedup, the speedup vs
+the PyTorch baseline and % of roofline, plus the winning knobs; writes all of it
+(every experiment included) as JSON. Needs torch, triton and this package only.
+
+    PYTHONPATH=$PWD python3 benchmarks/tuner_budget.py --json $OUT/tuner_budget.json
+    PYTHONPATH=$PWD python3 benchmarks/tuner_budget.py --tasks matmul --budget 30 --max-seconds 150
+    python3 benchmarks/tuner_budget.py --smoke      # CPU interpreter, 1 task, 2 experiments
+
+The search times one dtype per shape (the harness's quick mode) unless --full;
+before/after are measured the same way, so they compare like with like.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from autokernel_tui.agents.base import AgentContext, AgentEvent, NothingToPropose  # noqa: E402
+from autokernel_tui.agents.knobs import parse_knobs  # noqa: E402
+from autokernel_tui.agents.tuner import TunerAgent  # noqa: E402
+from autokernel_tui.tasks.spec import load_spec, starters_dir  # noqa: E402
+
+STATUS = {"FAIL": "fail", "CRASH": "crash", "TIMEOUT": "timeout", "REJECTED": "rejected"}
+
+
+def _fmt(value, spec=".1f", unit=""):
+    return "-" if value is None else f"{value:{spec}}{unit}"
+
+
+def tune_task(harness, task_dir: Path, budget: int, max_seconds: float, quick: bool, prescreen: float,
+              seed: int, log) -> dict:
+    spec = load_spec(task_dir)
+    start_src = spec.kernel_path.read_text(encoding="utf-8")
+    t0 = time.monotonic()
+    before = harness.evaluate(task_dir, start_src, quick=quick)
+    result = {"task": spec.name, "before": before.to_dict(), "experiments": [], "stopped": "",
+              "prepare_and_first_eval_s": round(time.monotonic() - t0, 1)}
+    if before.status != "PASS" or before.summary is None:
+        result["stopped"] = f"the starter itself did not pass: {before.status} {before.reason}"
+        return result
+    tuner = TunerAgent(seed=seed, budget=budget)
+    inc_src, inc_report = start_src, before
+    history: list[dict] = []
+    loop_t0 = time.monotonic()
+    for n in range(1, budget + 1):
+        if time.monotonic() - loop_t0 > max_seconds:
+            result["stopped"] = f"time limit ({max_seconds:.0f} s) after {n - 1} experiments"
+            break
+        ctx = AgentContext(task=spec, incumbent_source=inc_src, incumbent_report=inc_report.to_dict(),
+                           history=list(history), experiment=n, workspace=task_dir)
+        try:
+            prop = tuner.propose(ctx, lambda e: None)
+        except NothingToPropose as exc:
+            result["stopped"] = str(exc)
+            break
+        t1 = time.monotonic()
+        rep = harness.evaluate(task_dir, prop.source, quick=quick)
+        row = {"experiment": n, "description": prop.description, "source": prop.source, "reason": rep.reason,
+               "speedup_vs_baseline": None, "speedup_vs_incumbent": None, "ci": None}
+        if rep.status != "PASS" or rep.summary is None:
+            row["status"] = STATUS.get(rep.status, "fail")
+        else:
+            row["speedup_vs_baseline"] = rep.summary.speedup_vs_baseline
+            rough = inc_report.summary.latency_us / rep.summary.latency_us
+            if rough < 1 / prescreen:
+                row["status"], row["speedup_vs_incumbent"] = "discard", rough
+                row["reason"] = f"pre-screened: {rough:.3f}x of the incumbent's latency"
+            else:
+                cmp = harness.compare(task_dir, prop.source, inc_src, quick=quick)
+                row["speedup_vs_incumbent"], row["ci"] = cmp.speedup, [cmp.ci_low, cmp.ci_high]
+                row["status"] = "keep" if cmp.status == "PASS" and cmp.faster else "discard"
+                if cmp.status != "PASS":
+                    row["reason"] = f"compare: {cmp.status} {cmp.reason}"
+        row["wall_s"] = round(time.monotonic() - t1, 2)
+        history.append(row)
+        log(f"  {spec.name} exp {n:2d} {row['status']:8s} {prop.description:40s} "
+            f"vs inc {_fmt(row['speedup_vs_incumbent'], '.3f', 'x')} "
+            f"vs base {_fmt(row['speedup_vs_baseline'], '.3f', 'x')} ({row['wall_s']:.1f} s) {row['reason'][:60]}")
+        if row["status"] == "keep":
+            inc_src, inc_report = prop.source, rep
+    else:
+        result["stopped"] = f"budget of {budget} experiments used"
+    after = inc_report if inc_src == start_src else harness.evaluate(task_dir, inc_src, quick=quick)
+    if inc_src != start_src and after.status == "PASS":
+        final = harness.compare(task_dir, inc_src, start_src, quick=quick)
+        result["final_vs_start"] = final.to_dict()
+    start_knobs = {k: v.value for k, v in parse_knobs(start_src).items()}
+    end_knobs = {k: v.value for k, v in parse_knobs(inc_src).items()}
+    result.update(after=after.to_dict(), knobs_start=start_knobs, knobs_end=end_knobs,
+                  kept=sum(r["status"] == "keep" for r in history), loop_s=round(time.monotonic() - loop_t0, 1),
+                  experiments=[{k: v for k, v in r.items() if k != "source"} for r in history])
+    return result
+
+
+def table(res: dict) -> str:
+    lines = [f"## {res['task']}: {len(res['experiments'])} experiments, {res.get('kept', 0)} kept "
+             f"({res['stopped']}; loop {res.get('loop_s', 0)} s)"]
+    if "after" not in res:
+        return "\n".join(lines)
+    before = {(s["shape"], s["dtype"]): s for s in res["before"]["shapes"]}
+    lines.append("| shape | dtype | before us | after us | speedup | after vs baseline | % roofline before -> after |")
+    lines.append("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for s in res["after"]["shapes"]:
+        b = before.get((s["shape"], s["dtype"]), {})
+        sp = b.get("median_us") / s["median_us"] if b.get("median_us") and s.get("median_us") else None
+        lines.append(f"| {s['shape']} | {s['dtype']} | {_fmt(b.get('median_us'))} | {_fmt(s.get('median_us'))} | "
+                     f"{_fmt(sp, '.3f', 'x')} | {_fmt(s.get('speedup_vs_baseline'), '.3f', 'x')} | "
+                     f"{_fmt(b.get('pct_roofline'), '.1f')} -> {_fmt(s.get('pct_roofline'), '.1f')} |")
+    fin = res.get("final_vs_start")
+    if fin:
+        lines.append(f"Final vs starter (paired): {fin['speedup']:.3f}x, 95% CI [{fin['ci_low']:.3f}, "
+                     f"{fin['ci_high']:.3f}]")
+    else:
+        lines.append("No configuration beat the starter with confidence: it was already the best found.")
+    moved = {k: (v, res["knobs_end"].get(k)) for k, v in res["knobs_start"].items() if res["knobs_end"].get(k) != v}
+    lines.append("Winning knobs: " + (", ".join(f"{k} {a} -> {b}" for k, (a, b) in moved.items()) or "unchanged")
+                 + " | all: " + ", ".join(f"{k}={v}" for k, v in res["knobs_end"].items()))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", nargs="+", default=["rmsnorm", "softmax", "matmul"])
+    ap.add_argument("--budget", type=int, default=30, help="experiments per task")
+    ap.add_argument("--max-seconds", type=float, default=90.0, help="loop time per task (JIT compiles count)")
+    ap.add_argument("--full", action="store_true", help="time every dtype, not just the first (slower)")
+    ap.add_argument("--prescreen", type=float, default=1.10,
+                    help="discard without a paired compare when this much slower than the incumbent")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=120.0, help="harness limit per evaluation")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--smoke", action="store_true", help="CPU interpreter, rmsnorm, 2 experiments: the loop works")
+    args = ap.parse_args(argv)
+
+    from autokernel_tui.harness.runner import Harness
+
+    device = "auto"
+    if args.smoke:
+        device, args.tasks, args.budget = "cpu", args.tasks if args.tasks != ap.get_default("tasks") else \
+            ["rmsnorm"], min(args.budget, 2)
+    log = lambda msg: print(msg, flush=True)  # noqa: E731
+    t0 = time.monotonic()
+    results = []
+    with Harness(timeout_s=args.timeout, device=device) as harness:
+        info = harness.device_info()
+        log(f"device: {info.get('name')} (timing meaningful: {info.get('timing_meaningful')}); "
+            f"budget {args.budget} experiments, {args.max_seconds:.0f} s per task, "
+            f"{'all dtypes' if args.full else 'first dtype only'}")
+        for name in args.tasks:
+            task_dir = starters_dir() / name
+            results.append(tune_task(harness, task_dir, args.budget, args.max_seconds, not args.full,
+                                     args.prescreen, args.seed, log))
+    out = {"device": info, "budget": args.budget, "max_seconds": args.max_seconds, "quick": not args.full,
+           "command": " ".join(["benchmarks/tuner_budget.py"] + (argv if argv is not None else sys.argv[1:])),
+           "total_s": round(time.monotonic() - t0, 1), "tasks": results}
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(out, indent=1, default=str))
+    print()
+    for res in results:
+        print(table(res))
+        print()
+    print(f"total {out['total_s']} s")
+    return 0 if all("after" in r for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

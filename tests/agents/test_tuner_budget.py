@@ -1,0 +1,25 @@
+"""benchmarks/tuner_budget.py end to end on the CPU: the real harness, the real tuner, one experiment."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_smoke_run_tunes_through_the_real_harness(tmp_path):
+    out = tmp_path / "tuner_budget.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "tuner_budget.py"), "--smoke", "--budget", "1",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    (task,) = data["tasks"]
+    assert task["task"] == "rmsnorm" and task["before"]["status"] == "PASS"
+    (exp,) = task["experiments"]
+    assert exp["status"] in ("keep", "discard") and " -> " in exp["description"]
+    assert set(task["knobs_start"]) == {"ROW_BLOCK_ELEMS", "NUM_WARPS", "MAX_FUSED_N", "LOOP_BLOCK_N"}
+    assert "| shape | dtype | before us | after us |" in proc.stdout and "Winning knobs:" in proc.stdout
