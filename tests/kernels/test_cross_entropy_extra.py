@@ -1,0 +1,90 @@
+"""cross_entropy checks beyond the generic starter tests: rows that start off a
+16-byte boundary (the aligned-body split), rows strided wider than the
+vocabulary, chunk sizes the tuner may pick, bitwise determinism, and the
+all-ignored batch."""
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import starters_check as sc  # noqa: E402
+
+from autokernel_tui.tasks.spec import Shape, load_spec  # noqa: E402
+
+TASK = REPO / "kernels" / "cross_entropy"
+SPEC = load_spec(TASK)
+
+
+def kernel():
+    return sc.load_module(TASK / "kernel.py", "ce-extra")
+
+
+def assert_close(out, logits, targets, dtype_name):
+    precise = F.cross_entropy(logits.double(), targets)
+    tol = SPEC.tolerances[dtype_name]
+    verdict = sc.compare(out, F.cross_entropy(logits, targets), precise, tol)
+    assert verdict["passed"], verdict["why"]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_rows_off_the_16_byte_boundary_with_the_max_in_the_head(dtype):
+    # A storage offset of 1 and an odd vocabulary give every row a different
+    # misalignment; the dominant logit sits in the first columns (the unaligned head).
+    m, v = 6, 4099
+    g = torch.Generator().manual_seed(0)
+    flat = torch.randn(m * v + 1, generator=g)
+    logits = flat[1:].view(m, v).clone()
+    logits[:, 0] += 25.0
+    logits[::2, 1] += 30.0
+    storage = torch.empty(m * v + 1, dtype=getattr(torch, dtype))
+    storage[1:] = logits.flatten().to(storage.dtype)
+    logits = storage[1:].view(m, v)
+    targets = torch.randint(0, v, (m,), generator=g)
+    targets[1] = -100
+    assert_close(kernel().kernel_fn(logits, targets), logits, targets, dtype)
+
+
+def test_row_stride_wider_than_the_vocabulary():
+    g = torch.Generator().manual_seed(1)
+    wide = torch.randn(5, 1030, generator=g).to(torch.float16)
+    logits = wide[:, :1000]  # a column slice: row stride 1030
+    targets = torch.randint(0, 1000, (5,), generator=g)
+    assert_close(kernel().kernel_fn(logits, targets), logits, targets, "float16")
+
+
+@pytest.mark.parametrize("block_v", [1024, 16384])
+def test_chunk_sizes_the_tuner_may_pick(tmp_path, block_v):
+    dst = tmp_path / "cross_entropy"
+    shutil.copytree(TASK, dst)
+    src = (dst / "kernel.py").read_text()
+    (dst / "kernel.py").write_text(re.sub(r"^BLOCK_V = \d+", f"BLOCK_V = {block_v}", src, flags=re.M))
+    shape = Shape("wide", {"M": 3, "V": 50257})
+    row = sc.check_case(dst, "bfloat16", shape, "cpu", tag=f"ce{block_v}")
+    assert row["kernel"]["passed"], row["kernel"]["why"]
+
+
+def test_bitwise_deterministic():
+    ref = sc.load_module(TASK / "reference.py", "ce-extra")
+    logits, targets = ref.make_inputs({"M": 64, "V": 777}, torch.float32, "cpu", 5)
+    first = kernel().kernel_fn(logits, targets)
+    for _ in range(3):
+        assert torch.equal(kernel().kernel_fn(logits, targets), first)
+
+
+def test_every_row_ignored_gives_nan_like_torch():
+    logits = torch.randn(4, 300)
+    targets = torch.full((4,), -100)
+    out = kernel().kernel_fn(logits, targets)
+    assert torch.isnan(F.cross_entropy(logits, targets)) and torch.isnan(out)
+
+
+def test_shape_mismatch_is_refused():
+    with pytest.raises(ValueError, match="targets"):
+        kernel().kernel_fn(torch.randn(4, 10), torch.zeros(5, dtype=torch.long))

@@ -1,0 +1,83 @@
+"""flash_attention checks the generic starter tests cannot express: every tile
+configuration the tuner may pick stays correct (blocks wider than the query
+tile, several query blocks, sequence ends inside a block), the shared-memory
+guard, and clear errors for unsupported shapes."""
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import starters_check as sc  # noqa: E402
+
+from autokernel_tui.tasks.spec import Shape  # noqa: E402
+
+TASK = REPO / "kernels" / "flash_attention"
+
+
+def with_knobs(tmp_path: Path, **knobs) -> Path:
+    """A copy of the task whose kernel.py has the given knob values, as the tuner writes them."""
+    dst = tmp_path / "flash_attention"
+    shutil.copytree(TASK, dst)
+    src = (dst / "kernel.py").read_text()
+    for name, value in knobs.items():
+        src, n = re.subn(rf"^{name} = \d+", f"{name} = {value}", src, flags=re.M)
+        assert n == 1, name
+    (dst / "kernel.py").write_text(src)
+    return dst
+
+
+@pytest.mark.parametrize("block_m,block_n,dim,seq", [
+    (64, 32, 64, 150),    # several query blocks, several unmasked key blocks
+    (64, 128, 64, 150),   # key block wider than the query block
+    (128, 128, 128, 131),  # one key past a block boundary
+])
+def test_tile_configurations_stay_correct(tmp_path, block_m, block_n, dim, seq):
+    task = with_knobs(tmp_path, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=4)
+    shape = Shape("knobs", {"B": 1, "H": 4, "KVH": 2, "S": seq, "D": dim})
+    row = sc.check_case(task, "float16", shape, "cpu", tag=f"fa{block_m}x{block_n}x{dim}")
+    assert row["kernel"]["passed"], row["kernel"]["why"]
+
+
+def test_causality_later_keys_never_leak():
+    # Changing keys/values after position p must not change any output row <= p.
+    ker = sc.load_module(TASK / "kernel.py", "fa-causal")
+    ref = sc.load_module(TASK / "reference.py", "fa-causal")
+    q, k, v = ref.make_inputs({"B": 1, "H": 2, "KVH": 1, "S": 70, "D": 64}, torch.float16, "cpu", 3)
+    p = 41
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, p + 1:] = -k2[:, :, p + 1:] * 4
+    v2[:, :, p + 1:] = 7.0
+    a, b = ker.kernel_fn(q, k, v), ker.kernel_fn(q, k2, v2)
+    assert torch.equal(a[:, :, : p + 1], b[:, :, : p + 1])
+    assert not torch.equal(a[:, :, p + 1:], b[:, :, p + 1:])
+
+
+def test_pipeline_depth_is_lowered_to_fit_shared_memory():
+    ker = sc.load_module(TASK / "kernel.py", "fa-smem")
+    saved = ker.BLOCK_M, ker.BLOCK_N, ker.NUM_STAGES
+    try:
+        ker.BLOCK_M, ker.BLOCK_N, ker.NUM_STAGES = 128, 128, 4
+        stages = ker._stages_that_fit(128, 2)
+        assert 1 <= stages < 4
+        assert (128 + 2 * stages * 128) * 128 * 2 <= 227 * 1024
+        assert ker._stages_that_fit(64, 2) == 4  # head dim 64 fits all four stages
+    finally:
+        ker.BLOCK_M, ker.BLOCK_N, ker.NUM_STAGES = saved
+
+
+@pytest.mark.parametrize("q_shape,kv_shape,message", [
+    ((1, 6, 16, 64), (1, 4, 16, 64), "KVH"),
+    ((1, 4, 16, 96), (1, 4, 16, 96), "head dim 96"),
+])
+def test_unsupported_shapes_are_refused(q_shape, kv_shape, message):
+    ker = sc.load_module(TASK / "kernel.py", "fa-shapes")
+    q = torch.zeros(q_shape, dtype=torch.float16)
+    k = torch.zeros(kv_shape, dtype=torch.float16)
+    with pytest.raises(ValueError, match=message):
+        ker.kernel_fn(q, k, k)
