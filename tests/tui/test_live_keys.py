@@ -49,7 +49,7 @@ async def test_approve_and_veto_keys(workspace, client):
         await settle(pilot)
         screen = app.screen
         assert screen.has_class("-awaiting")
-        assert "awaits approval" in screen_text(app)
+        assert "a approve · v veto" in screen_text(app)
         await pilot.press("a")
         await settle(pilot)
         assert client.sent == [("approve", {"n": 7})]

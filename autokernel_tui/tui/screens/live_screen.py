@@ -136,9 +136,9 @@ class LiveScreen(Screen):
         veto = keys.display_key(keys.STEERING[2], self.app.user_keys)
         comparison = pending.get("comparison") or {}
         from autokernel_tui.tui import formatting as fmt
-        banner.update(f" ▶ exp {pending.get('n')} ({pending.get('task', '')}) awaits approval: "
+        banner.update(f" ▶ {approve} approve · {veto} veto — exp {pending.get('n')} {pending.get('task', '')}: "
                       f"{fmt.speedup(comparison.get('speedup'))} {fmt.interval(comparison.get('ci_low'), comparison.get('ci_high'))}"
-                      f" vs incumbent — {approve} approve · {veto} veto ")
+                      " vs incumbent")
         if self._bell_for != pending.get("n"):
             self._bell_for = pending.get("n")
             self.app.bell()

@@ -12,13 +12,14 @@ STATE_STYLE = {"active": "bold #5fd75f", "plateaued": "#d7af5f", "done": "#87afd
 
 
 class KernelTable(DataTable):
+    """share: fraction of the model's GPU time; now: the op's best speedup; e2e: the model's, by Amdahl."""
     DEFAULT_CSS = "KernelTable { height: auto; max-height: 12; }"
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
-        for label, key in (("op", "op"), ("share", "share"), ("speedup", "speedup"),
-                           ("end-to-end", "e2e"), ("state", "state")):
+        for label, key in (("op", "op"), ("share", "share"), ("now", "speedup"),
+                           ("e2e", "e2e"), ("state", "state")):
             self.add_column(label, key=key)
 
     def show(self, kernels: list[KernelEntry], current: str) -> None:
