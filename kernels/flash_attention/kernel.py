@@ -22,7 +22,7 @@ BLOCK_N = 64  # keys per inner step
 NUM_WARPS = 8
 NUM_STAGES = 3  # K/V pipeline depth (lowered automatically if it would not fit in shared memory)
 
-_SMEM_BYTES = 227 * 1024  # Hopper's per-block shared memory limit
+_SMEM_BYTES = 227 * 1024 - 16 * 1024  # Hopper's per-block limit, less room for reduction scratch and barriers
 # Triton 3.7's CPU interpreter multiplies bf16 tiles as raw bits: widen them there (never on a GPU).
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -61,7 +61,7 @@ def _attend(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_kd, stride_vs, s
         if WIDEN:
             p = p.to(tl.float32)
             v = v.to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p, v)
+        acc = tl.dot(p, v, acc * alpha[:, None])  # accumulate in place (wgmma on Hopper)
         m_i = m_ij
     return acc, l_i, m_i
 

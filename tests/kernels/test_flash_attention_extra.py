@@ -65,7 +65,7 @@ def test_pipeline_depth_is_lowered_to_fit_shared_memory():
         ker.BLOCK_M, ker.BLOCK_N, ker.NUM_STAGES = 128, 128, 4
         stages = ker._stages_that_fit(128, 2)
         assert 1 <= stages < 4
-        assert (128 + 2 * stages * 128) * 128 * 2 <= 227 * 1024
+        assert (128 + 2 * stages * 128) * 128 * 2 <= 227 * 1024 - 16 * 1024  # with room for scratch
         assert ker._stages_that_fit(64, 2) == 4  # head dim 64 fits all four stages
     finally:
         ker.BLOCK_M, ker.BLOCK_N, ker.NUM_STAGES = saved
