@@ -116,6 +116,12 @@ class ControlServer:
         old = os.umask(0o077)
         try:
             sock.bind(str(self.path))
+        except OSError as exc:
+            sock.close()
+            from autokernel_tui.errors import WorkspaceError
+
+            raise WorkspaceError(f"cannot create the control socket {self.path}: {exc.strerror or exc} "
+                                 "(Unix socket paths are limited to about 100 characters)") from None
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)

@@ -512,6 +512,11 @@ class Engine:
                 what = "the disk is full" if getattr(exc, "errno", None) == 28 else str(exc)
                 self._pause_on_error(f"cannot write the run journal ({what}); free space, then resume")
                 continue
+            except Exception as exc:  # e.g. git failing: stop safely, finish the experiment on resume
+                self._needs_recovery = True
+                self._pause_on_error(f"experiment failed inside the engine ({type(exc).__name__}: "
+                                     f"{' '.join(str(exc).split())[:300]}); paused — resume to retry")
+                continue
             finally:
                 self.current_n = None
             with self._cv:
@@ -578,14 +583,18 @@ class Engine:
                             profile=dict(spec.profile) or None, experiment=n, workspace=self.workspace)
 
     def _propose(self, n: int, ctx: Any) -> tuple[Any, AgentTextBatcher]:
+        from autokernel_tui.agents import base as agents
+
         batcher = AgentTextBatcher(lambda kind, text: self._emit("agent", n=n, kind=kind, text=text))
         box: dict[str, Any] = {}
 
         def work() -> None:
             try:
                 box["proposal"] = self._agent.propose(ctx, lambda ev: batcher.add(ev.kind, ev.text))
-            except BaseException as exc:  # re-raised in the loop thread
+            except agents.AgentError as exc:  # re-raised in the loop thread
                 box["error"] = exc
+            except Exception as exc:  # a bug in an agent costs one experiment, not the night
+                box["error"] = agents.ProposalRejected(f"the agent crashed: {type(exc).__name__}: {exc}")
 
         worker = threading.Thread(target=work, name=f"agent-exp-{n}", daemon=True)
         worker.start()

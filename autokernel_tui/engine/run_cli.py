@@ -55,6 +55,7 @@ def main(args: argparse.Namespace) -> int:
             if exc.name and exc.name.startswith("autokernel_tui"):
                 raise WorkspaceError("the app is not installed here; use `run --headless`") from None
             raise
+        args.dir = args.directory  # the app's own flag name for the positional folder
         return int(tui_cli.main(args) or 0)
     if args.detach:
         return _detach(args)
