@@ -35,6 +35,7 @@ from autokernel_tui.agents.knobs import parse_knobs  # noqa: E402
 from autokernel_tui.agents.tuner import TunerAgent  # noqa: E402
 from autokernel_tui.tasks.spec import load_spec, starters_dir  # noqa: E402
 
+PER_TASK_RESERVE_S = 45.0  # baselines (eager + torch.compile) on first use, plus before/after measurements
 STATUS = {"FAIL": "fail", "CRASH": "crash", "TIMEOUT": "timeout", "REJECTED": "rejected"}
 
 
@@ -58,7 +59,7 @@ def tune_task(harness, task_dir: Path, budget: int, max_seconds: float, quick: b
     history: list[dict] = []
     loop_t0 = time.monotonic()
     for n in range(1, budget + 1):
-        if time.monotonic() - loop_t0 > max_seconds:
+        if time.monotonic() - loop_t0 >= max_seconds:
             result["stopped"] = f"time limit ({max_seconds:.0f} s) after {n - 1} experiments"
             break
         ctx = AgentContext(task=spec, incumbent_source=inc_src, incumbent_report=inc_report.to_dict(),
@@ -137,12 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", nargs="+", default=["rmsnorm", "softmax", "matmul"])
     ap.add_argument("--budget", type=int, default=30, help="experiments per task")
-    ap.add_argument("--max-seconds", type=float, default=90.0, help="loop time per task (JIT compiles count)")
+    ap.add_argument("--max-seconds", type=float, default=120.0, help="loop time per task (JIT compiles count)")
     ap.add_argument("--full", action="store_true", help="time every dtype, not just the first (slower)")
     ap.add_argument("--prescreen", type=float, default=1.10,
                     help="discard without a paired compare when this much slower than the incumbent")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=120.0, help="harness limit per evaluation")
+    ap.add_argument("--total-seconds", type=float, default=540.0,
+                    help="wall-clock limit for the whole script; per-task loop time shrinks to fit it")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--smoke", action="store_true", help="CPU interpreter, rmsnorm, 2 experiments: the loop works")
     args = ap.parse_args(argv)
@@ -161,16 +164,20 @@ def main(argv: list[str] | None = None) -> int:
         log(f"device: {info.get('name')} (timing meaningful: {info.get('timing_meaningful')}); "
             f"budget {args.budget} experiments, {args.max_seconds:.0f} s per task, "
             f"{'all dtypes' if args.full else 'first dtype only'}")
-        for name in args.tasks:
-            task_dir = starters_dir() / name
-            results.append(tune_task(harness, task_dir, args.budget, args.max_seconds, not args.full,
+        out = {"device": info, "budget": args.budget, "max_seconds": args.max_seconds, "quick": not args.full,
+               "command": " ".join(["benchmarks/tuner_budget.py"] + (argv if argv is not None else sys.argv[1:])),
+               "tasks": results}
+        for i, name in enumerate(args.tasks):
+            # Share what is left of --total-seconds among the remaining tasks, keeping PER_TASK_RESERVE_S
+            # of each share for the baselines' preparation and the final measurements.
+            share = (args.total_seconds - (time.monotonic() - t0)) / (len(args.tasks) - i) - PER_TASK_RESERVE_S
+            loop_s = max(0.0, min(args.max_seconds, share))
+            results.append(tune_task(harness, starters_dir() / name, args.budget, loop_s, not args.full,
                                      args.prescreen, args.seed, log))
-    out = {"device": info, "budget": args.budget, "max_seconds": args.max_seconds, "quick": not args.full,
-           "command": " ".join(["benchmarks/tuner_budget.py"] + (argv if argv is not None else sys.argv[1:])),
-           "total_s": round(time.monotonic() - t0, 1), "tasks": results}
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=1, default=str))
+            out["total_s"] = round(time.monotonic() - t0, 1)
+            if args.json:  # after every task, so a run cut short still leaves its results
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps(out, indent=1, default=str))
     print()
     for res in results:
         print(table(res))
