@@ -36,6 +36,7 @@ from autokernel_tui.agents.tuner import TunerAgent  # noqa: E402
 from autokernel_tui.tasks.spec import load_spec, starters_dir  # noqa: E402
 
 PER_TASK_RESERVE_S = 45.0  # baselines (eager + torch.compile) on first use, plus before/after measurements
+DTYPE_PREFIX = {"float32": "FP32_", "float16": "FP16_", "bfloat16": "BF16_"}
 STATUS = {"FAIL": "fail", "CRASH": "crash", "TIMEOUT": "timeout", "REJECTED": "rejected"}
 
 
@@ -54,7 +55,11 @@ def tune_task(harness, task_dir: Path, budget: int, max_seconds: float, quick: b
     if before.status != "PASS" or before.summary is None:
         result["stopped"] = f"the starter itself did not pass: {before.status} {before.reason}"
         return result
-    tuner = TunerAgent(seed=seed, budget=budget)
+    # Timing one dtype (quick): knobs that only steer another dtype's path cannot show an effect.
+    untimed = [d for d in spec.dtypes[1:]] if quick else []
+    frozen = tuple(k for k in parse_knobs(start_src) if any(k.startswith(DTYPE_PREFIX[d]) for d in untimed))
+    result["frozen_knobs"] = list(frozen)
+    tuner = TunerAgent(seed=seed, budget=budget, frozen=frozen)
     inc_src, inc_report = start_src, before
     history: list[dict] = []
     loop_t0 = time.monotonic()

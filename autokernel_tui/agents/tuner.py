@@ -68,9 +68,10 @@ class Move:
 class TunerAgent:
     name = "tuner"
 
-    def __init__(self, seed: int = 0, budget: int = 0) -> None:
+    def __init__(self, seed: int = 0, budget: int = 0, frozen: tuple[str, ...] = ()) -> None:
         self.seed = seed
         self.budget = budget  # experiments planned for each kernel; 0 = open-ended
+        self.frozen = set(frozen)  # knobs to leave alone (e.g. fp32-only knobs when only fp16 is timed)
 
     def close(self) -> None:
         pass
@@ -202,7 +203,8 @@ class TunerAgent:
 
     # -- the protocol ---------------------------------------------------------------------------------------------
     def propose(self, ctx: AgentContext, emit: Emit) -> Proposal:
-        space = search_space(ctx.incumbent_source, ctx.task.knob_space)
+        space = {k: v for k, v in search_space(ctx.incumbent_source, ctx.task.knob_space).items()
+                 if k not in self.frozen}
         if not space:
             raise NothingToPropose(f"{ctx.task.name}: kernel.py declares no tunable knobs "
                                    "(module-level UPPER_CASE int constants with a search space)")

@@ -176,3 +176,16 @@ def test_a_kernel_without_knobs_is_done(tmp_path):
     task = make_task(tmp_path, "import triton\n\ndef kernel_fn(x):\n    return x\n")
     with pytest.raises(NothingToPropose, match="no tunable knobs"):
         TunerAgent().propose(AgentContext(task=task, incumbent_source=task.kernel_path.read_text()), lambda e: None)
+
+
+def test_frozen_knobs_are_never_moved(synth):
+    src = synth.kernel_path.read_text()
+    tuner = TunerAgent(seed=0, frozen=("BLOCK_M", "BLOCK_N", "NUM_STAGES"))
+    history = []
+    for _ in range(4):  # NUM_WARPS has 5 values: 4 moves, then nothing left
+        p = tuner.propose(AgentContext(task=synth, incumbent_source=src, history=list(history)), lambda e: None)
+        assert p.description.startswith("NUM_WARPS ")
+        history.append({"status": "discard", "speedup_vs_baseline": "0.5", "source": p.source,
+                        "description": p.description})
+    with pytest.raises(NothingToPropose):
+        tuner.propose(AgentContext(task=synth, incumbent_source=src, history=history), lambda e: None)
