@@ -213,6 +213,9 @@ def format_result(r: dict) -> str:
     lines.append(f"end to end: measured {x(r['measured_speedup'])}, predicted {x(r['predicted_speedup'])} "
                  "(Amdahl from each family's profiled kernel time before/after)")
     for f in r["families"]:
+        if f["before_us"] == 0 and f["after_us"] == 0:
+            lines.append(f"  {f['family']:<16} patched but not run in this mode")
+            continue
         lines.append(f"  {f['family']:<16} share {100 * f['share']:5.1f}%  {f['before_us']:10.1f} us -> "
                      f"{f['after_us']:10.1f} us  kernel {x(f['kernel_speedup'])}")
     if not r["timing_meaningful"]:

@@ -1,0 +1,144 @@
+"""verify and export on the CPU: the starters, in the Triton interpreter, inside tiny models."""
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from autokernel_tui.cli import main as cli_main
+from autokernel_tui.profiling.patch import PatchError, load_kernel, patch_model
+from autokernel_tui.profiling.verify import VerifyError, kernel_paths, verify
+from autokernel_tui.tasks.spec import starters_dir
+
+STARTERS = starters_dir()
+
+
+def _kernels(*tasks):
+    return kernel_paths(STARTERS, list(tasks))
+
+
+def test_llama_with_rmsnorm_swiglu_rotary_matches_the_original():
+    r = verify("llama-tiny", _kernels("rmsnorm", "swiglu", "rotary"), dtype="float32", device="cpu", iters=1,
+               warmup=0, profile_steps=1)
+    assert r["patched"] == {"rmsnorm": 5, "swiglu": 2, "rotary": 2}
+    assert r["correct"] and r["finite"] and r["rel_l2_vs_original"] < 1e-5
+    assert r["timing_meaningful"] is False and "not meaningful" in r["timing_method"]
+    assert r["measured_speedup"] > 0 and r["predicted_speedup"] > 0
+    fam = {f["family"]: f for f in r["families"]}
+    assert fam["rmsnorm"]["before_us"] > 0 and fam["rmsnorm"]["share"] > 0
+
+
+def test_gpt2_bf16_with_layernorm_gelu_attention_within_the_models_own_noise():
+    r = verify("gpt2-tiny", _kernels("layernorm", "gelu", "flash_attention"), dtype="bfloat16", device="cpu",
+               iters=1, warmup=0, profile_steps=1)
+    assert r["patched"] == {"layernorm": 5, "gelu": 2, "flash_attention": 2}
+    assert r["model_noise_rel_l2"] > 0  # bf16 vs a float32 copy of the same model
+    assert r["correct"], r
+
+
+def _broken_rmsnorm(tmp_path: Path) -> Path:
+    kdir = tmp_path / "kernels"
+    shutil.copytree(STARTERS / "rmsnorm", kdir / "rmsnorm")
+    k = kdir / "rmsnorm" / "kernel.py"
+    k.write_text(k.read_text() + textwrap.dedent("""
+        _honest = kernel_fn
+        def kernel_fn(x, weight, eps):
+            return _honest(x, weight, eps) * 1.01  # 1% off: a bug verify must catch
+    """))
+    return kdir
+
+
+def test_a_wrong_kernel_fails_verification_on_the_command_line(tmp_path, capsys):
+    kdir = _broken_rmsnorm(tmp_path)
+    out = tmp_path / "verify.json"
+    rc = cli_main(["verify", "--kernels", str(kdir), "--model", "llama-tiny", "--device", "cpu",
+                   "--iters", "1", "--json", str(out)])
+    assert rc == 1
+    assert "FAIL" in capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert result["correct"] is False and result["rel_l2_vs_original"] > 1e-3
+
+
+def test_verify_errors_are_clear(tmp_path):
+    with pytest.raises(VerifyError, match="no task folders"):
+        kernel_paths(tmp_path)
+    with pytest.raises(VerifyError, match="no task nope"):
+        kernel_paths(STARTERS, ["nope"])
+    with pytest.raises(VerifyError, match="has a patch site in bert-tiny"):
+        verify("bert-tiny", _kernels("rmsnorm"), dtype="float32", device="cpu", iters=1)
+    bad = tmp_path / "kernel.py"
+    bad.write_text("x = 1\n")
+    with pytest.raises(PatchError, match="defines no kernel_fn"):
+        load_kernel(bad)
+
+
+def test_patch_is_idempotent_and_reaches_inside_patched_modules():
+    from autokernel_tui.profiling.zoo import load_model
+
+    model = load_model("llama-tiny", dtype="float32", device="cpu").model
+    fns = {"swiglu": lambda g, u: g, "matmul": lambda a, b: a @ b}
+    first = patch_model(model, fns)
+    assert first == {"swiglu": 2, "matmul": 15}  # includes the projections inside the patched MLPs
+    assert patch_model(model, fns) == {"swiglu": 0, "matmul": 0}
+
+
+def test_exported_package_patches_a_fresh_model_without_autokernel(tmp_path):
+    out = tmp_path / "pkgs" / "night_kernels"
+    assert cli_main(["export", str(out), "--kernels", str(STARTERS), "--tasks", "rmsnorm,swiglu"]) == 0
+    assert (out / "_patch.py").read_text() == (Path(__file__).parents[2] / "autokernel_tui" / "profiling" /
+                                               "patch.py").read_text()  # the very code verify uses
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert set(manifest["kernels"]) == {"rmsnorm", "swiglu"}
+    # A fresh process that cannot import autokernel_tui: torch + triton only.
+    script = textwrap.dedent(f"""
+        import sys, importlib.abc
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "autokernel_tui":
+                    raise ImportError("blocked: the package must not need autokernel_tui")
+        sys.meta_path.insert(0, Block())
+        import torch, torch.nn as nn, torch.nn.functional as F
+        sys.path.insert(0, {str(out.parent)!r})
+        import night_kernels
+        class RMSNorm(nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.weight = nn.Parameter(1 + 0.1 * torch.randn(n)); self.eps = 1e-6
+            def forward(self, x):
+                return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+        class MLP(nn.Module):
+            def __init__(self, d, h):
+                super().__init__()
+                self.gate_proj, self.up_proj, self.down_proj = nn.Linear(d, h), nn.Linear(d, h), nn.Linear(h, d)
+            def forward(self, x):
+                return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        torch.manual_seed(0)
+        model = nn.Sequential(RMSNorm(48), MLP(48, 80), RMSNorm(48))
+        x = torch.randn(3, 7, 48)
+        with torch.no_grad():
+            ref = model(x)
+            counts = night_kernels.patch(model)
+            got = model(x)
+        err = ((got - ref).norm() / ref.norm()).item()
+        print(counts, err, "autokernel_tui" in sys.modules)
+        assert counts == {{"rmsnorm": 2, "swiglu": 1}} and err < 1e-5
+    """)
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr[-2000:]
+    assert "False" in res.stdout  # autokernel_tui never loaded
+
+
+def test_export_refuses_bad_targets(tmp_path):
+    from autokernel_tui.profiling.export import ExportError, export_package
+
+    with pytest.raises(ExportError, match="identifier"):
+        export_package(tmp_path / "not-a-name", _kernels("rmsnorm"))
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    with pytest.raises(ExportError, match="not empty"):
+        export_package(tmp_path / "full", _kernels("rmsnorm"))
