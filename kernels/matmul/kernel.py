@@ -5,6 +5,11 @@ rows of tiles so that neighbouring programs share A and B tiles in L2. fp32
 accumulation; fp32 inputs use full-precision ("ieee") dots, never TF32, to
 honour torch's allow_tf32=False default. 16-bit and fp32 inputs have separate
 tile knobs because fp32 tiles take twice the shared memory.
+
+USE_TMA = 1 switches 16-bit inputs to a persistent variant (one program per SM
+walking the tiles, operands loaded through TMA tensor descriptors, Hopper and
+newer); it falls back to the pointer kernel when a row stride is not 16-byte
+aligned, which TMA requires.
 """
 
 import os
@@ -20,6 +25,7 @@ BLOCK_K = 64
 GROUP_M = 8
 NUM_WARPS = 8
 NUM_STAGES = 3
+USE_TMA = 1  # persistent TMA-descriptor kernel for 16-bit inputs (0: pointer kernel only)
 # Tunable knobs (fp32 inputs).
 FP32_BLOCK_M = 128
 FP32_BLOCK_N = 128
@@ -77,6 +83,43 @@ def _matmul(A, B, C, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride
     tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=(cm < M)[:, None] & (cn < N)[None, :])
 
 
+@triton.jit
+def _matmul_tma(a_desc, b_desc, c_desc, M, N, K,
+                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr,
+                NUM_PROGRAMS: tl.constexpr, WIDEN: tl.constexpr):
+    tiles_m = tl.cdiv(M, BM)
+    tiles_n = tl.cdiv(N, BN)
+    per_group = GM * tiles_n
+    # Persistent: each program walks tiles pid, pid + NUM_PROGRAMS, ... in grouped order.
+    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, NUM_PROGRAMS):
+        group = tile // per_group
+        first_m = group * GM
+        group_m = min(tiles_m - first_m, GM)
+        pid_m = first_m + (tile % per_group) % group_m
+        pid_n = (tile % per_group) // group_m
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BK)):
+            # TMA zero-fills out-of-bounds rows and columns: no masks needed.
+            a = a_desc.load([pid_m * BM, k * BK])
+            b = b_desc.load([k * BK, pid_n * BN])
+            if WIDEN:
+                acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+            else:
+                acc = tl.dot(a, b, acc)
+        c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_desc.dtype))  # TMA clips the edges
+
+
+def _tma_ok(*tensors) -> bool:
+    return all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 and t.stride(1) == 1
+               for t in tensors)
+
+
+def _num_sms(device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4
+
+
 def kernel_fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul needs a[M,K] @ b[K,N], got {tuple(a.shape)} @ {tuple(b.shape)}")
@@ -87,7 +130,18 @@ def kernel_fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         bm, bn, bk, warps, stages = FP32_BLOCK_M, FP32_BLOCK_N, FP32_BLOCK_K, FP32_NUM_WARPS, FP32_NUM_STAGES
     else:
         bm, bn, bk, warps, stages = BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES
-    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    if USE_TMA and a.dtype != torch.float32 and _tma_ok(a, b, c):
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        programs = min(tiles, _num_sms(a.device))
+        _matmul_tma[(programs,)](
+            TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
+            TensorDescriptor.from_tensor(c, [bm, bn]), m, n, k, BM=bm, BN=bn, BK=bk, GM=GROUP_M,
+            NUM_PROGRAMS=programs, WIDEN=_INTERPRETED and a.dtype == torch.bfloat16,
+            num_warps=warps, num_stages=stages)
+        return c
+    grid = (tiles,)
     _matmul[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                   c.stride(0), c.stride(1), BM=bm, BN=bn, BK=bk, GM=GROUP_M,
                   IEEE=a.dtype == torch.float32,

@@ -3,8 +3,10 @@
 Rows up to MAX_FUSED_N wide are held in registers and done in one pass, several
 short rows per program so that narrow rows still keep enough bytes in flight.
 Wider rows (a 50257-entry vocabulary) use an online kernel: one pass keeps a
-running max and a rescaled running sum per lane, a second pass writes the
-probabilities, so x is read twice at most and written once.
+running row max and per-lane sums rescaled when the max grows, a second pass
+writes the probabilities, so x is read twice at most and written once. Few
+wide programs per SM (LOOP_NUM_WARPS) keep the rows in flight small enough
+for the second read to hit L2.
 """
 
 import torch
@@ -15,8 +17,8 @@ import triton.language as tl
 ROW_BLOCK_ELEMS = 8192  # elements each program holds (rows x padded row width)
 NUM_WARPS = 8
 MAX_FUSED_N = 16384  # widest row handled in one register-resident pass
-LOOP_BLOCK_N = 4096  # chunk width of the online (looped) path
-LOOP_NUM_WARPS = 8
+LOOP_BLOCK_N = 8192  # chunk width of the online (looped) path
+LOOP_NUM_WARPS = 16
 
 LOG2E = 1.4426950408889634
 
@@ -41,22 +43,23 @@ def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x
     y_row = Y + row * stride_y
-    # Per-lane running max and sum of exp(x - max), rescaled when the max grows.
-    m_vec = tl.full([BLOCK_N], float("-inf"), dtype=tl.float32)
+    # A running row max (one scalar per chunk) and per-lane sums of exp(x - max),
+    # rescaled by one scalar exp when the max grows: one exp per element.
+    m_run = tl.max(tl.full([BLOCK_N], float("-inf"), dtype=tl.float32), axis=0)
     s_vec = tl.zeros([BLOCK_N], dtype=tl.float32)
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         cmask = cols < N
         x = tl.load(x_row + cols, mask=cmask, other=0.0)
         x = tl.where(cmask, x.to(tl.float32), float("-inf"))
-        m_new = tl.maximum(m_vec, x)
-        # A lane that has seen only -inf keeps a zero sum (avoids -inf - -inf = nan).
+        m_new = tl.maximum(m_run, tl.max(x, axis=0))
+        # While only -inf has been seen, keep the sums at zero (avoids -inf - -inf = nan).
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        s_vec = s_vec * tl.exp2((m_vec - m_safe) * 1.4426950408889634) \
+        s_vec = s_vec * tl.exp2((m_run - m_safe) * 1.4426950408889634) \
             + tl.exp2((x - m_safe) * 1.4426950408889634)
-        m_vec = m_new
-    row_max = tl.max(m_vec, axis=0)
-    total = tl.sum(s_vec * tl.exp2((m_vec - row_max) * 1.4426950408889634), axis=0)
+        m_run = m_new
+    row_max = m_run
+    total = tl.sum(s_vec, axis=0)
     inv = 1.0 / total
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)

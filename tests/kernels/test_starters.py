@@ -83,6 +83,15 @@ def _broken_copy(tmp_path, task, old, new):
     return dst
 
 
+def test_matmul_pointer_path_on_aligned_shapes(tmp_path):
+    # USE_TMA = 1 sends aligned 16-bit shapes through TMA; the pointer kernel must hold there too.
+    task = _broken_copy(tmp_path, "matmul", "\nUSE_TMA = 1", "\nUSE_TMA = 0")
+    shape = next(s for s in load_spec(task).test_shapes if s.name == "tma-aligned")
+    for dtype in ("float16", "bfloat16"):
+        row = sc.check_case(task, dtype, shape, "cpu", tag="pointer")
+        assert row["kernel"]["passed"], row["kernel"]["why"]
+
+
 def test_unwritten_rows_are_caught(tmp_path):
     # The last row is never stored: the NaN poison must show it.
     task = _broken_copy(tmp_path, "softmax", "mask = (rows < M)[:, None]", "mask = (rows < M - 1)[:, None]")

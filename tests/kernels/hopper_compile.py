@@ -1,0 +1,126 @@
+"""Compile every task's Triton kernels for Hopper (sm_90) on a machine without a GPU.
+
+Runs each task's real kernel_fn on small CPU tensors with Triton's launcher
+replaced: every launch is specialised exactly as the CUDA launcher would do it,
+compiled for sm_90 through ptxas (shipped with triton) and not run. Prints one
+line per distinct kernel variant: registers, spills, shared memory and the
+interesting SASS instructions (HGMMA tensor-core ops, TMA, cp.async). Catches
+GPU-only compile errors and register spills before a GPU run.
+
+    python tests/kernels/hopper_compile.py [--tasks a,b] [--dtypes bfloat16] [--json out.json]
+Must run WITHOUT TRITON_INTERPRET (it is unset here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.pop("TRITON_INTERPRET", None)
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource, compile as triton_compile, make_backend  # noqa: E402
+from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402
+
+import starters_check as sc  # noqa: E402
+from autokernel_tui.tasks.spec import load_spec  # noqa: E402
+
+TARGET = GPUTarget("cuda", 90, 32)
+BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+SASS_OPS = r"\b(HGMMA\.\S+|HMMA\.\S+|UTMALDG\S*|UTMASTG\S*|LDGSTS\S*|MUFU\.\S+)"
+
+
+def _usage(cubin: bytes) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        res = subprocess.run([str(BIN / "cuobjdump"), "--dump-resource-usage", f.name],
+                             capture_output=True, text=True).stdout
+        sass = subprocess.run([str(BIN / "cuobjdump"), "-sass", f.name], capture_output=True, text=True).stdout
+    fields = dict(re.findall(r"(REG|STACK|LOCAL|SHARED):(\d+)", res))
+    ops = collections.Counter(m.split(".")[0] for m in re.findall(SASS_OPS, sass))
+    return {"regs": int(fields.get("REG", -1)), "local_bytes": int(fields.get("LOCAL", 0)),
+            "stack_bytes": int(fields.get("STACK", 0)), "sass": dict(ops)}
+
+
+class OfflineLauncher:
+    """Stands in for JITFunction.run: specialise, compile for sm_90, record, do not launch."""
+
+    def __init__(self):
+        self.backend = make_backend(TARGET)
+        self.seen: dict[str, dict] = {}
+        self.context = ""
+
+    def run(self, fn: JITFunction, *args, grid, warmup, **kwargs):
+        binder = create_function_from_signature(fn.signature, fn.params, self.backend)
+        bound_args, specialization, options = binder(*args, **kwargs)
+        options, signature, constexprs, attrs = fn._pack_args(self.backend, kwargs, bound_args, specialization, options)
+        key = f"{fn.__name__}|{signature}|{constexprs}|{attrs}|{options.num_warps}|{options.num_stages}"
+        if key in self.seen:
+            return None
+        consts = {fn.arg_names[k[0]]: v for k, v in constexprs.items()
+                  if isinstance(k, tuple) and len(k) == 1 and isinstance(v, (int, bool, str))}
+        row = {"kernel": fn.__name__, "where": self.context, "num_warps": options.num_warps,
+               "num_stages": options.num_stages, "constexprs": consts, "error": ""}
+        try:
+            compiled = triton_compile(ASTSource(fn, signature, constexprs, attrs), target=TARGET,
+                                      options=options.__dict__)
+            row.update(shared=compiled.metadata.shared, **_usage(compiled.asm["cubin"]))
+        except Exception as exc:  # a compile error is this variant's verdict
+            last = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+            row.update(shared=0, regs=-1, local_bytes=0, stack_bytes=0, sass={},
+                       error=f"{type(exc).__name__}: {last[-1] if last else ''}"[:400])
+        self.seen[key] = row
+        return None
+
+
+def compile_tasks(tasks: list[str] | None, dtypes: list[str] | None) -> list[dict]:
+    launcher = OfflineLauncher()
+    original = JITFunction.run
+    JITFunction.run = lambda self, *a, grid, warmup, **k: launcher.run(self, *a, grid=grid, warmup=warmup, **k)
+    try:
+        for task_dir in sc.task_dirs(None, tasks):
+            spec = load_spec(task_dir)
+            ref = sc.load_module(task_dir / "reference.py", "sm90")
+            ker = sc.load_module(task_dir / "kernel.py", "sm90")
+            for dtype_name in spec.dtypes:
+                if dtypes and dtype_name not in dtypes:
+                    continue
+                for shape in spec.test_shapes:
+                    launcher.context = f"{spec.name}/{dtype_name}/{shape.name}"
+                    ker.kernel_fn(*ref.make_inputs(dict(shape.dims), getattr(torch, dtype_name), "cpu", 0))
+    finally:
+        JITFunction.run = original
+    return list(launcher.seen.values())
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tasks", default="")
+    ap.add_argument("--dtypes", default="")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    rows = compile_tasks([t for t in args.tasks.split(",") if t] or None, [d for d in args.dtypes.split(",") if d] or None)
+    for r in rows:
+        tail = f"COMPILE ERROR {r['error']}" if r["error"] else str(r["sass"])
+        print(f"{r['where']:<40}{r['kernel']:<22}w{r['num_warps']:<3}s{r['num_stages']:<2}regs {r['regs']:>3} "
+              f"spill {r['local_bytes']:>4}B smem {r['shared']:>6}  {tail}")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 1 if any(r["error"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
