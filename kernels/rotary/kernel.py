@@ -17,11 +17,12 @@ NUM_WARPS = 4
 
 
 @triton.jit
-def _rotary(X, COS, SIN, Y, n_rows, S, H, HALF,
+def _rotary(X, COS, SIN, Y, n_rows, S, H,
             stride_xb, stride_xs, stride_xh, stride_xd,
             stride_cs, stride_ss,
             stride_yb, stride_ys, stride_yh,
-            ROWS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+            HALF: tl.constexpr, ROWS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+    # HALF is a compile-time constant so the second half's offset is known to be 16-byte aligned.
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     cols = tl.arange(0, BLOCK_HALF)
     cmask = cols < HALF
@@ -56,10 +57,10 @@ def kernel_fn(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Te
     block_h = min(BLOCK_H, triton.next_power_of_2(h))
     n_rows = b * s
     grid = (triton.cdiv(n_rows, POSITIONS_PER_PROGRAM), triton.cdiv(h, block_h))
-    _rotary[grid](x, cos, sin, y, n_rows, s, h, half,
+    _rotary[grid](x, cos, sin, y, n_rows, s, h,
                   x.stride(0), x.stride(1), x.stride(2), x.stride(3),
                   cos.stride(0), sin.stride(0),
                   y.stride(0), y.stride(1), y.stride(2),
-                  ROWS=POSITIONS_PER_PROGRAM, BLOCK_H=block_h, BLOCK_HALF=triton.next_power_of_2(half),
+                  HALF=half, ROWS=POSITIONS_PER_PROGRAM, BLOCK_H=block_h, BLOCK_HALF=triton.next_power_of_2(half),
                   num_warps=NUM_WARPS)
     return y
