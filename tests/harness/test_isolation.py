@@ -1,0 +1,106 @@
+"""A candidate that segfaults, hangs, exits or eats memory costs one evaluation:
+the worker is killed and restarted and the caller carries on."""
+
+from __future__ import annotations
+
+import pytest
+
+from autokernel_tui.harness.runner import Harness
+
+from .conftest import GOOD, PREFIX
+
+SEGFAULT = PREFIX + '''
+
+@triton.jit
+def _wild(X, Y, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(X + cols.to(tl.int64) * 4000000000000)  # far outside any allocation
+    tl.store(Y + cols, x)
+
+
+def kernel_fn(x, weight, eps):
+    y = torch.empty_like(x)
+    _wild[(1,)](x, y, BLOCK=16)
+    return y
+'''
+
+HANG = PREFIX + '''
+def kernel_fn(x, weight, eps):
+    n = 0
+    while n >= 0:
+        n += 1
+    return launch(x, weight, eps, torch.empty_like(x))
+'''
+
+MEMORY_HOG = PREFIX + '''
+def kernel_fn(x, weight, eps):
+    hoard = []
+    while len(hoard) < 10000:
+        hoard.append(torch.ones(256 << 20, dtype=torch.uint8))  # 256 MiB at a time, touched
+    return launch(x, weight, eps, torch.empty_like(x))
+'''
+
+
+@pytest.fixture(scope="module")
+def strict_harness():
+    h = Harness(timeout_s=10, device="cpu", memory_limit_mb=2000)
+    yield h
+    h.close()
+
+
+def test_segfault_is_a_crash_and_the_worker_restarts(harness, tiny_task):
+    restarts = harness.restarts
+    report = harness.evaluate(tiny_task, kernel_source=SEGFAULT, quick=True)
+    assert report.status == "CRASH"
+    assert "SIGSEGV" in report.reason or "SIGBUS" in report.reason
+    assert harness.restarts == restarts + 1
+    again = harness.evaluate(tiny_task, kernel_source=GOOD, quick=True)
+    assert again.status == "PASS", again.reason
+
+
+def test_infinite_loop_times_out_and_memory_blowup_is_killed(strict_harness, tiny_task):
+    strict_harness.evaluate(tiny_task, kernel_source=GOOD, quick=True)  # warm: baselines taken
+    report = strict_harness.evaluate(tiny_task, kernel_source=HANG, quick=True)
+    assert report.status == "TIMEOUT" and "10 s" in report.reason
+    assert 9.5 <= report.wall_s < 30
+    report = strict_harness.evaluate(tiny_task, kernel_source=MEMORY_HOG, quick=True)
+    assert report.status == "CRASH" and "memory blowup" in report.reason
+    again = strict_harness.evaluate(tiny_task, kernel_source=GOOD, quick=True)
+    assert again.status == "PASS", again.reason
+
+
+def test_candidate_prints_do_not_break_the_protocol_and_are_kept(harness, tiny_task):
+    src = GOOD.replace("def kernel_fn(x, weight, eps):\n", "def kernel_fn(x, weight, eps):\n    print('hello' * 1000)\n")
+    report = harness.evaluate(tiny_task, kernel_source=src, quick=True)
+    assert report.status == "PASS", report.reason
+    assert "hellohello" in report.stderr_tail
+
+
+def test_worker_imports_only_torch_triton_stdlib_and_harness_modules():
+    import subprocess
+    import sys
+    code = (
+        "import os, sys; os.environ['TRITON_INTERPRET'] = '1'\n"
+        "before = set(sys.modules)\n"
+        "import autokernel_tui.harness.worker as w, autokernel_tui.harness.evaluate, autokernel_tui.harness.ceilings\n"
+        "mods = {m.split('.')[0] for m in sys.modules}\n"
+        "ours = sorted(m for m in sys.modules if m.startswith('autokernel_tui.'))\n"
+        "print(' '.join(sorted(mods & {'textual', 'git', 'anthropic', 'openai', 'rich'})))\n"
+        "print(' '.join(ours))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    forbidden, ours = out.splitlines()[0], out.splitlines()[1].split()
+    assert forbidden == ""
+    allowed_prefixes = ("autokernel_tui.harness", "autokernel_tui.tasks", "autokernel_tui.errors")
+    assert all(m.startswith(allowed_prefixes) for m in ours), ours
+    assert "autokernel_tui.harness.runner" not in ours
+
+
+def test_runner_side_never_imports_torch():
+    import subprocess
+    import sys
+    code = ("import sys\nimport autokernel_tui.harness.runner, autokernel_tui.harness.report, "
+            "autokernel_tui.harness.cli, autokernel_tui.harness.roofline, autokernel_tui.harness.stats\n"
+            "print('torch' in sys.modules, 'triton' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False False"
