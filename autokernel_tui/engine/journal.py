@@ -54,3 +54,19 @@ def experiment_seconds(events: list[dict[str, Any]]) -> dict[int, float]:
             if n in started:
                 out[n] = float(ev["t"]) - started[n]
     return out
+
+
+def active_seconds(events: list[dict[str, Any]]) -> float:
+    """Wall time the run has been worked on over all past sessions (run_started -> its last event),
+    so a wall-time budget survives restarts."""
+    total, start, last = 0.0, None, None
+    for ev in events:
+        t = float(ev.get("t", 0.0))
+        if ev.get("type") == "run_started":
+            if start is not None and last is not None:
+                total += max(0.0, last - start)
+            start = t
+        last = t
+    if start is not None and last is not None:
+        total += max(0.0, last - start)
+    return total

@@ -178,6 +178,7 @@ class Engine:
         (self.run_dir / "reports").mkdir(exist_ok=True)
         self._recover()
         self._rebuild_orchestrator()
+        self.prior_active_s = journal.active_seconds(read_events(self.events.path))
 
     def _rebuild_orchestrator(self) -> None:
         rs = self.settings.run
@@ -189,7 +190,8 @@ class Engine:
             start = self._read_json(self.run_dir / "reports" / f"start-{t}.json")
             if start:
                 s = start.get("summary") or {}
-                self.orch.set_start(t, self._meaningful_pct(start), s.get("speedup_vs_baseline"))
+                self.orch.set_start(t, self._meaningful_pct(start), s.get("speedup_vs_baseline"),
+                                    bool(start.get("timing_meaningful")))
         for row in self.results.rows:
             if row["task"] not in self.orch.tasks:
                 continue
@@ -201,7 +203,7 @@ class Engine:
             report = self._read_json(self.run_dir / "reports" / f"exp-{row['experiment']}.json") or {}
             self.orch.observe(row["task"], row["status"] == "keep", row["speedup_vs_incumbent"],
                               self._meaningful_pct(report.get("report")), seconds.get(row["experiment"], 0.0),
-                              row["speedup_vs_baseline"])
+                              row["speedup_vs_baseline"], bool((report.get("report") or {}).get("timing_meaningful")))
 
     @staticmethod
     def _meaningful_pct(report: dict | None) -> float | None:
@@ -459,7 +461,7 @@ class Engine:
         done = [r for r in self.results.rows if r["status"] != "reverted"]
         if rs.max_experiments and len(done) >= rs.max_experiments:
             return f"experiment budget reached ({rs.max_experiments})"
-        if rs.max_wall_s and time.time() - self.session_started >= rs.max_wall_s:
+        if rs.max_wall_s and self.prior_active_s + time.time() - self.session_started >= rs.max_wall_s:
             return f"wall-time budget reached ({rs.max_wall_s / 3600:.2f} h)"
         cost = sum(r["cost_usd"] or 0.0 for r in self.results.rows)
         if rs.max_cost_usd and cost >= rs.max_cost_usd:
@@ -563,7 +565,8 @@ class Engine:
             write_file_atomic(path, json.dumps(saved, default=str))
             self._emit("baseline", task=task, report=saved)
             s = saved.get("summary") or {}
-            self.orch.set_start(task, self._meaningful_pct(saved), s.get("speedup_vs_baseline"))
+            self.orch.set_start(task, self._meaningful_pct(saved), s.get("speedup_vs_baseline"),
+                                bool(saved.get("timing_meaningful")))
         return saved
 
     def _context(self, n: int, task: str) -> Any:
@@ -629,6 +632,7 @@ class Engine:
 
         n = self._next_n()
         self.current_n = n
+        t0 = time.time()  # the kernel's own clock counts the agent's time too
         self._emit("experiment_started", n=n, task=task)
         try:
             ctx = self._context(n, task)
@@ -658,7 +662,6 @@ class Engine:
         write_file_atomic(self.run_dir / "agent" / f"exp-{n}.md", batcher.markdown(header))
         self._emit("proposal", n=n, description=proposal.description, hypothesis=proposal.hypothesis, diff=diff,
                    **pinfo)
-        t0 = time.time()
         parent = self.repo.head().hexsha
         trailers = {"Autokernel-Task": task, "Autokernel-Experiment": n, "Autokernel-Agent": pinfo["agent"],
                     "Autokernel-Run": self.tag}
@@ -693,7 +696,7 @@ class Engine:
             status = "vetoed" if action == "veto" else self._status_of(report)
         self._record(make_row(n, task, commit, status, report, comparison, pinfo, proposal.description))
         self.orch.observe(task, status == "keep", (comparison or {}).get("speedup"), self._meaningful_pct(report),
-                          time.time() - t0, summary.get("speedup_vs_baseline"))
+                          time.time() - t0, summary.get("speedup_vs_baseline"), bool(report.get("timing_meaningful")))
 
     def _record(self, row: dict) -> None:
         typed = self.results.append(row)

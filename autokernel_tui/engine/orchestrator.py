@@ -30,8 +30,13 @@ class TaskState:
     clock_s: float = 0.0
     experiments: int = 0
     status: str = ACTIVE
+    meaningful: bool = False      # timings come from a GPU (not the CPU interpreter)
 
     def remaining_share(self) -> float:
+        """Fraction of model time this op still takes. Against the op the model really runs when
+        timings mean something (a kernel slower than it would not be used); else vs the start."""
+        if self.meaningful and self.best_vs_baseline:
+            return self.share / max(1.0, self.best_vs_baseline)
         return self.share / max(self.speedup, 1e-9)
 
     def headroom(self, target: float) -> float:
@@ -39,9 +44,14 @@ class TaskState:
             return 1.0
         return max(0.0, 1.0 - self.pct_roofline / target)
 
-    def to_dict(self, target: float) -> dict[str, Any]:
-        return {"name": self.name, "share": self.share, "speedup": self.speedup,
-                "best_vs_baseline": self.best_vs_baseline, "pct_roofline": self.pct_roofline,
+    def to_dict(self, target: float, current: str | None = None) -> dict[str, Any]:
+        if self.status == ACTIVE:
+            state = "active" if self.name == current else "queued"
+        else:
+            state = {PLATEAU: "plateaued", BUDGET: "plateaued", TARGET: "done", EXHAUSTED: "done"}.get(
+                self.status, self.status)
+        return {"name": self.name, "share": self.share, "speedup": self.best_vs_baseline,
+                "speedup_vs_start": self.speedup, "state": state, "pct_roofline": self.pct_roofline,
                 "experiments": self.experiments, "since_improvement": self.since_improvement,
                 "clock_s": round(self.clock_s, 1), "status": self.status,
                 "expected_gain": self.remaining_share() * self.headroom(target)}
@@ -68,7 +78,7 @@ class Orchestrator:
 
     def ranked(self) -> list[dict[str, Any]]:
         order = sorted(self.tasks, key=lambda n: -self.score(n))
-        return [self.tasks[n].to_dict(self.roofline_target) for n in order]
+        return [self.tasks[n].to_dict(self.roofline_target, self.current) for n in order]
 
     def pick(self) -> tuple[str | None, str]:
         """(task, reason); (None, reason) when every task is finished for good."""
@@ -95,8 +105,9 @@ class Orchestrator:
         return best, why
 
     def observe(self, name: str, kept: bool, speedup_vs_incumbent: float | None, pct_roofline: float | None,
-                seconds: float, best_vs_baseline: float | None = None) -> None:
+                seconds: float, best_vs_baseline: float | None = None, meaningful: bool = False) -> None:
         t = self.tasks[name]
+        t.meaningful = t.meaningful or meaningful
         t.experiments += 1
         t.clock_s += max(0.0, seconds)
         if kept:
@@ -111,9 +122,11 @@ class Orchestrator:
             t.since_improvement += 1
         self._update_status(t)
 
-    def set_start(self, name: str, pct_roofline: float | None, vs_baseline: float | None) -> None:
+    def set_start(self, name: str, pct_roofline: float | None, vs_baseline: float | None,
+                  meaningful: bool = False) -> None:
         """What the starting kernel measured (before any experiment)."""
         t = self.tasks[name]
+        t.meaningful = t.meaningful or meaningful
         if t.pct_roofline is None:
             t.pct_roofline = pct_roofline
         if t.best_vs_baseline is None:
