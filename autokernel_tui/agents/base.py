@@ -123,6 +123,14 @@ def validate_source(source: Any) -> str:
             defined.update(t.id for t in node.targets if isinstance(t, ast.Name))
     if "kernel_fn" not in defined:
         raise InvalidSource("kernel.py must define kernel_fn(*inputs) at module level")
+    # The harness's own static rules (stdlib only): a candidate it would reject costs a repair round here,
+    # not a whole experiment there.
+    from autokernel_tui.harness.static_check import check_source
+
+    violations = check_source(source)
+    if violations:
+        more = f" (+{len(violations) - 3} more)" if len(violations) > 3 else ""
+        raise InvalidSource("the harness would reject it: " + "; ".join(map(str, violations[:3])) + more)
     if not source.endswith("\n"):
         source += "\n"
     return source

@@ -24,6 +24,7 @@ from autokernel_tui.agents.base import (AgentContext, AgentEvent, AgentUnavailab
 from autokernel_tui.agents.pricing import Usage, price_for
 from autokernel_tui.agents.retry import Retryable, call_with_retries, retry_after, scrub
 from autokernel_tui.config import AgentSettings
+from autokernel_tui.errors import ConfigError
 
 RETRYABLE_ERROR_TYPES = {"overloaded_error", "rate_limit_error", "api_error", "timeout_error"}
 MIN_THINKING_BUDGET = 1024  # the API's floor; below it thinking is switched off
@@ -68,6 +69,11 @@ class _Round:
 class ClaudeAgent:
     def __init__(self, settings: AgentSettings, *, api_key: str, base_url: str | None = None,
                  sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None) -> None:
+        if settings.max_tokens <= 0 or settings.max_retries < 0:
+            raise ConfigError("agent.max_tokens must be positive and agent.max_retries at least 0")
+        if settings.thinking_budget >= MIN_THINKING_BUDGET and settings.thinking_budget >= settings.max_tokens:
+            raise ConfigError(f"agent.thinking_budget ({settings.thinking_budget}) must be below agent.max_tokens "
+                              f"({settings.max_tokens}): thinking counts against the output limit")
         import anthropic  # lazy: only this backend needs the SDK
 
         self._anthropic = anthropic
@@ -100,7 +106,7 @@ class ClaudeAgent:
             "messages": messages,
         }
         if s.thinking_budget >= MIN_THINKING_BUDGET:
-            req["thinking"] = {"type": "enabled", "budget_tokens": min(s.thinking_budget, s.max_tokens - 1)}
+            req["thinking"] = {"type": "enabled", "budget_tokens": s.thinking_budget}
             req["tool_choice"] = {"type": "auto"}  # forced tool use is not allowed with extended thinking
         else:
             req["tool_choice"] = {"type": "tool", "name": prompt.TOOL_NAME}

@@ -43,7 +43,10 @@ Rules:
   as the reference, allocate its outputs, and launch at least one Triton kernel.
 - Module-level UPPER_CASE int constants are tuning knobs; keep them one per line.
 - No PyTorch compute ops inside kernel_fn, no fallbacks, no caching across calls.
-- kernel.py must stay under {MAX_SOURCE_BYTES // 1024} KB. Keep imports to torch, triton, math.
+- kernel.py must stay under {MAX_SOURCE_BYTES // 1024} KB. Imports: only torch, triton, math, typing,
+  functools, itertools, dataclasses, operator, collections, enum. From torch use only allocation
+  (torch.empty*, zeros*, full*, arange), dtypes and metadata; no torch.nn/ops/linalg, no streams, events,
+  synchronize, data_ptr, .tolist()/.numpy(), and no eval/exec/open/getattr/setattr/type/id/globals.
 - Do not repeat an idea the history says was tried; learn from the failure reasons.
 - Prefer a change you can explain with the roofline over a random tweak.
 """

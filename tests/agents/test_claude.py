@@ -158,3 +158,15 @@ def test_the_key_never_appears_in_events_or_errors(server, fast_settings, rmsnor
     assert "***" in str(info2.value)
     assert all(SECRET not in t for t in texts)
     assert all(SECRET not in str(r.body) for r in server.requests)  # only in the auth header, never the body
+
+
+def test_thinking_off_forces_the_tool_and_bad_limits_are_config_errors(server, fast_settings, rmsnorm_ctx, good):
+    from autokernel_tui.errors import ConfigError
+    fast_settings.thinking_budget = 0
+    server.queue(message_stream(tool_input=good))
+    _agent(fast_settings, server).propose(rmsnorm_ctx, lambda e: None)
+    body = server.requests[0].body
+    assert "thinking" not in body and body["tool_choice"] == {"type": "tool", "name": "submit_kernel"}
+    fast_settings.thinking_budget, fast_settings.max_tokens = 8000, 4000
+    with pytest.raises(ConfigError, match="thinking_budget .8000. must be below agent.max_tokens"):
+        _agent(fast_settings, server)
