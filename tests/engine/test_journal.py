@@ -17,7 +17,7 @@ def test_open_experiment_and_clocks():
     op = open_experiment(events, {1})
     assert (op.n, op.task) == (2, "b") and set(op.events) == {"proposal", "verdict"}
     assert open_experiment(events, {1, 2}) is None  # its row exists: closed
-    assert open_experiment(events[:6], {1}) is None  # abandoned (agent down): not open
+    assert open_experiment(events[:5], {1}) is None  # abandoned (agent down): not open
     assert experiment_seconds(events) == {1: 2.0}
     assert active_seconds(events) == 8.0 + 30.0
     rows = [{"experiment": 1}, {"experiment": 2}]
