@@ -16,6 +16,7 @@ from autokernel_tui.agents.base import MAX_SOURCE_BYTES, AgentContext
 from autokernel_tui.agents.memory import digest
 
 TOOL_NAME = "submit_kernel"
+MAX_REFERENCE_CHARS = 12_000
 TOOL_DESCRIPTION = (
     "Submit the complete new kernel.py for this experiment. Call it exactly once, "
     "after your reasoning, with the whole file (not a diff).")
@@ -74,7 +75,21 @@ def task_text(ctx: AgentContext) -> str:
         lines.append("Forbidden ops (rejected): " + ", ".join(t.forbidden_ops))
     if t.knob_space:
         lines.append("Knob search space: " + "; ".join(f"{k} in {list(v)}" for k, v in t.knob_space.items()))
+    reference = _reference_source(t)
+    if reference:
+        lines += ["", "## reference.py (harness-owned: the inputs, the baseline, the adversarial inputs)",
+                  "```python", reference.rstrip("\n"), "```"]
     return "\n".join(lines)
+
+
+def _reference_source(task) -> str:
+    if task.path is None:
+        return ""
+    try:
+        text = (task.path / "reference.py").read_text(encoding="utf-8")
+    except OSError:
+        return ""
+    return text if len(text) <= MAX_REFERENCE_CHARS else text[:MAX_REFERENCE_CHARS] + "\n# ... (truncated)"
 
 
 def _report_text(report: dict | None) -> str:

@@ -52,6 +52,7 @@ def test_stable_prefix_carries_a_cache_breakpoint(server, fast_settings, rmsnorm
     first, second = (r.body for r in server.requests)
     assert first["system"][-1]["cache_control"] == {"type": "ephemeral"}
     assert "Task: rmsnorm" in first["system"][-1]["text"] and "playbook" in first["system"][0]["text"]
+    assert "def make_inputs" in first["system"][-1]["text"]  # the reference (stable) is in the cached part
     assert first["system"] == second["system"] and first["tools"] == second["tools"]  # byte-identical prefix
     assert first["messages"] != second["messages"]  # the changing part comes after the breakpoint
 
