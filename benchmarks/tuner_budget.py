@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=30, help="experiments per task")
     ap.add_argument("--max-seconds", type=float, default=120.0, help="loop time per task (JIT compiles count)")
     ap.add_argument("--full", action="store_true", help="time every dtype, not just the first (slower)")
-    ap.add_argument("--prescreen", type=float, default=1.10,
+    ap.add_argument("--prescreen", type=float, default=1.03,
                     help="discard without a paired compare when this much slower than the incumbent")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=120.0, help="harness limit per evaluation")
