@@ -10,6 +10,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workspace", nargs="?", default=".", metavar="WS",
                         help="workspace whose kernels/<task>/kernel.py files (current checkout) are exported")
     parser.add_argument("-C", dest="workspace_flag", metavar="DIR", help="same as WS")
+    parser.add_argument("--run", metavar="TAG", help="the run whose kept kernels to use (default: the newest run)")
     parser.add_argument("--kernels", metavar="DIR", help="a kernels folder instead of WS/kernels")
     parser.add_argument("--tasks", help="comma-separated task names (default: all)")
 
@@ -18,13 +19,17 @@ def main(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from autokernel_tui.profiling.export import export_package
-    from autokernel_tui.profiling.verify import kernel_paths
+    from autokernel_tui.profiling.verify import kept_kernels_dir, kernel_paths
 
     ws = Path(args.workspace_flag or args.workspace)
-    kdir = Path(args.kernels) if args.kernels else ws / "kernels"
+    if args.kernels:
+        kdir, where = Path(args.kernels), str(args.kernels)
+    else:
+        kdir, where = kept_kernels_dir(ws, args.run)
+    print(f"kernels from {where}")
     tasks = [t.strip() for t in args.tasks.split(",")] if args.tasks else None
     kernels = kernel_paths(kdir, tasks)
-    out = export_package(Path(args.out), kernels, source=str(kdir.resolve()))
+    out = export_package(Path(args.out), kernels, source=where)
     print(f"wrote {out}: {', '.join(sorted(kernels))}")
     print(f"use: import sys; sys.path.insert(0, '{out.resolve().parent}'); import {out.name}; {out.name}.patch(model)")
     return 0

@@ -44,6 +44,47 @@ def kernel_paths(kernels_dir: Path, tasks: list[str] | None = None) -> dict[str,
     return {s.name: s.kernel_path for s in specs}
 
 
+def _git(ws: Path, *args: str) -> str | None:
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "-C", str(ws), *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def kept_kernels_dir(ws: Path, run: str | None = None) -> tuple[Path, str]:
+    """Where a workspace's kept kernels are: the tip of a run branch (``--run TAG``, else the
+    newest ``autokernel/*`` branch; discarded experiments are reset, so the tip holds what was
+    kept), else the workspace's own ``kernels/``. Returns (kernels folder, what it is)."""
+    import tempfile
+
+    ws = Path(ws)
+    refs = _git(ws, "for-each-ref", "--sort=-committerdate", "--format=%(refname:short)", "refs/heads/autokernel/")
+    branches = [r.strip() for r in (refs or "").splitlines() if r.strip()]
+    if run:
+        if f"autokernel/{run}" not in branches:
+            raise VerifyError(f"no run {run!r} in {ws} (runs: {', '.join(b.split('/', 1)[1] for b in branches) or 'none'})")
+        branch = f"autokernel/{run}"
+    elif branches:
+        branch = branches[0]
+    else:
+        return ws / "kernels", f"{ws / 'kernels'} (no run branch yet: the workspace's checkout)"
+    sha = (_git(ws, "rev-parse", branch) or "").strip()
+    listing = _git(ws, "ls-tree", "-r", "--name-only", branch, "kernels/") or ""
+    dest = Path(tempfile.mkdtemp(prefix="autokernel-kept-")) / "kernels"
+    for path in listing.splitlines():
+        parts = path.split("/")
+        if len(parts) != 3 or parts[2] not in (taskspec.SPEC_FILE, taskspec.REFERENCE_FILE, taskspec.KERNEL_FILE):
+            continue
+        text = _git(ws, "show", f"{sha}:{path}")
+        if text is not None:
+            (dest / parts[1]).mkdir(parents=True, exist_ok=True)
+            (dest / parts[1] / parts[2]).write_text(text, encoding="utf-8")
+    return dest, f"run {branch.split('/', 1)[1]} ({branch} at {sha[:10]})"
+
+
 def model_args_from_tasks(kernels_dir: Path) -> dict:
     """The model a workspace was extracted from (its tasks' [profile] tables), or {}."""
     for s in taskspec.find_tasks(kernels_dir) if Path(kernels_dir).is_dir() else []:

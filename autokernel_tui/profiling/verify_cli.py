@@ -10,6 +10,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="workspace whose kernels/<task>/kernel.py files (current checkout) are used")
     parser.add_argument("-C", dest="workspace_flag", metavar="DIR", help="same as WS")
     parser.add_argument("--model", help="model to patch (default: the one the workspace's tasks were extracted from)")
+    parser.add_argument("--run", metavar="TAG", help="the run whose kept kernels to use (default: the newest run)")
     parser.add_argument("--kernels", metavar="DIR", help="a kernels folder (<task>/kernel.py + task.toml) instead of WS")
     parser.add_argument("--tasks", help="comma-separated task names to use (default: all)")
     parser.add_argument("--batch", type=int)
@@ -29,10 +30,15 @@ def main(args: argparse.Namespace) -> int:
     from autokernel_tui.profiling.patch import use_interpreter_if_no_gpu
 
     use_interpreter_if_no_gpu(args.device)
-    from autokernel_tui.profiling.verify import VerifyError, format_result, kernel_paths, model_args_from_tasks, verify
+    from autokernel_tui.profiling.verify import (VerifyError, format_result, kept_kernels_dir, kernel_paths,
+                                                 model_args_from_tasks, verify)
 
     ws = Path(args.workspace_flag or args.workspace)
-    kdir = Path(args.kernels) if args.kernels else ws / "kernels"
+    if args.kernels:
+        kdir, where = Path(args.kernels), str(args.kernels)
+    else:
+        kdir, where = kept_kernels_dir(ws, args.run)
+    print(f"kernels from {where}")
     tasks = [t.strip() for t in args.tasks.split(",")] if args.tasks else None
     kernels = kernel_paths(kdir, tasks)
     saved = model_args_from_tasks(kdir)

@@ -142,3 +142,35 @@ def test_export_refuses_bad_targets(tmp_path):
     (tmp_path / "full" / "x").write_text("")
     with pytest.raises(ExportError, match="not empty"):
         export_package(tmp_path / "full", _kernels("rmsnorm"))
+
+
+def _git(ws, *args):
+    env = {**__import__("os").environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    subprocess.run(["git", "-C", str(ws), *args], check=True, capture_output=True, env=env)
+
+
+def test_workspace_kernels_come_from_the_newest_run_branch(tmp_path, capsys):
+    from autokernel_tui.ledger.workspace import init_workspace
+    from autokernel_tui.profiling.verify import kept_kernels_dir
+
+    ws = init_workspace(tmp_path / "ws", tasks=["rmsnorm"])
+    kdir, where = kept_kernels_dir(ws)
+    assert kdir == ws / "kernels" and "no run branch" in where
+    # A run kept a new kernel.py on its branch; the user's checkout still has the starter.
+    _git(ws, "checkout", "-q", "-b", "autokernel/night")
+    k = ws / "kernels" / "rmsnorm" / "kernel.py"
+    k.write_text(k.read_text() + "\n# kept by the night run\n")
+    _git(ws, "commit", "-qam", "exp 1: keep")
+    _git(ws, "checkout", "-q", "-")
+    assert "kept by the night run" not in k.read_text()
+    kdir, where = kept_kernels_dir(ws)
+    assert "run night" in where
+    assert "kept by the night run" in (kdir / "rmsnorm" / "kernel.py").read_text()
+    with pytest.raises(VerifyError, match="no run 'day'"):
+        kept_kernels_dir(ws, "day")
+    out = tmp_path / "pkg" / "kept"
+    assert cli_main(["export", str(out), str(ws)]) == 0
+    assert "run night" in capsys.readouterr().out
+    assert "kept by the night run" in (out / "kernels" / "rmsnorm.py").read_text()
+    assert "run night" in json.loads((out / "manifest.json").read_text())["source"]
