@@ -140,7 +140,11 @@ class Engine:
     def _open_run(self, tag: str | None, new: bool, tasks: list[str] | None) -> None:
         if tag is None and not new:
             tag = unfinished_run(self.workspace)
-        tag = check_tag(tag or new_tag())
+        if tag is None:
+            tag = new_tag()
+            while (self.workspace / RUNS / tag).exists():  # two runs started within one second
+                tag = f"{new_tag()}-{time.time_ns() % 10000:04d}"
+        tag = check_tag(tag)
         self.tag = tag
         self.run_dir = self.workspace / RUNS / tag
         self.repo = RunRepo(self.workspace, tag)
@@ -155,14 +159,16 @@ class Engine:
                 raise WorkspaceError(f"run {tag} works on {', '.join(self.meta['tasks'])}; "
                                      "use --new for a run on other tasks")
         else:
-            base = self.repo.create()
-            available = [s.name for s in taskspec.find_tasks(self.repo.worktree / "kernels")]
+            # Check the tasks before creating anything (the checkout's kernels/ must be clean, so
+            # what is on disk is what the branch will hold).
+            available = [s.name for s in taskspec.find_tasks(self.workspace / "kernels")]
             if not available:
                 raise WorkspaceError(f"{self.workspace}: no task folders under kernels/ (run `autokernel-tui init`)")
             chosen = list(tasks) if tasks else available
             unknown = [t for t in chosen if t not in available]
             if unknown:
                 raise WorkspaceError(f"unknown task(s) {', '.join(unknown)}; the workspace has {', '.join(available)}")
+            base = self.repo.create()
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.meta = {
                 "tag": tag, "branch": self.repo.branch, "base": base, "tasks": chosen,

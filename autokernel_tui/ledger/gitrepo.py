@@ -17,6 +17,7 @@ The ref is written before the reset, so a crash between the two loses nothing.
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import git
@@ -79,10 +80,14 @@ class RunRepo:
         if dirty:
             shown = ", ".join(dirty[:3]) + (" ..." if len(dirty) > 3 else "")
             raise WorkspaceError(f"uncommitted changes in {KERNELS}/ ({shown}): commit or stash them before a run")
-        if self.branch_exists():
-            raise WorkspaceError(f"branch {self.branch} already exists: pick another --tag")
         base = self.repo.head.commit.hexsha
-        self.repo.git.branch(self.branch, base)
+        if self.branch_exists():
+            # A start killed before its run.json left the branch at the base: take it over.
+            has_refs = bool(self.repo.git.for_each_ref(f"refs/autokernel/{self.tag}/"))
+            if self.repo.commit(self.branch).hexsha != base or has_refs:
+                raise WorkspaceError(f"branch {self.branch} already exists: pick another --tag")
+        else:
+            self.repo.git.branch(self.branch, base)
         self.open()
         return base
 
@@ -91,6 +96,8 @@ class RunRepo:
         if not self.branch_exists():
             raise WorkspaceError(f"branch {self.branch} does not exist")
         if not (self.worktree / ".git").exists():
+            if self.worktree.exists():  # a worktree add that was killed half-way: ours to redo
+                shutil.rmtree(self.worktree)
             self.repo.git.worktree("prune")
             self.worktree.parent.mkdir(parents=True, exist_ok=True)
             self.repo.git.worktree("add", str(self.worktree), self.branch)

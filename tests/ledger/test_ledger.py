@@ -121,7 +121,10 @@ def test_run_branch_in_a_worktree_leaves_the_user_checkout_alone(tmp_path, monke
     assert git(ws, "status", "--porcelain") == "?? notes.txt\n"
 
     with pytest.raises(WorkspaceError, match="already exists"):
-        RunRepo(ws, "night1").create()
+        RunRepo(ws, "night1").create()  # it has experiments: never taken over
+    git(ws, "branch", "night0")  # a start killed before run.json: the branch sits at the base
+    git(ws, "branch", "-m", "night0", "autokernel/night0")
+    assert RunRepo(ws, "night0").create() == user_head
     (ws / "kernels" / "rmsnorm" / "kernel.py").write_text("# half-finished edit\n")
     with pytest.raises(WorkspaceError, match="uncommitted changes in kernels/"):
         RunRepo(ws, "night2").create()
@@ -166,3 +169,18 @@ def test_init_cli(tmp_path, capsys):
         "kernels/rmsnorm/kernel.py", "kernels/rmsnorm/reference.py", "kernels/rmsnorm/task.toml"]
     assert main(["init", str(tmp_path / "ws2"), "--task", "nope"]) == 2
     assert "no starter task" in capsys.readouterr().err
+
+
+def test_init_from_a_profile_carries_the_share_to_the_orchestrator(tmp_path):
+    from autokernel_tui.tasks.spec import load_spec
+
+    profile = {"model": "toy", "device": "cpu", "model_args": {"dtype": "bfloat16"}, "families": [
+        {"family": "rmsnorm", "task": "rmsnorm", "rank": 1, "share": 0.4, "time_us": 10.0,
+         "shapes": [{"dims": {"M": 64, "N": 256}, "dtype": "bfloat16", "time_us": 10.0}]},
+        {"family": "softmax", "task": "softmax", "rank": 2, "share": 0.1, "time_us": 2.0,
+         "shapes": [{"dims": {"M": 64, "N": 512}, "dtype": "bfloat16", "time_us": 2.0}]}]}
+    (tmp_path / "p.json").write_text(json.dumps(profile))
+    ws = init_workspace(tmp_path / "ws", from_profile=tmp_path / "p.json", top=5)
+    assert load_spec(ws / "kernels" / "rmsnorm").profile["share"] == 0.4
+    assert git(ws, "status", "--porcelain") == ""
+    assert "softmax" in git(ws, "log", "-1", "--format=%s")
