@@ -14,7 +14,7 @@ For each task in kernels/ (or --tasks), each default shape, each declared dtype
               checked, so a silent fallback to eager is reported, never timed.
 Timing: CUDA events around each call, the L2 flushed (a 256 MiB write) before
 every call, inputs rotated over 3 independently generated sets, median with
-p20/p80. Roofline in the same run: a 1 GiB device-to-device copy (GB/s) and
+p20/p80. The JSON is rewritten after every task, so a cut-short run keeps its rows. Roofline in the same run: a 1 GiB device-to-device copy (GB/s) and
 an 8192^3 matmul in bf16 and fp32 (TFLOP/s). Memory-bound tasks are scored in
 % of the copy rate, compute-bound ones in % of the matmul rate of their dtype
 (fp16 against the bf16 rate).
@@ -291,7 +291,8 @@ def summarize(rows: list[dict]) -> list[dict]:
     for task, rs in tasks.items():
         timed = [r for r in rs if r.get("scored") in r["times"]]
         summary.append({
-            "task": task, "bound": rs[0]["bound"], "shapes": len(rs), "timed": len(timed),
+            "task": task, "bound": rs[0]["bound"], "baseline": rs[0]["baseline"],
+            "compile_mode": rs[0]["compile_mode"], "shapes": len(rs), "timed": len(timed),
             "geomean_us": _geomean([r["times"][r["scored"]]["median_us"] for r in timed]),
             "geomean_pct_roofline": _geomean([r["times"][r["scored"]]["pct_roofline"] for r in timed]),
             "geomean_speedup_vs_eager": _geomean([r.get("speedup_vs_eager") for r in timed]),
@@ -303,11 +304,12 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 def print_summary(summary: list[dict]) -> None:
     f = lambda v, s="{:.2f}": "-" if v is None else s.format(v)  # noqa: E731
-    print(f"\n{'task':<16}{'bound':<8}{'timed':>6}{'geo us':>10}{'geo %roof':>10}{'vs eager':>9}{'vs compile':>11}")
+    print(f"\n{'task':<16}{'bound':<8}{'timed':>6}{'geo us':>10}{'geo %roof':>10}{'vs eager':>9}{'vs compile':>11}"
+          f"  eager = / compile mode")
     for s in summary:
         print(f"{s['task']:<16}{s['bound']:<8}{s['timed']:>6}{f(s['geomean_us'], '{:.1f}'):>10}"
               f"{f(s['geomean_pct_roofline'], '{:.1f}'):>10}{f(s['geomean_speedup_vs_eager']):>9}"
-              f"{f(s['geomean_speedup_vs_compile']):>11}")
+              f"{f(s['geomean_speedup_vs_compile']):>11}  {s['baseline']} / {s['compile_mode']}")
         for t in s["targets"]:
             print(f"    {t['status']:<13}{t['target']:<42}{t['shown']:>9}  (goal {t['goal']:g})")
 
@@ -321,8 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtypes", default="", help="comma-separated dtypes (default: every dtype a task declares)")
     ap.add_argument("--kernel-dir", type=Path, default=None,
                     help="folder of tuned task folders (<dir>/<task>/kernel.py), timed beside the starters")
-    ap.add_argument("--max-seconds", type=float, default=450.0, help="stop timing new shapes after this long")
-    ap.add_argument("--target-ms", type=float, default=150.0, help="timed calls per measurement add up to about this")
+    ap.add_argument("--max-seconds", type=float, default=540.0, help="stop timing new shapes after this long")
+    ap.add_argument("--target-ms", type=float, default=80.0, help="timed calls per measurement add up to about this")
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="skip torch.compile")
     ap.add_argument("--json", type=Path, default=None,
                     help="raw results (default: $OUT/kernel_quality.json, else benchmarks/results/kernel_quality-<time>.json)")
@@ -346,25 +348,27 @@ def main(argv: list[str] | None = None) -> int:
           f"matmul bf16 {roof['matmul_tflops_bfloat16']:.0f} TFLOP/s, fp32 {roof['matmul_tflops_float32']:.1f} TFLOP/s")
     print(HEADER, flush=True)
     deadline = t_start + args.max_seconds
-    rows = []
-    for d in dirs:
-        tuned = args.kernel_dir / d.name if args.kernel_dir else None
-        rows.extend(run_task(d, tuned, dtypes, timer, roof, args, deadline))
-    summary = summarize(rows)
-    print_summary(summary)
-    result = {"device": name, "torch": torch.__version__, "triton": triton.__version__,
-              "python": sys.version.split()[0], "smoke": args.smoke, "roofline": roof,
-              "method": {"timer": "CUDA events per call" if device == "cuda" else "perf_counter",
-                         "l2_flush_bytes": FLUSH_BYTES, "input_sets": N_INPUT_SETS, "statistic": "median, p20, p80",
-                         "compile_modes": {"compute": "max-autotune-no-cudagraphs", "memory": "default"}},
-              "kernel_dir": str(args.kernel_dir) if args.kernel_dir else None,
-              "wall_s": round(time.perf_counter() - t_start, 1), "summary": summary, "rows": rows}
     path = args.json
     if path is None:
         path = (Path(os.environ["OUT"]) / "kernel_quality.json" if os.environ.get("OUT")
                 else REPO / "benchmarks" / "results" / f"kernel_quality-{time.strftime('%Y%m%d-%H%M%S')}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1, default=str))
+    result = {"device": name, "torch": torch.__version__, "triton": triton.__version__,
+              "python": sys.version.split()[0], "smoke": args.smoke, "roofline": roof,
+              "method": {"timer": "CUDA events per call" if device == "cuda" else "perf_counter",
+                         "l2_flush_bytes": FLUSH_BYTES, "input_sets": N_INPUT_SETS, "statistic": "median, p20, p80",
+                         "target_ms": args.target_ms,
+                         "compile_modes": {"compute": "max-autotune-no-cudagraphs", "memory": "default"}},
+              "argv": sys.argv[1:], "kernel_dir": str(args.kernel_dir) if args.kernel_dir else None}
+    rows = []
+    for d in dirs:
+        tuned = args.kernel_dir / d.name if args.kernel_dir else None
+        rows.extend(run_task(d, tuned, dtypes, timer, roof, args, deadline))
+        # Written after every task: a run cut short still leaves its numbers behind.
+        result.update(partial=d != dirs[-1], wall_s=round(time.perf_counter() - t_start, 1),
+                      summary=summarize(rows), rows=rows)
+        path.write_text(json.dumps(result, indent=1, default=str))
+    print_summary(result["summary"])
     print(f"\nwrote {path} ({result['wall_s']} s)")
     return 0
 
