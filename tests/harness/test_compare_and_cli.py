@@ -1,0 +1,82 @@
+"""compare() decides keep/discard; `autokernel-tui bench` prints a verdict and exits 0 only when correct."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from autokernel_tui.harness.report import Comparison, Report
+
+from .conftest import GOOD, PREFIX, RMSNORM
+
+# The same kernel doing its work four times: an obviously slower incumbent.
+SLOW = PREFIX + '''
+def kernel_fn(x, weight, eps):
+    y = torch.empty_like(x)
+    for _ in range(4):
+        launch(x, weight, eps, y)
+    return y
+'''
+
+
+def test_compare_finds_a_clear_speedup_and_not_a_fake_one(harness, tiny_task):
+    cmp = harness.compare(tiny_task, GOOD, SLOW, quick=True)
+    assert cmp.status == "PASS", cmp.reason
+    assert cmp.speedup > 2 and cmp.ci_low > 1.5 and cmp.faster
+    assert cmp.ci_low <= cmp.speedup <= cmp.ci_high and cmp.n_samples > 0
+    assert "interpreter" in cmp.method and len(cmp.per_shape) == 2
+    back = harness.compare(tiny_task, SLOW, GOOD, quick=True)
+    assert back.speedup < 0.7 and not back.faster
+
+
+def test_compare_refuses_a_broken_candidate(harness, tiny_task):
+    cmp = harness.compare(tiny_task, GOOD.replace("eps, torch.empty_like", "1e9, torch.empty_like"), GOOD,
+                          quick=True)
+    assert cmp.status == "FAIL" and not cmp.faster
+
+
+def test_report_and_comparison_round_trip_through_json(harness, tiny_task):
+    report = harness.evaluate(tiny_task, kernel_source=GOOD, quick=True)
+    again = Report.from_dict(json.loads(json.dumps(report.to_dict())))
+    assert again == report
+    cmp = Comparison(1.1, 1.02, 1.2, True, 20, "m")
+    assert Comparison.from_dict(cmp.to_dict()) == cmp
+
+
+def _bench(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "autokernel_tui", "bench", *args, "--device", "cpu"],
+                          capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def test_bench_cli_pass_writes_json_and_fail_is_one_line(tiny_task, tmp_path):
+    task = tmp_path / "t"
+    import shutil
+    shutil.copytree(tiny_task, task)
+    out = _bench(str(task), "--json", str(tmp_path / "r.json"), "--quick")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("rmsnorm  PASS") and "timings not meaningful" in out.stdout
+    assert "JIT compile" in out.stdout and "summary" in out.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["status"] == "PASS"
+
+    for broken, words in [("def kernel_fn(x, weight, eps)\n    return x\n", "syntax error"),
+                          (GOOD.replace("def kernel_fn", "def other_fn"), "no function 'kernel_fn'"),
+                          (GOOD.replace("return launch(x, weight, eps, torch.empty_like(x))",
+                                        "return launch(x, weight, eps, torch.empty_like(x))[:1]"), "has shape")]:
+        (task / "kernel.py").write_text(broken)
+        out = _bench(str(task), "--quick")
+        assert out.returncode == 1
+        assert words in out.stdout.splitlines()[0] and "Traceback" not in out.stdout + out.stderr
+
+
+def test_bench_cli_on_a_missing_task_is_a_one_line_error(tmp_path):
+    out = _bench(str(tmp_path / "nope"))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "not a task folder" in out.stderr
+
+
+def test_every_shipped_starter_passes(harness):
+    from autokernel_tui.tasks.spec import list_starters, starters_dir
+    for name in list_starters():
+        report = harness.evaluate(starters_dir() / name, quick=True)
+        assert report.status == "PASS", f"{name}: {report.reason}"
+    assert (RMSNORM / "kernel.py").is_file()

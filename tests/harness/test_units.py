@@ -1,0 +1,96 @@
+"""Pure-Python pieces: the static rules, roofline ceilings, statistics."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from autokernel_tui.harness import roofline, stats
+from autokernel_tui.harness.static_check import check_source
+from autokernel_tui.tasks.spec import list_starters, starters_dir
+
+from .conftest import GOOD
+
+
+def _rules(extra: str) -> list[str]:
+    return [v.rule for v in check_source(GOOD + "\n" + extra + "\n")]
+
+
+def test_every_starter_kernel_obeys_the_static_rules():
+    for name in list_starters():
+        assert check_source((starters_dir() / name / "kernel.py").read_text()) == [], name
+
+
+@pytest.mark.parametrize("extra, rule", [
+    ("import os\nos.system('true')", "imports"),
+    ("import os\nA = os.environ.get('HOME')", "imports"),
+    ("import sys", "imports"),
+    ("import ctypes", "imports"),
+    ("import gc", "imports"),
+    ("import importlib", "imports"),
+    ("import inspect", "imports"),
+    ("import builtins", "imports"),
+    ("G = globals()", "builtins"),
+    ("E = eval", "builtins"),
+    ("D = torch.Tensor.__dict__", "private-attribute"),
+    ("global CACHE", "state"),
+    ("def f():\n    with torch.no_grad():\n        pass", "context-manager"),
+    ("S = torch.cuda.Stream", "forbidden-attribute"),
+    ("S = torch.softmax", "torch-compute"),
+    ("S = torch.ops.aten.mul", "torch-compute"),
+    ("S = torch.compile", "torch-compute"),
+    ("from triton.runtime import driver", "harness-tamper"),
+    ("A = [].tolist", "forbidden-attribute"),
+])
+def test_static_rules(extra, rule):
+    assert rule in _rules(extra)
+
+
+def test_interpreter_detection_is_allowed_and_syntax_errors_and_missing_kernel_fn_are_reported():
+    assert _rules("import os\nINTERP = os.environ.get('TRITON_INTERPRET') == '1'") == []
+    bad = check_source("def kernel_fn(:\n")
+    assert bad[0].rule == "syntax" and "line 1" in str(bad[0])
+    assert check_source("import torch\n")[0].rule == "kernel_fn"
+
+
+def test_spec_table_covers_the_named_gpus():
+    names = {"NVIDIA A100-SXM4-80GB": "A100", "NVIDIA H100 80GB HBM3": "H100 SXM", "NVIDIA H100 PCIe": "H100 PCIe",
+             "NVIDIA H200": "H200", "NVIDIA B200": "B200", "NVIDIA L40S": "L40S",
+             "NVIDIA GeForce RTX 4090": "RTX 4090", "NVIDIA GeForce RTX 5090": "RTX 5090",
+             "AMD Instinct MI300X": "MI300X"}
+    for device, spec in names.items():
+        found = roofline.lookup_spec(device)
+        assert found is not None and found.name == spec, device
+        assert found.bandwidth_gbps > 0 and found.tflops["bfloat16"] > found.tflops["float32"]
+    assert roofline.lookup_spec("Some Future GPU") is None
+
+
+def test_measured_ceilings_set_the_percentage_and_spec_the_reject_floor():
+    c = roofline.ceilings_for("NVIDIA H200", {"bandwidth_gbps": 4230.0, "tflops": {"bfloat16": 730.0}})
+    assert c.bandwidth_gbps == 4230.0 and c.reject_bandwidth_gbps == 4800.0
+    pct_floor, reject_floor = roofline.roofline_floor(c, 4230e6, 0, "bfloat16")  # 4.23 GB
+    assert pct_floor == pytest.approx(1000.0) and reject_floor == pytest.approx(4230e6 / 4800e3)
+    assert roofline.pct_of_roofline(pct_floor, 500.0) == 100.0  # never above 100
+    assert roofline.pct_of_roofline(pct_floor, 2000.0) == pytest.approx(50.0)
+    compute = roofline.roofline_floor(c, 1.0, 2 * 4096**3, "float32")
+    assert compute[0] > compute[1]  # fp32 percentage at the fp32 rate, reject floor at TF32's
+
+
+def test_measured_ceilings_round_trip_on_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOKERNEL_CACHE_DIR", str(tmp_path))
+    roofline.save_measured("NVIDIA H200", "2.11", {"bandwidth_gbps": 4230.0})
+    assert roofline.load_measured("NVIDIA H200", "2.11") == {"bandwidth_gbps": 4230.0}
+    assert roofline.load_measured("NVIDIA H100", "2.11") is None
+
+
+def test_percentiles_geomean_and_bootstrap():
+    assert stats.median([3, 1, 2]) == 2 and stats.percentile([0, 10], 20) == 2
+    assert stats.geomean([1, 4]) == pytest.approx(2.0)
+    rng = random.Random(1)
+    same = [[rng.gauss(100, 2) for _ in range(30)] for _ in range(4)]
+    pt, lo, hi = stats.bootstrap_speedup([(same[0], same[1]), (same[2], same[3])])
+    assert lo < 1.0 < hi and lo < pt < hi
+    slower = [[x * 1.2 for x in s] for s in same]
+    pt, lo, hi = stats.bootstrap_speedup([(same[0], slower[1]), (same[2], slower[3])])
+    assert lo > 1.1 and pt == pytest.approx(1.2, rel=0.05)
