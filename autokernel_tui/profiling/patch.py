@@ -171,10 +171,20 @@ class CrossEntropyKernel(_Patched):
 
 class LinearKernel(_Patched):
     family = "matmul"
+    _wt = None
+    _wt_key = None
+
+    def weight_t(self) -> torch.Tensor:
+        """W^T[K,N], contiguous as the matmul task's b is; rebuilt whenever the weight changes."""
+        w = self.original.weight
+        key = (w.data_ptr(), w._version, w.dtype, w.device)
+        if self._wt_key != key:
+            self._wt, self._wt_key = w.detach().t().contiguous(), key
+        return self._wt
 
     def run(self, x):
         m = self.original
-        y = self.fn(_rows(x), m.weight.t()).view(*x.shape[:-1], m.weight.shape[0])
+        y = self.fn(_rows(x), self.weight_t()).view(*x.shape[:-1], m.weight.shape[0])
         return y if m.bias is None else y + m.bias
 
 

@@ -382,7 +382,8 @@ def _zoo(name, batch, seq, device, train, layers) -> ModelBundle:
     kwargs = dict(kwargs)
     if layers is not None:
         kwargs["layers"] = layers
-    model = _modules()[cls_name](**kwargs)
+    with torch.device(device):  # initialise on the device: seconds saved on a 7B-layer model
+        model = _modules()[cls_name](**kwargs)
     vocab = model.lm_head.weight.shape[0] if hasattr(model, "lm_head") else model.mlm_head.weight.shape[0]
     positions = getattr(model, "wpe", None) or getattr(model, "pos", None)  # LLaMA has RoPE: no limit
     ctx = positions.weight.shape[0] if positions is not None else seq
