@@ -42,22 +42,22 @@ def _row_loss(LOGITS, TARGETS, LOSS, V, stride_row, ignore_index,
     # Head: elements before the first ALIGN-element (16-byte) boundary of this row.
     head = tl.minimum((ALIGN - row_start % ALIGN) % ALIGN, V).to(tl.int32)
     cols = tl.arange(0, ALIGN)
-    x = tl.load(row_ptr + cols, mask=cols < head, other=-float("inf")).to(tl.float32)
-    m = tl.max(x, axis=0)  # -inf when the head is empty
-    s = tl.sum(tl.where(cols < head, tl.exp2((x - m) * 1.4426950408889634), 0.0), axis=0)
+    x_head = tl.load(row_ptr + cols, mask=cols < head, other=-float("inf")).to(tl.float32)
+    m = tl.max(x_head, axis=0)  # -inf when the head is empty
+    s = tl.sum(tl.where(cols < head, tl.exp2((x_head - m) * 1.4426950408889634), 0.0), axis=0)
     # Body: full chunks from an aligned address, no mask.
     n_full = (V - head) // BLOCK
     body = LOGITS + tl.multiple_of(row_start + head, ALIGN)
     offs = tl.arange(0, BLOCK)
     for i in range(0, n_full):
-        x = tl.load(body + i * BLOCK + offs).to(tl.float32)
-        m, s = _online_update(m, s, x)
+        x_body = tl.load(body + i * BLOCK + offs).to(tl.float32)
+        m, s = _online_update(m, s, x_body)
     # Tail: what is left, masked.
     tail = head + n_full * BLOCK
     cols = tail + offs
-    x = tl.load(row_ptr + cols, mask=cols < V, other=-float("inf")).to(tl.float32)
+    x_tail = tl.load(row_ptr + cols, mask=cols < V, other=-float("inf")).to(tl.float32)
     if tail < V:
-        m, s = _online_update(m, s, x)
+        m, s = _online_update(m, s, x_tail)
     lse = m + tl.log2(s) * 0.6931471805599453
     target = tl.load(TARGETS + row)
     valid = target != ignore_index

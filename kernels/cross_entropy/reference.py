@@ -7,16 +7,17 @@ IGNORE_INDEX = -100  # F.cross_entropy's default: these rows add nothing and are
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str, seed: int) -> tuple:
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)  # on the device: fast at 1 GB inputs
     m, v = shape["M"], shape["V"]
     # LM-head logits: a per-token temperature spread and a Zipf-like per-token-id bias
     # (frequent ids score higher), so rows are neither uniform nor one-hot.
-    temperature = torch.exp(torch.randn(m, 1, generator=g) * 0.4)
-    id_bias = -torch.log1p(torch.arange(v, dtype=torch.float32))[torch.randperm(v, generator=g)] * 0.5
-    logits = torch.randn(m, v, generator=g) * 2.0 * temperature + id_bias
-    targets = torch.randint(0, v, (m,), generator=g)
+    temperature = torch.exp(torch.randn(m, 1, generator=g, device=device) * 0.4)
+    ranks = torch.randperm(v, generator=g, device=device)
+    id_bias = -torch.log1p(torch.arange(v, dtype=torch.float32, device=device))[ranks] * 0.5
+    logits = torch.randn(m, v, generator=g, device=device) * 2.0 * temperature + id_bias
+    targets = torch.randint(0, v, (m,), generator=g, device=device)
     # About 10% padding positions, at least one, as a padded batch has.
-    pad = torch.rand(m, generator=g) < 0.1
+    pad = torch.rand(m, generator=g, device=device) < 0.1
     pad[min(1, m - 1)] = True
     if pad.all():
         pad[0] = False

@@ -13,7 +13,7 @@ import triton.language as tl
 # Tunable knobs: module-level constants the offline tuner rewrites.
 BLOCK_H = 32  # heads per program (capped at the padded head count)
 POSITIONS_PER_PROGRAM = 1  # consecutive (batch, position) rows per program
-NUM_WARPS = 4
+NUM_WARPS = 4  # upper bound: fewer when the tile is small, so every thread keeps 16-byte vectors
 
 
 @triton.jit
@@ -55,12 +55,15 @@ def kernel_fn(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Te
         cos, sin = cos.contiguous(), sin.contiguous()
     y = torch.empty((b, s, h, d), dtype=x.dtype, device=x.device)
     block_h = min(BLOCK_H, triton.next_power_of_2(h))
+    block_half = triton.next_power_of_2(half)
+    vector = 16 // x.element_size()  # elements per 16-byte access
+    warps = max(1, min(NUM_WARPS, block_h * block_half // (32 * vector)))
     n_rows = b * s
     grid = (triton.cdiv(n_rows, POSITIONS_PER_PROGRAM), triton.cdiv(h, block_h))
     _rotary[grid](x, cos, sin, y, n_rows, s, h,
                   x.stride(0), x.stride(1), x.stride(2), x.stride(3),
                   cos.stride(0), sin.stride(0),
                   y.stride(0), y.stride(1), y.stride(2),
-                  HALF=half, ROWS=POSITIONS_PER_PROGRAM, BLOCK_H=block_h, BLOCK_HALF=triton.next_power_of_2(half),
-                  num_warps=NUM_WARPS)
+                  HALF=half, ROWS=POSITIONS_PER_PROGRAM, BLOCK_H=block_h, BLOCK_HALF=block_half,
+                  num_warps=warps)
     return y

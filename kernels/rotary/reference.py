@@ -19,13 +19,14 @@ def rope_tables(positions: torch.Tensor, head_dim: int, scale: float = 1.0) -> t
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str, seed: int) -> tuple:
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)  # on the device: fast at 1 GB inputs
     b, s, h, d = shape["B"], shape["S"], shape["H"], shape["D"]
     if d % 2:
         raise ValueError(f"rotary: head dim D must be even, got {d}")
     # Query/key projections: per-head scale spread and a per-channel offset.
-    head_scale = torch.exp(torch.randn(1, 1, h, 1, generator=g) * 0.5)
-    x = torch.randn(b, s, h, d, generator=g) * head_scale + 0.2 * torch.randn(d, generator=g)
+    head_scale = torch.exp(torch.randn(1, 1, h, 1, generator=g, device=device) * 0.5)
+    channel_offset = 0.2 * torch.randn(d, generator=g, device=device)
+    x = torch.randn(b, s, h, d, generator=g, device=device) * head_scale + channel_offset
     cos, sin = rope_tables(torch.arange(s), d)
     to = dict(device=device, dtype=dtype)
     return x.to(**to), cos.to(**to), sin.to(**to)

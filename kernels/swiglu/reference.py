@@ -5,13 +5,14 @@ import torch.nn.functional as F
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str, seed: int) -> tuple:
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)  # on the device: fast at 1 GB inputs
     m, n = shape["M"], shape["N"]
     # Pre-activations of a gate and an up projection: per-token scale spread, a
     # per-channel bias, so silu sees its negative tail and its linear part.
-    scale = torch.exp(torch.randn(m, 1, generator=g) * 0.5)
-    gate = torch.randn(m, n, generator=g) * scale * 1.5 + 0.3 * torch.randn(n, generator=g)
-    up = torch.randn(m, n, generator=g) * scale
+    scale = torch.exp(torch.randn(m, 1, generator=g, device=device) * 0.5)
+    bias = 0.3 * torch.randn(n, generator=g, device=device)
+    gate = torch.randn(m, n, generator=g, device=device) * scale * 1.5 + bias
+    up = torch.randn(m, n, generator=g, device=device) * scale
     return gate.to(device=device, dtype=dtype), up.to(device=device, dtype=dtype)
 
 
