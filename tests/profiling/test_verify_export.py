@@ -174,3 +174,15 @@ def test_workspace_kernels_come_from_the_newest_run_branch(tmp_path, capsys):
     assert "run night" in capsys.readouterr().out
     assert "kept by the night run" in (out / "kernels" / "rmsnorm.py").read_text()
     assert "run night" in json.loads((out / "manifest.json").read_text())["source"]
+
+
+def test_patched_linear_follows_weight_updates():
+    import torch
+
+    lin = torch.nn.Sequential(torch.nn.Linear(6, 5))
+    patch_model(lin, {"matmul": lambda a, b: a @ b})
+    x = torch.randn(3, 6)
+    with torch.no_grad():
+        assert torch.allclose(lin(x), x @ lin[0].original.weight.t() + lin[0].original.bias)
+        lin[0].original.weight.mul_(2.0)  # an optimizer step changes the weight in place
+        assert torch.allclose(lin(x), x @ lin[0].original.weight.t() + lin[0].original.bias)
