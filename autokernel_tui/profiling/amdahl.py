@@ -153,8 +153,9 @@ def format_table(profile: dict, limit: int = 20) -> str:
     """The ranked table the CLI prints; every family is there, ``other`` included."""
     kind = "GPU kernel time" if profile["time_kind"] == "cuda" else "CPU self time of aten ops (not GPU time)"
     a = profile["model_args"]
+    size = f"batch {a.get('batch')} x seq {a.get('seq')}" if a.get("batch") else "its example inputs"
     lines = [
-        f"{profile['model']} on {profile['device']}: {a.get('dtype')}, batch {a.get('batch')} x seq {a.get('seq')}, "
+        f"{profile['model']} on {profile['device']}: {a.get('dtype')}, {size}, "
         f"{'training step' if a.get('train') else 'inference'}",
         f"counted: {kind}, {_fmt_us(profile['total_us'])} per step over {profile['steps']} steps "
         f"(wall {_fmt_us(profile['wall_us'])}); floors from {profile['roofline']['source']}",
