@@ -48,7 +48,7 @@ def _add_rmsnorm_looped(X, R, W, Y, RO, N, stride_x, stride_r, stride_y, stride_
         x = tl.load(X + row * stride_x + cols, mask=cmask, other=0.0).to(tl.float32)
         r = tl.load(R + row * stride_r + cols, mask=cmask, other=0.0).to(tl.float32)
         h = (x + r).to(RO.dtype.element_ty)
-        tl.store(RO + row * stride_ro + cols, h, mask=cmask)
+        tl.store(RO + row * stride_ro + cols, h, mask=cmask, eviction_policy="evict_last")  # re-read below
         hf = h.to(tl.float32)
         acc += hf * hf
     rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
@@ -56,7 +56,7 @@ def _add_rmsnorm_looped(X, R, W, Y, RO, N, stride_x, stride_r, stride_y, stride_
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         cmask = cols < N
-        h = tl.load(RO + row * stride_ro + cols, mask=cmask, other=0.0).to(tl.float32)
+        h = tl.load(RO + row * stride_ro + cols, mask=cmask, other=0.0, eviction_policy="evict_first").to(tl.float32)
         w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
         tl.store(Y + row * stride_y + cols, (h * rstd * w).to(Y.dtype.element_ty), mask=cmask)
 

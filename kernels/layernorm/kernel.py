@@ -48,7 +48,7 @@ def _layernorm_looped(X, W, B, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.conste
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         cmask = cols < N
-        x = tl.load(x_row + cols, mask=cmask, other=0.0).to(tl.float32)
+        x = tl.load(x_row + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
         new_cnt = cnt + tl.where(cmask, 1.0, 0.0)
         delta = tl.where(cmask, x - mu, 0.0)
         mu = mu + delta / tl.maximum(new_cnt, 1.0)
@@ -62,7 +62,7 @@ def _layernorm_looped(X, W, B, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.conste
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         cmask = cols < N
-        x = tl.load(x_row + cols, mask=cmask, other=0.0).to(tl.float32)
+        x = tl.load(x_row + cols, mask=cmask, other=0.0, eviction_policy="evict_first").to(tl.float32)
         w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
         b = tl.load(B + cols, mask=cmask, other=0.0).to(tl.float32)
         tl.store(y_row + cols, ((x - mean) * rstd * w + b).to(Y.dtype.element_ty), mask=cmask)

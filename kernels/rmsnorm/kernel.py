@@ -39,13 +39,13 @@ def _rmsnorm_looped(X, W, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr):
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_row + cols, mask=cols < N, other=0.0).to(tl.float32)
+        x = tl.load(x_row + cols, mask=cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
         acc += x * x
     rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         cmask = cols < N
-        x = tl.load(x_row + cols, mask=cmask, other=0.0).to(tl.float32)
+        x = tl.load(x_row + cols, mask=cmask, other=0.0, eviction_policy="evict_first").to(tl.float32)
         w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
         tl.store(y_row + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=cmask)
 

@@ -50,7 +50,8 @@ def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr):
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         cmask = cols < N
-        x = tl.load(x_row + cols, mask=cmask, other=0.0)
+        # Keep the row in L2 for the second pass.
+        x = tl.load(x_row + cols, mask=cmask, other=0.0, eviction_policy="evict_last")
         x = tl.where(cmask, x.to(tl.float32), float("-inf"))
         m_new = tl.maximum(m_run, tl.max(x, axis=0))
         # While only -inf has been seen, keep the sums at zero (avoids -inf - -inf = nan).
@@ -64,7 +65,7 @@ def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr):
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         cmask = cols < N
-        x = tl.load(x_row + cols, mask=cmask, other=0.0).to(tl.float32)
+        x = tl.load(x_row + cols, mask=cmask, other=0.0, eviction_policy="evict_first").to(tl.float32)
         y = tl.exp2((x - row_max) * 1.4426950408889634) * inv
         tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=cmask)
 
