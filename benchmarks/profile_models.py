@@ -72,7 +72,7 @@ def main() -> int:
             path.write_text(json.dumps(prof, indent=1))
             print(format_table(prof, limit=14), "\n", flush=True)
             results["profiles"][f"{key}-{mode}"] = {
-                "file": path.name, "total_us": prof["total_us"], "wall_us": prof["wall_us"],
+                "file": path.name, "time_kind": prof["time_kind"], "total_us": prof["total_us"], "wall_us": prof["wall_us"],
                 "families": [{k: f[k] for k in ("rank", "family", "task", "share", "time_us", "floor_us", "headroom",
                                                 "gain")} for f in prof["families"]],
                 "other_kernels": next((f["kernels"][:10] for f in prof["families"] if f["family"] == "other"), []),
@@ -107,6 +107,7 @@ def main() -> int:
     results["reproduce"] = _reproduce(pkg, zoo, batch, seq, layers, dtype, device, args.iters or (30 if gpu else 1))
     results["wall_s"] = time.time() - t_start
     (out / "profile_models.json").write_text(json.dumps(results, indent=1, default=str))
+    (out / "profile_models.md").write_text(_markdown(results, " ".join(sys.argv[1:])))
     _summary(results)
     return 0
 
@@ -145,6 +146,41 @@ def _reproduce(pkg: Path, zoo, batch, seq, layers, dtype, device, iters) -> dict
     if res.returncode != 0:
         return {"error": res.stderr.strip().splitlines()[-1] if res.stderr.strip() else f"exit {res.returncode}"}
     return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def _markdown(results: dict, argv: str) -> str:
+    """A section for docs/benchmarks.md: the command, the ranked tables, verify and reproduction."""
+    lines = ["## Profiles, Amdahl ranking and end-to-end verify", "",
+             f"`python benchmarks/profile_models.py {argv}` on {results['device']}, torch {results['torch']} "
+             f"({results['wall_s']:.0f} s). Ranked by the end-to-end speedup if the family reached its roofline "
+             "floor (Amdahl), not by time. Raw: `profile_models.json`.", ""]
+    for name, p in results["profiles"].items():
+        kind = "GPU kernel time" if p["time_kind"] == "cuda" else "CPU op time (not meaningful)"
+        lines += [f"### {name}: {p['total_us'] / 1e3:.2f} ms of {kind} per step "
+                  f"(wall {p['wall_us'] / 1e3:.2f} ms)", "",
+                  "| # | family | task | share | time (us) | floor (us) | headroom | if at floor |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for f in p["families"][:10]:
+            lines.append(f"| {f['rank']} | {f['family']} | {f['task'] or '-'} | {100 * f['share']:.1f}% | "
+                         f"{f['time_us']:.0f} | {f['floor_us']:.0f} | {f['headroom']:.2f}x | {f['gain']:.3f}x |")
+        lines.append("")
+    lines += ["### verify: starters inside the model (bf16 forward, CUDA events, median of 30)", "",
+              "| model / kernels | outputs | rel L2 (tolerance) | before (ms) | after (ms) | measured | predicted |",
+              "|---|---|---|---|---|---|---|"]
+    for name, r in results["verify"].items():
+        if "error" in r:
+            lines.append(f"| {name} | ERROR: {r['error']} | | | | | |")
+            continue
+        pred = f"{r['predicted_speedup']:.3f}x" if r["predicted_speedup"] else "n/a"
+        lines.append(f"| {name} | {'PASS' if r['correct'] else 'FAIL'} | {r['rel_l2_vs_original']:.1e} "
+                     f"({r['tolerance']:.0e}) | {r['before']['median_us'] / 1e3:.3f} | "
+                     f"{r['after']['median_us'] / 1e3:.3f} | {r['measured_speedup']:.3f}x | {pred} |")
+    rep = results["reproduce"] or {}
+    lines += ["", "Exported package patched into a fresh LLaMA in a fresh process: " +
+              (f"ERROR {rep['error']}" if "error" in rep else
+               f"patched {rep['patched']}, rel L2 {rep['rel_l2']:.1e}, {rep['before_us'] / 1e3:.3f} ms -> "
+               f"{rep['after_us'] / 1e3:.3f} ms = {rep['speedup']:.3f}x"), ""]
+    return "\n".join(lines)
 
 
 def _summary(results: dict) -> None:
