@@ -163,7 +163,7 @@ def run_task(task_dir: Path, tuned_dir: Path | None, dtypes: list[str], timer: T
     if tuned_dir is not None and (tuned_dir / "kernel.py").is_file():
         kernels["tuned"] = sc.load_module(tuned_dir / "kernel.py", "quality_tuned")
     compute = spec.bound == "compute"
-    mode = "max-autotune-no-cudagraphs" if compute else "default"
+    mode = args.compute_compile_mode if compute else "default"
     shapes = spec.test_shapes[:1] if args.smoke else spec.shapes
     rows = []
     for dtype_name in spec.dtypes:
@@ -326,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, default=540.0, help="stop timing new shapes after this long")
     ap.add_argument("--target-ms", type=float, default=80.0, help="timed calls per measurement add up to about this")
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="skip torch.compile")
+    ap.add_argument("--compute-compile-mode", default="max-autotune-no-cudagraphs",
+                    choices=["max-autotune-no-cudagraphs", "max-autotune", "default"],
+                    help="torch.compile mode for compute-bound tasks (memory-bound ones use default)")
     ap.add_argument("--json", type=Path, default=None,
                     help="raw results (default: $OUT/kernel_quality.json, else benchmarks/results/kernel_quality-<time>.json)")
     args = ap.parse_args(argv)
@@ -358,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
               "method": {"timer": "CUDA events per call" if device == "cuda" else "perf_counter",
                          "l2_flush_bytes": FLUSH_BYTES, "input_sets": N_INPUT_SETS, "statistic": "median, p20, p80",
                          "target_ms": args.target_ms,
-                         "compile_modes": {"compute": "max-autotune-no-cudagraphs", "memory": "default"}},
+                         "compile_modes": {"compute": args.compute_compile_mode, "memory": "default"}},
               "argv": sys.argv[1:], "kernel_dir": str(args.kernel_dir) if args.kernel_dir else None}
     rows = []
     for d in dirs:
