@@ -30,6 +30,8 @@ COMPUTE_METHODS = {
     "cross_entropy", "nll_loss", "scaled_dot_product_attention", "rotary", "gather", "index_select",
     "fill_", "zero_", "cpu", "cuda", "numpy", "tolist", "item",
 }
+# Side channels a kernel file has no business with (background work the timer misses, native code).
+FORBIDDEN_STDLIB = ("threading", "concurrent", "multiprocessing", "asyncio", "subprocess", "ctypes", "numpy")
 FORBIDDEN_MODULES = ("torch.nn", "torch.ops", "torch._C", "torch.compile", "torch.library", "torch.autograd",
                      "torch.cuda.Stream", "torch.cuda.stream", "torch.func", "torch._dynamo", "torch._inductor")
 
@@ -64,13 +66,14 @@ def host_violations(source: str) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
-                if a.name.startswith(FORBIDDEN_MODULES) or a.name == "numpy":
+                if a.name.startswith(FORBIDDEN_MODULES) or a.name.split(".")[0] in FORBIDDEN_STDLIB:
                     problems.append(f"line {node.lineno}: imports {a.name}")
                 if a.name == "torch":
                     torch_aliases.add(a.asname or "torch")
         elif isinstance(node, ast.ImportFrom) and node.module:
             full = [f"{node.module}.{a.name}" for a in node.names]
-            if node.module.startswith(FORBIDDEN_MODULES) or any(f.startswith(FORBIDDEN_MODULES) for f in full):
+            if node.module.startswith(FORBIDDEN_MODULES) or any(f.startswith(FORBIDDEN_MODULES) for f in full) \
+                    or node.module.split(".")[0] in FORBIDDEN_STDLIB:
                 problems.append(f"line {node.lineno}: imports from {node.module}")
             elif node.module == "torch":
                 fn_aliases.update(a.asname or a.name for a in node.names if a.name not in ("Tensor", "dtype"))
@@ -111,6 +114,8 @@ def test_kernel_host_code_does_no_torch_compute(spec):
     ("from torch import matmul\ndef kernel_fn(a, b):\n    return matmul(a, b)\n", "matmul"),
     ("import torch\ndef kernel_fn(x):\n    y = torch.empty_like(x)\n    y.copy_(x)\n    return y\n", ".copy_()"),
     ("import torch as T\ndef kernel_fn(x):\n    return T.exp(x)\n", "torch.exp"),
+    ("import threading\ndef kernel_fn(x):\n    return x\n", "threading"),
+    ("from concurrent.futures import ThreadPoolExecutor\ndef kernel_fn(x):\n    return x\n", "concurrent"),
 ])
 def test_scanner_catches(snippet, what):
     problems = host_violations(snippet)
