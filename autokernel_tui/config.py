@@ -39,6 +39,7 @@ class RunSettings:
     plateau_experiments: int = 8  # move to the next kernel after this many without improvement
     kernel_time_budget_s: float = 0.0  # per kernel, its own clock; 0 = none
     roofline_target: float = 0.90  # move on when a kernel reaches this fraction of roofline
+    agent_retry_s: float = 600.0  # after an agent outage, try again by itself after this long; 0 = wait for a human
 
 
 @dataclass

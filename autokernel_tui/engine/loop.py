@@ -119,6 +119,7 @@ class Engine:
         self._pending: dict[str, Any] | None = None
         self._reverts: list[int] = []
         self._needs_recovery = False
+        self._retry_at: float | None = None
         self._looping = False
         self._thread: threading.Thread | None = None
         self.current_n: int | None = None
@@ -339,6 +340,7 @@ class Engine:
                 return {"snapshot": self.snapshot()}
             if cmd == "pause":
                 self._pause = True
+                self._retry_at = None  # a human pause is not undone by the outage timer
             elif cmd in ("resume", "start"):
                 self._pause = False
                 if self._thread is None and self.state == IDLE:
@@ -485,6 +487,10 @@ class Engine:
             while self._pause and not self._stop:
                 if self._reverts:
                     self._process_reverts()
+                if self._retry_at and time.time() >= self._retry_at:
+                    self._pause, self._retry_at = False, None  # a night does not stall on an outage
+                    self._error("retrying the agent after its outage")
+                    break
                 self._cv.wait(0.5)
 
     def _loop(self) -> str:
@@ -645,7 +651,11 @@ class Engine:
             proposal, batcher = self._propose(n, ctx)
         except agents.AgentUnavailable as exc:
             self._emit("experiment_abandoned", n=n, reason=f"agent unavailable: {exc}")
-            self._pause_on_error(f"agent unavailable: {exc} — paused; resume when it is back")
+            retry = self.settings.run.agent_retry_s
+            self._pause_on_error(f"agent unavailable: {exc} — paused; resume when it is back"
+                                 + (f" (retrying by itself in {retry / 60:.0f} min)" if retry else ""))
+            with self._cv:
+                self._retry_at = time.time() + retry if retry else None
             return
         except agents.NothingToPropose as exc:
             self._emit("experiment_abandoned", n=n, reason=f"nothing left to try: {exc}")

@@ -131,7 +131,8 @@ class RunRepo:
         return f"{KERNELS}/{task}/kernel.py"
 
     def show(self, rev: str, task: str) -> str:
-        return self.repo.git.show(f"{rev}:{self.kernel_path(task)}")
+        # exact bytes: GitPython strips the final newline unless told not to
+        return self.repo.git.show(f"{rev}:{self.kernel_path(task)}", strip_newline_in_stdout=False)
 
     def ref_name(self, n: int) -> str:
         return f"refs/autokernel/{self.tag}/exp-{n}"

@@ -83,7 +83,8 @@ class RunHistory:
         if not rec.commit:
             return ""
         try:
-            return git.Repo(self.workspace).git.show(f"{rec.commit}:kernels/{rec.task}/kernel.py")
+            return git.Repo(self.workspace).git.show(f"{rec.commit}:kernels/{rec.task}/kernel.py",
+                                                     strip_newline_in_stdout=False)
         except git.GitCommandError:
             return ""
 

@@ -38,3 +38,38 @@ def wait_socket(ws, proc, timeout=30.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError("the engine never served its control socket")
+
+
+def git(ws, *args, check=True):
+    return subprocess.run(["git", "-C", str(ws), *args], capture_output=True, text=True, check=check).stdout.strip()
+
+
+def check_consistent(ws, tag, final=False, base_ref="main"):
+    """The invariants that must hold at ANY moment, even with one experiment still open:
+    rows numbered 1..n once each, one result event per row, the branch holding exactly the
+    kept commits (plus at most the open candidate), every other commit at its ref."""
+    from autokernel_tui.ledger.events import read_events
+    from autokernel_tui.ledger.results import read_rows
+
+    rd = Path(ws) / ".autokernel" / "runs" / tag
+    rows = read_rows(rd / "results.tsv", typed=True)
+    ns = [r["experiment"] for r in rows]
+    assert ns == list(range(1, len(ns) + 1)), f"rows not contiguous: {ns}"
+    events = read_events(rd / "events.jsonl")
+    results = [e["row"]["experiment"] for e in events if e["type"] == "result"]
+    assert sorted(results) == results and len(set(results)) == len(results), "a result event was duplicated"
+    assert set(ns) - set(results) <= ({ns[-1]} if ns and not final else set()), "a row lost its result event"
+    started = {e["n"] for e in events if e["type"] == "experiment_started"}
+    assert set(ns) <= started
+    base = git(ws, "rev-parse", base_ref)
+    chain = git(ws, "rev-list", "--first-parent", "--reverse", f"{base}..autokernel/{tag}").split()
+    kept = [r["commit"] for r in rows if r["status"] in ("keep", "reverted")]
+    if chain != kept:
+        assert not final and chain[:-1] == kept, f"branch {chain} vs kept rows {kept}"
+        assert git(ws, "log", "-1", "--format=%s", chain[-1]).startswith(f"exp {len(rows) + 1}:")
+    for r in rows:
+        if r["status"] not in ("keep", "reverted") and r["commit"]:
+            assert git(ws, "rev-parse", f"refs/autokernel/{tag}/exp-{r['experiment']}") == r["commit"]
+        if r["commit"]:
+            assert git(ws, "log", "-1", "--format=%s", r["commit"]).startswith(f"exp {r['experiment']}:")
+    return rows

@@ -16,7 +16,7 @@ from autokernel_tui.ledger import durable
 from autokernel_tui.ledger.events import read_events
 from autokernel_tui.ledger.history import load_runs
 from autokernel_tui.ledger.results import read_rows
-from enginefakes import FakeHarness, ScriptedAgent, latency_of
+from enginefakes import FakeHarness, ScriptedAgent, latency_of, with_markers
 
 
 def git(ws, *args):
@@ -61,6 +61,8 @@ def test_auto_policy_keeps_faster_and_resets_the_rest(workspace, settings):
     last_ctx = agent.contexts[-1]
     assert [h["status"] for h in last_ctx.history] == ["keep", "discard", "fail"]
     assert latency_of(last_ctx.history[1]["source"]) == 95 and last_ctx.history[2]["reason"] == "fake fail"
+    # byte-exact sources (the tuner compares them): what was committed, final newline included
+    assert last_ctx.history[1]["source"] == with_markers(agent.contexts[1].incumbent_source, 95)
     assert latency_of(last_ctx.incumbent_source) == 90
     # Events on disk are what subscribers saw, in the contract's order per experiment.
     events = read_events(run_dir(workspace) / "events.jsonl")
@@ -136,7 +138,17 @@ def test_agent_outage_pauses_without_losing_anything(workspace, settings):
     engine.join(10)
     engine.close()
     assert statuses(workspace) == ["keep", "keep"]
-    assert [r["experiment"] for r in read_rows(run_dir(workspace) / "results.tsv", typed=True)] == [1, 2]
+    # unattended: the engine retries by itself after run.agent_retry_s
+    settings.run.max_experiments = 3
+    settings.run.agent_retry_s = 0.3
+    engine = Engine(workspace, settings, tag="t", agent=ScriptedAgent([90, 80, "down"]), harness=FakeHarness())
+    engine.start()
+    wait_for(lambda: engine.state == "paused")
+    engine._agent.script = [80]
+    engine.join(10)
+    engine.close()
+    assert statuses(workspace) == ["keep", "keep", "keep"]
+    assert [r["experiment"] for r in read_rows(run_dir(workspace) / "results.tsv", typed=True)] == [1, 2, 3]
 
 
 def test_pause_skip_stop_and_second_engine_refused(workspace, settings):
@@ -181,8 +193,10 @@ def test_budget_in_dollars_and_revert(workspace, settings):
     rows = read_rows(run_dir(workspace) / "results.tsv", typed=True)
     assert rows[-1]["status"] == "reverted" and rows[-1]["experiment"] == 4
     assert rows[-1]["description"].startswith("revert exp 2:")
-    head_src = git(workspace, "show", "autokernel/t:kernels/rmsnorm/kernel.py")
-    assert latency_of(head_src) == 90  # back to exp 1's kernel
+    head_src = (workspace / ".autokernel/worktrees/t/kernels/rmsnorm/kernel.py").read_text()
+    exp1_src = subprocess.run(["git", "-C", str(workspace), "show", "autokernel/t~2:kernels/rmsnorm/kernel.py"],
+                              capture_output=True, text=True).stdout
+    assert head_src == exp1_src and latency_of(head_src) == 90  # exactly exp 1's kernel again
     assert git(workspace, "rev-parse", "autokernel/t~1").strip() == kept2
 
 

@@ -6,44 +6,17 @@ import signal
 import subprocess
 import time
 
-from autokernel_tui.ledger.events import read_events
 from autokernel_tui.ledger.results import read_rows
-from subproc import engine_env, run_args, start
+from subproc import check_consistent as _check, engine_env, git, run_args, start
 
 TAG = "night"
-SCRIPT = "90,95,80,85/FAIL,70,75,60,65"
-
-
-def git(ws, *args, check=True):
-    return subprocess.run(["git", "-C", str(ws), *args], capture_output=True, text=True, check=check).stdout.strip()
 
 
 def check_consistent(ws, final=False):
-    """The invariants that must hold at ANY moment, even with one experiment still open."""
-    rd = ws / ".autokernel" / "runs" / TAG
-    rows = read_rows(rd / "results.tsv", typed=True)
-    ns = [r["experiment"] for r in rows]
-    assert ns == list(range(1, len(ns) + 1)), f"rows not contiguous: {ns}"
-    events = read_events(rd / "events.jsonl")
-    results = [e["row"]["experiment"] for e in events if e["type"] == "result"]
-    assert sorted(results) == results and len(set(results)) == len(results), "a result event was duplicated"
-    assert set(ns) - set(results) <= ({ns[-1]} if ns and not final else set()), "a row lost its result event"
-    started = {e["n"] for e in events if e["type"] == "experiment_started"}
-    assert set(ns) <= started
-    # The branch holds exactly the kept (and revert) commits, in order; at most one open candidate on top.
-    base = git(ws, "rev-parse", "main")
-    chain = git(ws, "rev-list", "--first-parent", "--reverse", f"{base}..autokernel/{TAG}").split()
-    kept = [r["commit"] for r in rows if r["status"] in ("keep", "reverted")]
-    if chain != kept:
-        assert not final and chain[:-1] == kept, f"branch {chain} vs kept rows {kept}"
-        open_n = len(rows) + 1
-        assert git(ws, "log", "-1", "--format=%s", chain[-1]).startswith(f"exp {open_n}:")
-    for r in rows:
-        if r["status"] not in ("keep", "reverted") and r["commit"]:
-            assert git(ws, "rev-parse", f"refs/autokernel/{TAG}/exp-{r['experiment']}") == r["commit"]
-        if r["commit"]:
-            assert git(ws, "log", "-1", "--format=%s", r["commit"]).startswith(f"exp {r['experiment']}:")
-    return rows
+    return _check(ws, TAG, final=final)
+
+
+SCRIPT = "90,95,80,85/FAIL,70,75,60,65"
 
 
 def test_sigkill_anywhere_then_resume(workspace):
