@@ -254,7 +254,9 @@ def profile_bundle(bundle, steps: int | None = None, warmup: int = 2) -> dict:
     ops = aggregate(calls, steps)
     total = sum(r["time_us"] for r in ops)
     if total <= 0:
-        raise cls_error("the profiler recorded no device time: did the model run any op?")
+        from autokernel_tui.profiling.zoo import ModelError
+
+        raise ModelError("the profiler recorded no device time: did the model run any op?")
     return {
         "version": PROFILE_VERSION,
         "model": bundle.name,
@@ -274,9 +276,3 @@ def profile_bundle(bundle, steps: int | None = None, warmup: int = 2) -> dict:
 def _zero_grads(model) -> None:
     for p in model.parameters():
         p.grad = None
-
-
-def cls_error(msg: str):
-    from autokernel_tui.profiling.zoo import ModelError
-
-    return ModelError(msg)
