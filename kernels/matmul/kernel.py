@@ -26,6 +26,7 @@ GROUP_M = 8
 NUM_WARPS = 8
 NUM_STAGES = 3
 USE_TMA = 1  # persistent TMA-descriptor kernel for 16-bit inputs (0: pointer kernel only)
+TMA_FLATTEN = 0  # 1: flatten the tile and K loops into one pipelined loop
 # Tunable knobs (fp32 inputs).
 FP32_BLOCK_M = 128
 FP32_BLOCK_N = 128
@@ -86,12 +87,12 @@ def _matmul(A, B, C, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride
 @triton.jit
 def _matmul_tma(a_desc, b_desc, c_desc, M, N, K,
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr,
-                NUM_PROGRAMS: tl.constexpr, WIDEN: tl.constexpr):
+                NUM_PROGRAMS: tl.constexpr, WIDEN: tl.constexpr, FLATTEN: tl.constexpr):
     tiles_m = tl.cdiv(M, BM)
     tiles_n = tl.cdiv(N, BN)
     per_group = GM * tiles_n
     # Persistent: each program walks tiles pid, pid + NUM_PROGRAMS, ... in grouped order.
-    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, NUM_PROGRAMS):
+    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, NUM_PROGRAMS, flatten=FLATTEN):
         group = tile // per_group
         first_m = group * GM
         group_m = min(tiles_m - first_m, GM)
@@ -138,7 +139,7 @@ def kernel_fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         _matmul_tma[(programs,)](
             TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
             TensorDescriptor.from_tensor(c, [bm, bn]), m, n, k, BM=bm, BN=bn, BK=bk, GM=GROUP_M,
-            NUM_PROGRAMS=programs, WIDEN=_INTERPRETED and a.dtype == torch.bfloat16,
+            NUM_PROGRAMS=programs, FLATTEN=bool(TMA_FLATTEN), WIDEN=_INTERPRETED and a.dtype == torch.bfloat16,
             num_warps=warps, num_stages=stages)
         return c
     grid = (tiles,)
