@@ -92,4 +92,11 @@ def _attention_sink(inputs, g):
     return q, k.to(v.dtype), v
 
 
-ADVERSARIAL = {"mixed_scales": _mixed_scales, "key_offset": _key_offset, "attention_sink": _attention_sink}
+def _bshd_layout(inputs, g):
+    # q/k/v as models hand them over: [B, S, H, D] projections viewed as [B, H, S, D]
+    # (transpose(1, 2), not contiguous). Same values; the kernel must honour the strides.
+    return tuple(t.transpose(1, 2).contiguous().transpose(1, 2) for t in inputs)
+
+
+ADVERSARIAL = {"mixed_scales": _mixed_scales, "key_offset": _key_offset, "attention_sink": _attention_sink,
+               "bshd_layout": _bshd_layout}

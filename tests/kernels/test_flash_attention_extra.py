@@ -32,15 +32,17 @@ def with_knobs(tmp_path: Path, **knobs) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("block_m,block_n,dim,seq", [
-    (64, 32, 64, 150),    # several query blocks, several unmasked key blocks
-    (64, 128, 64, 150),   # key block wider than the query block
-    (128, 128, 128, 131),  # one key past a block boundary
+@pytest.mark.parametrize("block_m,block_n,dim,seq,tma", [
+    (64, 32, 64, 150, 1),    # several query blocks, several unmasked key blocks
+    (64, 32, 64, 150, 0),    # the same through pointer loads
+    (64, 128, 64, 150, 1),   # key block wider than the query block
+    (128, 128, 128, 131, 0),  # one key past a block boundary
+    (128, 64, 128, 131, 1),  # TMA reads past this head's end: the next head's rows, masked
 ])
-def test_tile_configurations_stay_correct(tmp_path, block_m, block_n, dim, seq):
-    task = with_knobs(tmp_path, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=4)
-    shape = Shape("knobs", {"B": 1, "H": 4, "KVH": 2, "S": seq, "D": dim})
-    row = sc.check_case(task, "float16", shape, "cpu", tag=f"fa{block_m}x{block_n}x{dim}")
+def test_tile_configurations_stay_correct(tmp_path, block_m, block_n, dim, seq, tma):
+    task = with_knobs(tmp_path, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=4, USE_TMA=tma)
+    shape = Shape("knobs", {"B": 2, "H": 4, "KVH": 2, "S": seq, "D": dim})
+    row = sc.check_case(task, "float16", shape, "cpu", tag=f"fa{block_m}x{block_n}x{dim}t{tma}")
     assert row["kernel"]["passed"], row["kernel"]["why"]
 
 
