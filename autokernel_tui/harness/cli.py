@@ -37,11 +37,12 @@ def _num(value) -> str:
 def render(report) -> str:
     """The compact text report (also used by tests)."""
     lines = []
-    where = report.device + ("" if report.timing_meaningful else ": timings not meaningful")
     head = f"{report.task}  {report.status}"
     if report.status != "PASS":
         head += f" at {report.stage}: {report.reason}"
-    lines.append(f"{head}   [{where}]")
+    if report.device:
+        head += f"   [{report.device}{'' if report.timing_meaningful else ': timings not meaningful'}]"
+    lines.append(head)
     if report.shapes:
         lines.append(f"  {'shape':<16}{'dtype':<10}{'median us':>11}{'p20-p80 us':>19}{'eager us':>11}"
                      f"{'x eager':>9}{'x compile':>10}{'GB/s':>8}{'TFLOP/s':>9}{'%roof':>7}{'rel_l2':>9}")

@@ -24,6 +24,7 @@ from typing import Any
 
 from autokernel_tui.harness import protocol, stats
 from autokernel_tui.harness.report import Comparison, Report
+from autokernel_tui.harness.static_check import check_source
 from autokernel_tui.tasks.spec import HARNESS_OWNED, KERNEL_FILE, load_spec, owned_file_hashes
 
 STARTUP_TIMEOUT_S = 300.0
@@ -253,6 +254,19 @@ class Harness:
                     base.reason = f"harness-owned file changed since the run started: {', '.join(changed)}"
                     base.wall_s = time.monotonic() - t0
                     return base
+            # The static rules need no worker: a broken or forbidden file is answered at once.
+            try:
+                source = kernel_source if kernel_source is not None else (task_dir / KERNEL_FILE).read_text("utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                source, base.status, base.reason = None, "FAIL", f"cannot read kernel.py: {exc}"
+            violations = check_source(source) if source is not None else []
+            if violations:
+                v = violations[0]
+                base.status = "FAIL" if v.rule in ("syntax", "kernel_fn") else "REJECTED"
+                base.reason = f"{v}" + (f" (+{len(violations) - 1} more)" if len(violations) > 1 else "")
+            if base.status != "PASS":
+                base.stage, base.wall_s = "static", time.monotonic() - t0
+                return base
             copy = self._private_copy(task_dir, kernel_source) if kernel_source is not None else None
             work_dir = copy or task_dir
             try:

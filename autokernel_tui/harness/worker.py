@@ -84,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         except BaseException as exc:  # noqa: BLE001 - report, never die silently
             text = "".join(traceback.format_exception(exc))
             print(text, file=sys.stderr, flush=True)
-            reply, restart = {"ok": False, "error": f"{type(exc).__name__}: {exc}".splitlines()[0]}, False
+            # A CUDA error outside a guarded call still poisons the context: start afresh.
+            restart = "CUDA error" in str(exc) or type(exc).__name__ == "AcceleratorError"
+            reply = {"ok": False, "error": (f"{type(exc).__name__}: {exc}".splitlines() or ["?"])[0]}
         sys.stdout.flush()
         sys.stderr.flush()
         reply["restart"] = restart
