@@ -21,6 +21,7 @@ import datetime as _dt
 import difflib
 import json
 import os
+import queue
 import threading
 import time
 from pathlib import Path
@@ -129,11 +130,15 @@ class Engine:
         self.finish_reason = ""
         self._sources: dict[str, str] = {}
         self._agent, self._harness = agent, harness
+        self._outbox: queue.Queue[dict | None] = queue.Queue()
+        self._dispatcher = threading.Thread(target=self._dispatch, name="autokernel-events", daemon=True)
+        self._dispatcher.start()
         self.lock = EngineLock(self.workspace).acquire()
         try:
             self._open_run(tag, new, tasks)
         except BaseException:
             self.lock.release()
+            self._outbox.put(None)
             raise
         self.control = None
 
@@ -284,11 +289,20 @@ class Engine:
         return unsubscribe
 
     def _publish(self, event: dict) -> None:
-        for cb in list(self._subscribers):
-            try:
-                cb(event)
-            except Exception:  # a broken viewer must not stop the night
-                pass
+        # Delivered from one dispatcher thread, in order, never under the engine's lock: a slow or
+        # re-entrant viewer (one that calls snapshot() from its callback) cannot stall the loop.
+        self._outbox.put(event)
+
+    def _dispatch(self) -> None:
+        while True:
+            event = self._outbox.get()
+            if event is None:
+                return
+            for cb in list(self._subscribers):
+                try:
+                    cb(event)
+                except Exception:  # a broken viewer must not stop the night
+                    pass
 
     def _emit(self, type_: str, **fields: Any) -> dict:
         event = self.events.make(type_, **fields)
@@ -397,6 +411,8 @@ class Engine:
             self._thread.join(timeout)
 
     def close(self) -> None:
+        self._outbox.put(None)  # deliver what is queued, then stop the dispatcher
+        self._dispatcher.join(5)
         if self.control is not None:
             self.control.close()
             self.control = None

@@ -207,18 +207,14 @@ def test_disk_full_pauses_and_resume_records_the_experiment_once(workspace, sett
     state = {"full": False}
 
     def append(path, line):
-        if state["full"]:
+        if '"type":"committed","run":"t","n":2' in line:
+            state["full"] = True  # the disk fills up mid-experiment, right after this line
+        elif state["full"]:
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, line)
 
     monkeypatch.setattr("autokernel_tui.ledger.results.append_line", append)
     monkeypatch.setattr("autokernel_tui.ledger.events.append_line", append)
-
-    def on_event(ev):
-        if ev["type"] == "committed" and ev["n"] == 2:
-            state["full"] = True  # the disk fills up mid-experiment
-
-    engine.subscribe(on_event)
     engine.start()
     wait_for(lambda: engine.state == "paused")
     assert statuses(workspace) == ["keep"]
