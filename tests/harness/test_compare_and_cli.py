@@ -80,3 +80,17 @@ def test_every_shipped_starter_passes(harness):
         report = harness.evaluate(starters_dir() / name, quick=True)
         assert report.status == "PASS", f"{name}: {report.reason}"
     assert (RMSNORM / "kernel.py").is_file()
+
+
+def test_speed_benchmark_runs_end_to_end_in_small_mode(harness, tiny_task):
+    import importlib.util
+    path = RMSNORM.parents[1] / "benchmarks" / "harness_speed.py"
+    spec = importlib.util.spec_from_file_location("harness_speed", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    result = bench.measure_task(harness, tiny_task, runs=1, ab_runs=1, detect_runs=1, quick=True, log=lambda *a: None)
+    assert result["first_eval"]["status"] == "PASS"
+    assert result["aa"]["statuses"] == ["PASS"] and result["three_pct"]["statuses"] == ["PASS"]
+    assert result["eval_wall_s"]["n"] == 1
+    text = bench.table([result], "CPU")
+    assert "rmsnorm" in text and "A/A false keeps" in text

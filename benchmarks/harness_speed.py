@@ -1,0 +1,149 @@
+"""How fast and how discerning the harness is (issue 3's done-when figures).
+
+(a) warm full evaluation wall time (all stages, all default shapes x dtypes, timing),
+    N runs per task, median and p20/p80, Triton JIT time reported separately;
+(b) A/A: compare(starter, starter) N times -> false-keep rate at the keep margin;
+(c) a real ~3% change: the starter plus one extra Triton copy kernel that moves 3%
+    more bytes (3% of the first input read and written again) -> how often
+    compare(starter, that) calls the starter faster, and the measured ratio.
+
+Needs torch + triton + this package only:
+    PYTHONPATH=$PWD python3 benchmarks/harness_speed.py --json $OUT/harness_speed.json
+    PYTHONPATH=$PWD python3 benchmarks/harness_speed.py --smoke        # CPU, interpreter, tiny N
+Prints a short table last and writes the raw numbers as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from autokernel_tui.harness import stats  # noqa: E402
+from autokernel_tui.harness.runner import Harness  # noqa: E402
+from autokernel_tui.tasks.spec import KERNEL_FILE, starters_dir  # noqa: E402
+
+EXTRA_FRACTION = 0.03
+
+EXTRA_KERNEL = '''
+
+# --- harness_speed.py: the starter plus one extra copy kernel moving {pct:.0f}% more bytes ---
+EXTRA_FRACTION = {fraction}
+
+
+@triton.jit
+def _extra_copy(SRC, DST, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(DST + offs, tl.load(SRC + offs, mask=m), mask=m)
+
+
+def kernel_fn(*inputs):
+    out = _starter_kernel_fn(*inputs)
+    x = inputs[0].reshape(-1)
+    n = max(1, int(x.numel() * EXTRA_FRACTION))  # read n + write n elements: ~3% of read x + write y
+    scratch = torch.empty(n, dtype=x.dtype, device=x.device)
+    _extra_copy[(triton.cdiv(n, 4096),)](x, scratch, n, BLOCK=4096)
+    return out
+'''
+
+
+def slower_variant(source: str, fraction: float = EXTRA_FRACTION) -> str:
+    """The starter with an extra Triton kernel that moves ``fraction`` more bytes (memory-bound tasks
+    whose bytes are ~ read the first input + write an output of its size)."""
+    if "import triton.language as tl" not in source:
+        source = "import triton.language as tl\n" + source
+    return source.replace("def kernel_fn(", "def _starter_kernel_fn(") + EXTRA_KERNEL.format(
+        pct=fraction * 100, fraction=fraction)
+
+
+def _spread(values: list[float]) -> dict:
+    return {"median": stats.median(values), "p20": stats.percentile(values, 20),
+            "p80": stats.percentile(values, 80), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, detect_runs: int,
+                 quick: bool = False, log=print) -> dict:
+    source = (task_dir / KERNEL_FILE).read_text()
+    result: dict = {"task": task_dir.name}
+    t0 = time.perf_counter()
+    first = harness.evaluate(task_dir, quick=quick)  # cold: baselines, compile of the reference, JIT
+    result["first_eval"] = {"status": first.status, "reason": first.reason, "wall_s": first.wall_s,
+                            "compile_s": first.compile_s, "with_setup_s": time.perf_counter() - t0}
+    if first.status != "PASS":
+        log(f"{task_dir.name}: starter did not pass: {first.status} {first.reason}")
+        return result
+    walls, jits = [], []
+    for i in range(runs):
+        rep = harness.evaluate(task_dir, quick=quick)
+        walls.append(rep.wall_s)
+        jits.append(rep.compile_s)
+        log(f"  {task_dir.name} eval {i + 1}/{runs}: {rep.status} wall {rep.wall_s:.2f} s, JIT {rep.compile_s:.2f} s")
+    result["eval_wall_s"] = _spread(walls)
+    result["eval_jit_s"] = _spread(jits)
+    result["eval_wall_ex_jit_s"] = _spread([w - j for w, j in zip(walls, jits)])
+    result["summary"] = rep.summary.to_dict() if rep.summary else None
+
+    aa = [harness.compare(task_dir, source, source, quick=quick) for _ in range(ab_runs)]
+    result["aa"] = {"n": len(aa), "false_keeps": sum(c.faster for c in aa),
+                    "speedups": [c.speedup for c in aa], "ci": [(c.ci_low, c.ci_high) for c in aa],
+                    "statuses": [c.status for c in aa], "keep_margin": harness.keep_margin}
+    slow = slower_variant(source)
+    det = [harness.compare(task_dir, source, slow, quick=quick) for _ in range(detect_runs)]
+    result["three_pct"] = {"n": len(det), "detected": sum(c.faster for c in det),
+                           "speedups": [c.speedup for c in det], "ci": [(c.ci_low, c.ci_high) for c in det],
+                           "statuses": [c.status for c in det], "change": f"extra copy kernel, +{EXTRA_FRACTION:.0%} bytes"}
+    result["method"] = aa[0].method if aa else ""
+    return result
+
+
+def table(results: list[dict], device: str) -> str:
+    lines = [f"harness_speed on {device}",
+             f"{'task':<14}{'eval wall s (ex JIT) med [p20-p80]':>36}{'JIT s':>8}{'A/A false keeps':>17}"
+             f"{'3% detected':>13}{'3% ratio':>10}"]
+    for r in results:
+        if "eval_wall_ex_jit_s" not in r:
+            lines.append(f"{r['task']:<14} starter failed: {r['first_eval']['reason']}")
+            continue
+        w, aa, d = r["eval_wall_ex_jit_s"], r["aa"], r["three_pct"]
+        ratio = stats.median(d["speedups"]) if d["speedups"] else float("nan")
+        lines.append(f"{r['task']:<14}{w['median']:>14.2f} [{w['p20']:.2f}-{w['p80']:.2f}]{'':>12}"
+                     f"{r['eval_jit_s']['median']:>8.2f}{aa['false_keeps']:>9}/{aa['n']:<7}"
+                     f"{d['detected']:>7}/{d['n']:<5}{ratio:>10.3f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", default="rmsnorm,softmax", help="comma-separated starter names or task folders")
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--ab-runs", type=int, default=20)
+    parser.add_argument("--detect-runs", type=int, default=20)
+    parser.add_argument("--json", default=None, help="write the raw results here")
+    parser.add_argument("--smoke", action="store_true", help="CPU interpreter, quick evaluations, N = 1")
+    parser.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args(argv)
+    device = "cpu" if args.smoke else "auto"
+    if args.smoke:
+        args.runs, args.ab_runs, args.detect_runs = 1, 1, 1
+    dirs = [Path(t) if "/" in t else starters_dir() / t for t in args.tasks.split(",") if t]
+    results = []
+    with Harness(timeout_s=args.timeout, device=device) as harness:
+        info = harness.device_info()
+        for task_dir in dirs:
+            results.append(measure_task(harness, task_dir, args.runs, args.ab_runs, args.detect_runs,
+                                        quick=args.smoke))
+    out = {"device": info, "results": results, "smoke": args.smoke}
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    print(table(results, info.get("name", "?") + ("" if info.get("timing_meaningful") else " (timings not meaningful)")))
+    return 0 if all("eval_wall_s" in r for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""On a CUDA GPU (python -m pytest -m gpu tests/harness/test_gpu.py): real timing, the
+torch.compile baseline really compiled, roofline at most 100%, speed within budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from autokernel_tui.harness.runner import Harness
+from autokernel_tui.tasks.spec import starters_dir
+
+from .conftest import GOOD
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def gpu_harness():
+    h = Harness(timeout_s=600, device="cuda")
+    yield h
+    h.close()
+
+
+def test_rmsnorm_full_evaluation_on_the_gpu(gpu_harness):
+    task = starters_dir() / "rmsnorm"
+    gpu_harness.evaluate(task)  # cold: baselines, compile of the reference, JIT
+    report = gpu_harness.evaluate(task)
+    assert report.status == "PASS", report.reason
+    assert report.timing_meaningful and report.summary is not None
+    for row in report.shapes:
+        assert row.median_us > 0 and row.p20_us <= row.median_us <= row.p80_us
+        assert row.compile_ref_us is not None, f"{row.shape} {row.dtype}: torch.compile baseline fell back"
+        assert 0 < row.pct_roofline <= 100
+    assert report.wall_s - report.compile_s < 3.0 * 2  # the benchmark holds the 3 s target; allow CI noise
+
+
+def test_aa_comparison_is_not_a_keep(gpu_harness):
+    task = starters_dir() / "rmsnorm"
+    source = (task / "kernel.py").read_text()
+    cmp = gpu_harness.compare(task, source, source)
+    assert cmp.status == "PASS" and cmp.ci_low < 1.01 < cmp.ci_high * 1.05
+
+
+def test_exploits_are_still_caught_with_compiled_triton(gpu_harness, tmp_path):
+    from .conftest import PREFIX, make_tiny_task
+    task = make_tiny_task(tmp_path / "rmsnorm")
+    no_launch = PREFIX + "\ndef kernel_fn(x, weight, eps):\n    return torch.zeros_like(x)\n"
+    op = PREFIX + "\ndef kernel_fn(x, weight, eps):\n    return launch(x, weight, eps, torch.empty_like(x)).mul(1.0)\n"
+    unwritten = PREFIX + ("\ndef kernel_fn(x, weight, eps):\n    launch(x, weight, eps, torch.empty_like(x))\n"
+                          "    return torch.empty_like(x)\n")
+    assert gpu_harness.evaluate(task, kernel_source=GOOD, quick=True).status == "PASS"
+    assert "no Triton kernel" in gpu_harness.evaluate(task, kernel_source=no_launch, quick=True).reason
+    assert "aten::mul" in gpu_harness.evaluate(task, kernel_source=op, quick=True).reason
+    assert gpu_harness.evaluate(task, kernel_source=unwritten, quick=True).status == "FAIL"
