@@ -233,3 +233,19 @@ def test_disk_full_pauses_and_resume_records_the_experiment_once(workspace, sett
 def test_unknown_task_and_dirty_workspace(workspace, settings):
     with pytest.raises(WorkspaceError, match="unknown task"):
         Engine(workspace, settings, tag="x", tasks=["softmax"], agent=ScriptedAgent([1]), harness=FakeHarness())
+
+
+def test_wall_time_budget_counts_earlier_sessions(workspace, settings):
+    settings.run.max_wall_s = 0.4
+    engine = Engine(workspace, settings, tag="t", agent=ScriptedAgent([95], delay_s=0.1), harness=FakeHarness())
+    assert engine.run().startswith("wall-time budget reached")
+    engine.close()
+    n = len(statuses(workspace))
+    assert n >= 1
+    meta = json.loads((run_dir(workspace) / "run.json").read_text())
+    meta["finished"] = False  # pretend it was killed instead: the next session has no time left
+    (run_dir(workspace) / "run.json").write_text(json.dumps(meta))
+    again = Engine(workspace, settings, agent=ScriptedAgent([95]), harness=FakeHarness())
+    assert again.tag == "t" and again.run().startswith("wall-time budget reached")
+    again.close()
+    assert len(statuses(workspace)) == n
