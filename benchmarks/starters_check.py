@@ -183,8 +183,13 @@ def check_case(task_dir: Path, dtype_name: str, shape, device: str, seed: int = 
             "adversarial": adversarial or "", "kernel": kernel, "baseline": baseline}
 
 
-def check_task(task_dir: Path, device: str, dtypes: list[str] | None = None, adversarial_shapes: int = 1) -> list[dict]:
-    """Every shape x declared dtype, plus each adversarial transform on the first shapes."""
+def adversarial_shapes(shapes) -> list:
+    """The first and the last shape: by convention they take different code paths (short rows, looped rows)."""
+    return [shapes[0]] if len(shapes) == 1 else [shapes[0], shapes[-1]]
+
+
+def check_task(task_dir: Path, device: str, dtypes: list[str] | None = None) -> list[dict]:
+    """Every shape x declared dtype, plus each adversarial transform on the first and last shapes."""
     from autokernel_tui.tasks.spec import load_spec
 
     spec = load_spec(task_dir)
@@ -197,7 +202,7 @@ def check_task(task_dir: Path, device: str, dtypes: list[str] | None = None, adv
         for shape in shapes:
             rows.append(_guarded(task_dir, dtype_name, shape, device, None))
         for name in getattr(ref_mod, "ADVERSARIAL", {}):
-            for shape in shapes[:adversarial_shapes]:
+            for shape in adversarial_shapes(shapes):
                 rows.append(_guarded(task_dir, dtype_name, shape, device, name))
     return rows
 

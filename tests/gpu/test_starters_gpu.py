@@ -26,8 +26,8 @@ def _cases():
             for shape in spec.shapes:
                 yield pytest.param(spec.path, dtype, shape, None, id=f"{spec.name}-{dtype}-{shape.name}")
             for adv in getattr(ref, "ADVERSARIAL", {}):
-                shape = spec.shapes[0]
-                yield pytest.param(spec.path, dtype, shape, adv, id=f"{spec.name}-{dtype}-{shape.name}+{adv}")
+                for shape in sc.adversarial_shapes(spec.shapes):
+                    yield pytest.param(spec.path, dtype, shape, adv, id=f"{spec.name}-{dtype}-{shape.name}+{adv}")
 
 
 @pytest.mark.gpu

@@ -27,8 +27,8 @@ def _cases():
                 yield pytest.param(spec.path, dtype, shape, None, id=f"{spec.name}-{dtype}-{shape.name}")
             ref = sc.load_module(spec.path / "reference.py", "test")
             for adv in getattr(ref, "ADVERSARIAL", {}):
-                shape = spec.test_shapes[0]
-                yield pytest.param(spec.path, dtype, shape, adv, id=f"{spec.name}-{dtype}-{shape.name}+{adv}")
+                for shape in sc.adversarial_shapes(spec.test_shapes):
+                    yield pytest.param(spec.path, dtype, shape, adv, id=f"{spec.name}-{dtype}-{shape.name}+{adv}")
 
 
 def test_all_starters_present():
