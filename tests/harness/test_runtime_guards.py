@@ -154,3 +154,19 @@ def kernel_fn(x, weight, eps):
 '''
     report = harness.evaluate(tiny_task, kernel_source=src, quick=True)
     assert report.status == "REJECTED" and report.stage == "timing" and "aten::mul" in report.reason
+
+
+def test_sniffing_the_poison_to_spot_watched_calls_does_not_help(harness, tiny_task):
+    # Honest only when fresh memory is NaN (the correctness stages poison it); the timed
+    # reps, watched or not, hand out unpoisoned memory, so the secret checked rep sees the cheat.
+    src = PREFIX + '''
+import math
+
+
+def kernel_fn(x, weight, eps):
+    probe = torch.empty_like(x)
+    watched = math.isnan(float(probe[0, 0]))
+    return launch(x, weight, eps if watched else 1e9, probe)
+'''
+    report = harness.evaluate(tiny_task, kernel_source=src, quick=True)
+    assert report.status == "REJECTED" and report.stage == "timing"
