@@ -36,7 +36,7 @@ from autokernel_tui.errors import AutokernelError, WorkspaceError
 from autokernel_tui.ledger import crashpoints
 from autokernel_tui.ledger.durable import write_file_atomic
 from autokernel_tui.ledger.events import AgentTextBatcher, EventLog, read_events
-from autokernel_tui.ledger.gitrepo import RunRepo, check_tag, message, parse_trailers
+from autokernel_tui.ledger.gitrepo import RunRepo, check_tag, message
 from autokernel_tui.ledger.results import ResultsLog
 from autokernel_tui.tasks import spec as taskspec
 
@@ -823,7 +823,3 @@ def _load_object(spec: str) -> Any:
         return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:
         raise WorkspaceError(f"cannot load {spec!r}: {exc}") from None
-
-
-def trailers_of(commit_message: str) -> dict[str, str]:
-    return parse_trailers(commit_message)

@@ -28,6 +28,7 @@ from autokernel_tui.errors import WorkspaceError
 ACTOR = Actor("autokernel-tui", "autokernel@localhost")
 TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 KERNELS = "kernels"
+STATE_DIR = ".autokernel"
 _GIT_ENV = {
     "GIT_AUTHOR_NAME": ACTOR.name, "GIT_AUTHOR_EMAIL": ACTOR.email,
     "GIT_COMMITTER_NAME": ACTOR.name, "GIT_COMMITTER_EMAIL": ACTOR.email,
@@ -56,6 +57,16 @@ def open_repo(workspace: Path) -> git.Repo:
     return repo
 
 
+def exclude_state_dir(repo: git.Repo) -> None:
+    """Keep run state (and the run's worktree inside it) out of the user's `git status`."""
+    exclude = Path(repo.common_dir) / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    text = exclude.read_text(encoding="utf-8") if exclude.exists() else ""
+    if f"/{STATE_DIR}/" not in text.splitlines():
+        with open(exclude, "a", encoding="utf-8") as fh:
+            fh.write(("\n" if text and not text.endswith("\n") else "") + f"/{STATE_DIR}/\n")
+
+
 def dirty_task_files(repo: git.Repo, folder: str = KERNELS) -> list[str]:
     out = repo.git.status("--porcelain", "--untracked-files=all", "--", folder)
     return [line[3:] for line in out.splitlines() if line.strip()]
@@ -80,6 +91,7 @@ class RunRepo:
         if dirty:
             shown = ", ".join(dirty[:3]) + (" ..." if len(dirty) > 3 else "")
             raise WorkspaceError(f"uncommitted changes in {KERNELS}/ ({shown}): commit or stash them before a run")
+        exclude_state_dir(self.repo)  # an existing repository not made by `init` works too
         base = self.repo.head.commit.hexsha
         if self.branch_exists():
             # A start killed before its run.json left the branch at the base: take it over.

@@ -17,20 +17,8 @@ from typing import Iterable
 import git
 
 from autokernel_tui.errors import WorkspaceError
-from autokernel_tui.ledger.gitrepo import _GIT_ENV, _GIT_OPTS, KERNELS
+from autokernel_tui.ledger.gitrepo import _GIT_ENV, _GIT_OPTS, KERNELS, exclude_state_dir
 from autokernel_tui.tasks import spec as taskspec
-
-STATE_DIR = ".autokernel"
-
-
-def _exclude_state_dir(repo: git.Repo) -> None:
-    exclude = Path(repo.common_dir) / "info" / "exclude"
-    exclude.parent.mkdir(parents=True, exist_ok=True)
-    lines = exclude.read_text(encoding="utf-8").splitlines() if exclude.exists() else []
-    if f"/{STATE_DIR}/" not in lines:
-        with open(exclude, "a", encoding="utf-8") as fh:
-            fh.write(("" if not lines or exclude.read_text().endswith("\n") else "\n") + f"/{STATE_DIR}/\n")
-
 
 def _copy_starters(tasks: Iterable[str], kernels: Path) -> list[Path]:
     available = taskspec.list_starters()
@@ -76,7 +64,7 @@ def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profil
         repo = git.Repo.init(path)
     if Path(repo.working_tree_dir).resolve() != path:
         raise WorkspaceError(f"{path} is inside the repository {repo.working_tree_dir}; use its top folder")
-    _exclude_state_dir(repo)
+    exclude_state_dir(repo)
     kernels = path / KERNELS
     kernels.mkdir(exist_ok=True)
     created = _copy_starters(tasks or [], kernels)

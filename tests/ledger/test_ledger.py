@@ -184,3 +184,17 @@ def test_init_from_a_profile_carries_the_share_to_the_orchestrator(tmp_path):
     assert load_spec(ws / "kernels" / "rmsnorm").profile["share"] == 0.4
     assert git(ws, "status", "--porcelain") == ""
     assert "softmax" in git(ws, "log", "-1", "--format=%s")
+
+
+def test_a_plain_existing_repository_works_and_stays_clean(tmp_path):
+    from autokernel_tui.tasks.spec import starters_dir
+    import shutil
+
+    ws = tmp_path / "repo"
+    shutil.copytree(starters_dir() / "rmsnorm", ws / "kernels" / "rmsnorm")
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    git(ws, "add", "kernels")
+    git(ws, "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "mine")
+    RunRepo(ws, "t").create()
+    assert (ws / ".autokernel" / "worktrees" / "t" / "kernels" / "rmsnorm" / "kernel.py").is_file()
+    assert git(ws, "status", "--porcelain") == ""  # the run's state is excluded
