@@ -249,3 +249,18 @@ def test_wall_time_budget_counts_earlier_sessions(workspace, settings):
     assert again.tag == "t" and again.run().startswith("wall-time budget reached")
     again.close()
     assert len(statuses(workspace)) == n
+
+
+def test_review_reverts_a_finished_run_without_running_it(workspace, settings):
+    settings.run.max_experiments = 2
+    engine = Engine(workspace, settings, tag="t", agent=ScriptedAgent([90, 80]), harness=FakeHarness())
+    engine.run()
+    engine.close()
+    # What review does: open that run idle (no loop, no agent, no harness), revert, close.
+    client = LocalClient(workspace, settings, start=False, serve=False, tag="t")
+    assert client.snapshot()["state"] == "idle"
+    assert client.send("revert", n=2, run="other")["ok"] is False
+    assert client.send("revert", n=2, run="t")["ok"] is True
+    client.close()
+    assert statuses(workspace) == ["keep", "keep", "reverted"]
+    assert latency_of(git(workspace, "show", "autokernel/t:kernels/rmsnorm/kernel.py")) == 90
