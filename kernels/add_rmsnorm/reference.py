@@ -7,14 +7,15 @@ EPS = 1e-6
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str, seed: int) -> tuple:
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    # Drawn on the target device: full GPU shapes generate in milliseconds.
+    g = torch.Generator(device=device).manual_seed(seed)
     m, n = shape["M"], shape["N"]
     # A residual stream that has grown over layers (per-row scale spread), a smaller
     # sublayer output added to it, and a random affine weight (not ones).
-    scale = torch.exp(torch.randn(m, 1, generator=g) * 0.5)
-    residual = (torch.randn(m, n, generator=g) * scale * 4.0).to(device=device, dtype=dtype)
-    x = (torch.randn(m, n, generator=g) * scale).to(device=device, dtype=dtype)
-    w = (1.0 + 0.1 * torch.randn(n, generator=g)).to(device=device, dtype=dtype)
+    scale = torch.exp(torch.randn(m, 1, generator=g, device=device) * 0.5)
+    residual = (torch.randn(m, n, generator=g, device=device) * scale * 4.0).to(device=device, dtype=dtype)
+    x = (torch.randn(m, n, generator=g, device=device) * scale).to(device=device, dtype=dtype)
+    w = (1.0 + 0.1 * torch.randn(n, generator=g, device=device)).to(device=device, dtype=dtype)
     return x, residual, w, EPS
 
 

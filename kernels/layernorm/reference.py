@@ -7,14 +7,15 @@ EPS = 1e-5
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str, seed: int) -> tuple:
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    # Drawn on the target device: full GPU shapes generate in milliseconds.
+    g = torch.Generator(device=device).manual_seed(seed)
     m, n = shape["M"], shape["N"]
     # Activations with a per-row scale spread and per-row offset; random affine weight and bias.
-    scale = torch.exp(torch.randn(m, 1, generator=g) * 0.5)
-    offset = torch.randn(m, 1, generator=g)
-    x = (torch.randn(m, n, generator=g) * scale + offset).to(device=device, dtype=dtype)
-    w = (1.0 + 0.1 * torch.randn(n, generator=g)).to(device=device, dtype=dtype)
-    b = (0.1 * torch.randn(n, generator=g)).to(device=device, dtype=dtype)
+    scale = torch.exp(torch.randn(m, 1, generator=g, device=device) * 0.5)
+    offset = torch.randn(m, 1, generator=g, device=device)
+    x = (torch.randn(m, n, generator=g, device=device) * scale + offset).to(device=device, dtype=dtype)
+    w = (1.0 + 0.1 * torch.randn(n, generator=g, device=device)).to(device=device, dtype=dtype)
+    b = (0.1 * torch.randn(n, generator=g, device=device)).to(device=device, dtype=dtype)
     return x, w, b, EPS
 
 
@@ -44,7 +45,7 @@ def bytes_moved(shape: dict, dtype: torch.dtype) -> int:
 def _offset(inputs, g):
     # Rows far from zero: E[x^2] - E[x]^2 cancels catastrophically, a centred variance does not.
     x, w, b, eps = inputs
-    shift = (torch.rand(x.shape[0], 1, generator=g) * 600.0 - 300.0).to(x.device)
+    shift = (torch.rand(x.shape[0], 1, generator=g, device=g.device) * 600.0 - 300.0).to(x.device)
     return (x.float() + shift).to(x.dtype), w, b, eps
 
 
@@ -64,7 +65,7 @@ def _spiky(inputs, g):
     # One huge value per row among small ones.
     x, w, b, eps = inputs
     x = (x.float() * 1e-2).to(x.dtype)
-    cols = torch.randint(0, x.shape[1], (x.shape[0],), generator=g).to(x.device)
+    cols = torch.randint(0, x.shape[1], (x.shape[0],), generator=g, device=g.device).to(x.device)
     x[torch.arange(x.shape[0], device=x.device), cols] = 50.0
     return x, w, b, eps
 

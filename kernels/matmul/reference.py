@@ -6,12 +6,13 @@ import torch
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str, seed: int) -> tuple:
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    # Drawn on the target device: full GPU shapes generate in milliseconds.
+    g = torch.Generator(device=device).manual_seed(seed)
     m, n, k = shape["M"], shape["N"], shape["K"]
     # Activations with a per-row scale spread times a weight of fan-in scale, so outputs are O(1).
-    scale = torch.exp(torch.randn(m, 1, generator=g) * 0.5)
-    a = (torch.randn(m, k, generator=g) * scale).to(device=device, dtype=dtype)
-    b = (torch.randn(k, n, generator=g) / math.sqrt(k)).to(device=device, dtype=dtype)
+    scale = torch.exp(torch.randn(m, 1, generator=g, device=device) * 0.5)
+    a = (torch.randn(m, k, generator=g, device=device) * scale).to(device=device, dtype=dtype)
+    b = (torch.randn(k, n, generator=g, device=device) / math.sqrt(k)).to(device=device, dtype=dtype)
     return a, b
 
 
@@ -38,7 +39,7 @@ def _positive(inputs, g):
 def _row_scales(inputs, g):
     # Rows of A spanning four decades: small rows must not drown in the large rows' rounding.
     a, b = inputs
-    s = torch.pow(10.0, torch.rand(a.shape[0], 1, generator=g) * 4.0 - 2.0).to(a.device)
+    s = torch.pow(10.0, torch.rand(a.shape[0], 1, generator=g, device=g.device) * 4.0 - 2.0).to(a.device)
     return (a.float() * s).to(a.dtype), b
 
 

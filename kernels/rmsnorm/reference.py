@@ -7,12 +7,13 @@ EPS = 1e-6
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str, seed: int) -> tuple:
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    # Drawn on the target device: full GPU shapes generate in milliseconds.
+    g = torch.Generator(device=device).manual_seed(seed)
     m, n = shape["M"], shape["N"]
     # Activations with a per-row scale spread, and a random affine weight (not ones).
-    scale = torch.exp(torch.randn(m, 1, generator=g) * 0.5)
-    x = (torch.randn(m, n, generator=g) * scale).to(device=device, dtype=dtype)
-    w = (1.0 + 0.1 * torch.randn(n, generator=g)).to(device=device, dtype=dtype)
+    scale = torch.exp(torch.randn(m, 1, generator=g, device=device) * 0.5)
+    x = (torch.randn(m, n, generator=g, device=device) * scale).to(device=device, dtype=dtype)
+    w = (1.0 + 0.1 * torch.randn(n, generator=g, device=device)).to(device=device, dtype=dtype)
     return x, w, EPS
 
 
@@ -54,7 +55,7 @@ def _spiky(inputs, g):
     # One huge value per row among small ones.
     x, w, eps = inputs
     x = x.clone() * 1e-2
-    cols = torch.randint(0, x.shape[1], (x.shape[0],), generator=g).to(x.device)
+    cols = torch.randint(0, x.shape[1], (x.shape[0],), generator=g, device=g.device).to(x.device)
     x[torch.arange(x.shape[0], device=x.device), cols] = 50.0
     return x, w, eps
 

@@ -4,12 +4,13 @@ import torch
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str, seed: int) -> tuple:
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    # Drawn on the target device: full GPU shapes generate in milliseconds.
+    g = torch.Generator(device=device).manual_seed(seed)
     m, n = shape["M"], shape["N"]
     # Logit-like rows: a per-row temperature spread and a per-row offset.
-    scale = torch.exp(torch.randn(m, 1, generator=g) * 0.5)
-    offset = torch.randn(m, 1, generator=g) * 2.0
-    x = torch.randn(m, n, generator=g) * scale + offset
+    scale = torch.exp(torch.randn(m, 1, generator=g, device=device) * 0.5)
+    offset = torch.randn(m, 1, generator=g, device=device) * 2.0
+    x = torch.randn(m, n, generator=g, device=device) * scale + offset
     return (x.to(device=device, dtype=dtype),)
 
 
@@ -38,7 +39,7 @@ def bytes_moved(shape: dict, dtype: torch.dtype) -> int:
 def _offset(inputs, g):
     # Rows around +-1000: exp without subtracting the max overflows.
     (x,) = inputs
-    shift = (torch.rand(x.shape[0], 1, generator=g) * 2000.0 - 1000.0).to(x.device)
+    shift = (torch.rand(x.shape[0], 1, generator=g, device=g.device) * 2000.0 - 1000.0).to(x.device)
     return ((x.float() + shift).to(x.dtype),)
 
 
@@ -51,7 +52,7 @@ def _peaked(inputs, g):
 def _masked(inputs, g):
     # Attention-style masking: about half of each row is -inf, never a whole row.
     (x,) = inputs
-    drop = torch.rand(x.shape, generator=g) < 0.5
+    drop = torch.rand(x.shape, generator=g, device=g.device) < 0.5
     drop[:, 0] = False
     return (x.masked_fill(drop.to(x.device), float("-inf")),)
 
