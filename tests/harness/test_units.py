@@ -94,3 +94,17 @@ def test_percentiles_geomean_and_bootstrap():
     slower = [[x * 1.2 for x in s] for s in same]
     pt, lo, hi = stats.bootstrap_speedup([(same[0], slower[1]), (same[2], slower[3])])
     assert lo > 1.1 and pt == pytest.approx(1.2, rel=0.05)
+
+
+def test_compare_needs_elementwise_and_relative_l2_agreement():
+    import torch
+    from autokernel_tui.harness.correctness import compare
+    ref = torch.full((100,), 1e-6, dtype=torch.float64)
+    zeros = compare(torch.zeros(100), ref, atol=1e-3, rtol=1e-3, max_rel_l2=1e-3)
+    assert not zeros.ok and "rel_l2" in zeros.detail  # within atol everywhere, still wrong
+    assert compare(ref.float(), ref, 1e-3, 1e-3, 1e-3).ok
+    nan = compare(torch.tensor([float("nan"), 1.0]), torch.tensor([1.0, 1.0]), 1e-3, 1e-3, 1e-3)
+    assert not nan.ok and nan.max_abs_err == float("inf")
+    inf_ref = torch.tensor([float("inf"), 1.0])
+    assert compare(inf_ref.clone(), inf_ref, 1e-3, 1e-3, 1e-3).ok
+    assert not compare(torch.tensor([1.0, 1.0]), inf_ref, 1e-3, 1e-3, 1e-3).ok
