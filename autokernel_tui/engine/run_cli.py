@@ -78,8 +78,16 @@ def _headless(args: argparse.Namespace) -> int:
     engine = Engine(ws, settings, tag=args.tag, new=args.new, tasks=args.task, agent=agent)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # closing the SSH session must not stop the night
 
+    stopping = []
+
     def stop(signum, _frame):
-        print(f"autokernel-tui: {signal.Signals(signum).name}: stopping after the current experiment",
+        name = signal.Signals(signum).name
+        if stopping:  # a second signal: leave now; the journal lets the next `run` finish the experiment
+            print(f"autokernel-tui: {name} again: stopping now (the next `run` records the interrupted experiment)",
+                  file=sys.stderr, flush=True)
+            os._exit(130)
+        stopping.append(signum)
+        print(f"autokernel-tui: {name}: stopping after the current experiment (again to stop now)",
               file=sys.stderr, flush=True)
         engine.request_stop()
 
