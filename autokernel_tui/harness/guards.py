@@ -110,45 +110,70 @@ class OpRecorder(TorchDispatchMode):
         return seen
 
 
-def _trusted_namespaces() -> dict[str, Any]:
+# Callables the verdict depends on. Big third-party namespaces are watched by name (a
+# lazy import inside torch may legitimately rebind other attributes); small ones, and
+# every harness module, are watched whole.
+CRITICAL = {
+    "torch": ("equal", "allclose", "isfinite", "isnan", "rand", "randperm", "randn", "empty", "empty_like",
+              "zeros", "Generator", "Tensor", "compile", "linalg", "float64", "no_grad", "cuda"),
+    "torch.Tensor": ("copy_", "clone", "double", "float", "to", "data_ptr", "untyped_storage", "abs", "sub",
+                     "__sub__", "__mul__", "__eq__", "all", "any", "max", "sum", "fill_", "view", "reshape",
+                     "contiguous", "numel", "element_size", "item", "__bool__", "__float__", "detach"),
+    "torch.linalg": ("vector_norm",),
+    "torch.cuda": ("synchronize", "Event", "Stream", "current_stream", "get_device_name", "get_device_properties",
+                   "max_memory_allocated", "reset_peak_memory_stats", "is_available"),
+    "builtins": ("isinstance", "type", "len", "float", "int", "bool", "sum", "min", "max", "sorted", "print",
+                 "open", "getattr", "setattr", "hasattr", "range", "zip", "enumerate", "iter", "next",
+                 "__import__", "id"),
+}
+
+
+def _trusted_namespaces() -> dict[str, tuple[Any, tuple[str, ...] | None]]:
     import triton
     import triton.testing
     from triton.runtime import jit as triton_jit
-    spaces: dict[str, Any] = {
-        "builtins": builtins, "time": time, "threading": threading, "torch": torch, "torch.Tensor": torch.Tensor,
-        "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event, "torch.cuda.Stream": torch.cuda.Stream,
-        "triton": triton, "triton.testing": triton.testing, "triton.runtime.jit": triton_jit,
-        "triton.runtime.jit.JITFunction": triton_jit.JITFunction, "TorchDispatchMode": TorchDispatchMode,
-        "torch.utils._python_dispatch": sys.modules["torch.utils._python_dispatch"],
+    spaces: dict[str, tuple[Any, tuple[str, ...] | None]] = {
+        "torch": (torch, CRITICAL["torch"]), "torch.Tensor": (torch.Tensor, CRITICAL["torch.Tensor"]),
+        "torch.linalg": (torch.linalg, CRITICAL["torch.linalg"]), "torch.cuda": (torch.cuda, CRITICAL["torch.cuda"]),
+        "builtins": (builtins, CRITICAL["builtins"]),
+        "time": (time, None), "threading": (threading, None),
+        "torch.cuda.Event": (torch.cuda.Event, None), "triton.testing": (triton.testing, None),
+        "triton.runtime.jit.JITFunction": (triton_jit.JITFunction, None),
+        "triton.runtime.jit.KernelInterface": (triton_jit.KernelInterface, None),
+        "TorchDispatchMode": (TorchDispatchMode, None),
     }
     try:
         from triton.runtime import interpreter
-        spaces["triton.runtime.interpreter"] = interpreter
-        spaces["InterpretedFunction"] = interpreter.InterpretedFunction
+        spaces["InterpretedFunction"] = (interpreter.InterpretedFunction, None)
     except ImportError:  # pragma: no cover
         pass
     for name, module in list(sys.modules.items()):
         if name.startswith("autokernel_tui.") and module is not None:
-            spaces[name] = module
+            spaces[name] = (module, None)
             for attr, value in vars(module).items():
                 if isinstance(value, type) and value.__module__ == name:
-                    spaces[f"{name}.{attr}"] = value
+                    spaces[f"{name}.{attr}"] = (value, None)
     return spaces
 
 
 class IdentitySnapshot:
-    """Identity of every attribute of the trusted namespaces, to spot monkey-patching."""
+    """Identity of the trusted callables, to spot monkey-patching."""
 
     def __init__(self) -> None:
         self._spaces = _trusted_namespaces()
         # Hold the objects themselves (not ids: a freed id can be reused by a replacement).
-        self._values = {name: dict(vars(ns)) for name, ns in self._spaces.items()}
-        self._modules = {name: sys.modules[name] for name in self._spaces if name in sys.modules}
+        self._values = {}
+        for name, (ns, keys) in self._spaces.items():
+            now = vars(ns)
+            self._values[name] = {k: now[k] for k in (keys if keys is not None else list(now)) if k in now}
+        self._modules = {name: sys.modules[name] for name in ("time", "threading", "builtins", "torch", "triton")
+                         if name in sys.modules}
+        self._modules.update({name: mod for name, mod in sys.modules.items() if name.startswith("autokernel_tui.")})
 
     def changed(self) -> list[str]:
         out = []
         for name, values in self._values.items():
-            now = vars(self._spaces[name])
+            now = vars(self._spaces[name][0])
             for key, value in values.items():
                 if key == "__warningregistry__":
                     continue

@@ -42,6 +42,10 @@ def _handle(state, message: dict) -> tuple[dict, bool]:
         ev = Evaluation(state, Path(message["task_dir"]), bool(message.get("quick")))
         for shape, dtype in ev.configs:
             ev.baseline(shape, dtype)
+        # torch.compile may have imported inductor, which rebinds a few torch attributes:
+        # harness code only ran here, so the trusted identities are taken afresh.
+        from autokernel_tui.harness.guards import IdentitySnapshot
+        state.snapshot = IdentitySnapshot()
         return {"ok": True}, False
     if op == "evaluate":
         t0 = time.perf_counter()
