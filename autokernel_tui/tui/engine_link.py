@@ -67,3 +67,18 @@ def spawn_headless(workspace: Path, log_name: str = "headless.log") -> int:
     if proc.poll() is not None:
         raise WorkspaceError(f"the headless run exited at once (code {proc.returncode}); see {log}")
     return proc.pid
+
+
+def offline_revert(workspace: Path, tag: str, n: int, settings=None) -> dict:
+    """Revert a kept experiment with no live engine: open that run's engine idle, let it revert, close."""
+    from autokernel_tui.config import load_settings
+    from autokernel_tui.engine.client import LocalClient
+
+    client = LocalClient(workspace, settings or load_settings(workspace), start=False, serve=False, tag=tag)
+    try:
+        reply = client.send("revert", run=tag, n=n)
+    finally:
+        client.close()
+    if not reply.get("ok", True):
+        raise WorkspaceError(reply.get("error") or "the engine refused the revert")
+    return reply

@@ -109,4 +109,10 @@ def engine_pid(workspace: Path) -> int | None:
 
 
 def engine_is_live(workspace: Path) -> bool:
-    return engine_pid(workspace) is not None and (state_dir(workspace) / "control.sock").exists()
+    """A live engine owns the workspace: its lock names a running process and it serves the socket."""
+    try:
+        from autokernel_tui.engine.lock import live_pid  # the engine's own reading of its lock
+        pid = live_pid(Path(workspace))
+    except ImportError:
+        pid = engine_pid(workspace)
+    return pid is not None and (state_dir(workspace) / "control.sock").exists()

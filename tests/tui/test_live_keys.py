@@ -48,12 +48,12 @@ async def test_approve_and_veto_keys(workspace, client):
         client.emit(pending_event(7))
         await settle(pilot)
         screen = app.screen
-        assert screen.has_class("-awaiting")
+        assert screen.awaiting
         assert "a approve · v veto" in screen_text(app)
         await pilot.press("a")
         await settle(pilot)
         assert client.sent == [("approve", {"n": 7})]
-        assert not screen.has_class("-awaiting")
+        assert not screen.awaiting
         assert screen.query_one(ResultsTable).row_count == 7
         client.emit(pending_event(8))
         await settle(pilot)

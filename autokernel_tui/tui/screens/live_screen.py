@@ -124,9 +124,14 @@ class LiveScreen(Screen):
                         timeout=30 if notice.severity == "error" else 10)
         state.notices.clear()
 
+    @property
+    def awaiting(self) -> bool:
+        return self.query_one("#approval").has_class("-awaiting")
+
     def _show_approval(self) -> None:
         pending = self.state.pending
-        self.set_class(pending is not None, "-awaiting")
+        for selector in ("#approval-banner", "#approval", "#diff", "#reasoning", "#live-left"):
+            self.query_one(selector).set_class(pending is not None, "-awaiting")
         self.query_one(ApprovalPanel).show(pending)
         banner = self.query_one("#approval-banner", Static)
         if pending is None:

@@ -236,8 +236,8 @@ class ReviewScreen(Screen):
                 if isinstance(reply, dict) and reply.get("ok") is False:
                     raise RuntimeError(reply.get("error") or "refused")
             else:
-                from autokernel_tui.engine.revert import revert_experiment  # the engine's offline revert
-                revert_experiment(self.workspace, tag, n)
+                from autokernel_tui.tui.engine_link import offline_revert
+                offline_revert(self.workspace, tag, n)
         except Exception as exc:
             self.post_message(Reverted(label, f"{type(exc).__name__}: {exc}"))
             return
