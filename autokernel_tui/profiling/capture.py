@@ -18,7 +18,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from autokernel_tui.profiling import classify as cls
 
@@ -147,22 +147,55 @@ def _anchor_info(anchor, family, default_dtype):
     return anchor.name, shapes, dtype, dims
 
 
+def _is_annotation(e, cpu_names: set) -> bool:
+    """A GPU-timeline copy of a ``record_function`` range (kineto's gpu_user_annotation).
+
+    It spans the kernels launched inside the range, so counting it would count them twice
+    (and, for a wrapper around matmuls, charge the matmuls to the wrapper's family)."""
+    return bool(getattr(e, "is_user_annotation", False)) or e.name in cpu_names
+
+
+def _launchers(events, cpu_events) -> Callable:
+    """kernel event -> the CPU op that launched it, or None.
+
+    torch >= 2.12 records the launching op's id on the kernel (``linked_correlation_id``);
+    older torch (2.11 on the GPU box) only lists each op's kernels as (name, duration) in
+    ``op.kernels``, so those are matched back (to the nanosecond), each entry used once."""
+    by_id = {}
+    by_kernel: dict[tuple, list] = defaultdict(list)
+    for e in cpu_events:
+        if getattr(e, "linked_correlation_id", 0) == 0:
+            by_id.setdefault(e.id, e)
+        if not getattr(e, "is_async", False):
+            for k in getattr(e, "kernels", None) or []:
+                by_kernel[(k.name, round(k.duration, 3))].append(e)
+
+    def launcher(k):
+        op = by_id.get(getattr(k, "linked_correlation_id", 0) or None)
+        if op is not None:
+            return op
+        owners = by_kernel.get((k.name, round(k.time_range.end - k.time_range.start, 3)))
+        return owners.pop(0) if owners else None
+
+    return launcher
+
+
 def collect(events, time_kind: str, default_dtype: str) -> list[OpCall]:
     """Group device kernels (cuda) or aten self times (cpu) into op calls."""
     calls: dict[Any, OpCall] = {}
     if time_kind == "cuda":
         from torch.autograd import DeviceType
 
-        by_id = {}
-        for e in events:
-            if e.device_type == DeviceType.CPU and getattr(e, "linked_correlation_id", 0) == 0:
-                by_id.setdefault(e.id, e)
+        events = list(events)
+        cpu_events = [e for e in events if e.device_type == DeviceType.CPU]
+        cpu_names = {e.name for e in cpu_events}
+        launcher = _launchers(events, cpu_events)
         units = []
         for e in events:
-            if e.device_type != DeviceType.CUDA:
+            if e.device_type != DeviceType.CUDA or _is_annotation(e, cpu_names):
                 continue
-            launcher = by_id.get(getattr(e, "linked_correlation_id", 0))
-            units.append((e.name, e.time_range.elapsed_us(), _chain(launcher) if launcher is not None else []))
+            op = launcher(e)
+            units.append((e.name, e.time_range.elapsed_us(), _chain(op) if op is not None else []))
     else:
         units = [(e.name, e.self_cpu_time_total, _chain(e)) for e in events
                  if e.name.startswith("aten::") and e.self_cpu_time_total > 0]

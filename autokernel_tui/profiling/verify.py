@@ -5,7 +5,9 @@
    (the original's distance from a float32 copy of itself), or a floor per dtype.
 3. Time both, interleaved, median of N after warm-up (CUDA events on a GPU).
 4. Profile both: each patched family's kernel time before and after gives the Amdahl
-   prediction ``T / (T - sum t_f + sum t'_f)``, shown beside the measured speedup.
+   prediction ``T / (T - sum t_f + sum t'_f)`` with ``T`` the *measured* time before (the
+   basis of the measured speedup), shown beside it with what the prediction cannot see:
+   the change in time outside kernels and in the other families' kernels.
 """
 
 from __future__ import annotations
@@ -214,8 +216,16 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
         per_family.append({"family": f, "modules": counts[f], "share": a / prof0["total_us"] if prof0["total_us"] else 0,
                            "before_us": a, "after_us": b, "kernel_speedup": a / b if b > 0 else None,
                            "kernels_after": prof1["families"].get(f, {}).get("kernels", [])})
-    total0 = prof0["total_us"]
-    predicted = total0 / (total0 - t_before + t_after) if total0 - t_before + t_after > 0 else None
+    # Same basis as the measurement: the measured forward time before, minus the patched
+    # families' profiled kernel time, plus their kernel time after. What it cannot see is
+    # time outside kernels (launch gaps, Python) and other families' kernels changing.
+    m0, m1 = before["median_us"], after["median_us"]
+    predicted_after = m0 - t_before + t_after
+    predicted = m0 / predicted_after if predicted_after > 0 else None
+    gap = {"kernel_us": [prof0["total_us"], prof1["total_us"]],
+           "outside_kernels_us": [m0 - prof0["total_us"], m1 - prof1["total_us"]],
+           "other_kernels_us": [prof0["total_us"] - t_before, prof1["total_us"] - t_after],
+           "predicted_after_us": predicted_after}
     return {
         "model": bundle.name, "device": prof_device(bundle.device), "dtype": dtype, "batch": bundle.batch,
         "seq": bundle.seq, "mode": "forward" + (" with loss" if train else ""),
@@ -226,7 +236,7 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
         "model_noise_rel_l2": noise,
         "before": before, "after": after,
         "measured_speedup": before["median_us"] / after["median_us"] if after["median_us"] > 0 else None,
-        "predicted_speedup": predicted, "families": per_family,
+        "predicted_speedup": predicted, "prediction_gap": gap, "families": per_family,
         "kernels": {f: str(p) for f, p in kernels.items()},
     }
 
@@ -252,7 +262,14 @@ def format_result(r: dict) -> str:
     lines.append(f"time: {b['median_us'] / 1e3:.3f} ms -> {a['median_us'] / 1e3:.3f} ms "
                  f"(median of {b['n']}, p20-p80 {a['p20_us'] / 1e3:.3f}-{a['p80_us'] / 1e3:.3f} ms; {r['timing_method']})")
     lines.append(f"end to end: measured {x(r['measured_speedup'])}, predicted {x(r['predicted_speedup'])} "
-                 "(Amdahl from each family's profiled kernel time before/after)")
+                 "(measured time before - patched families' profiled kernel time before + after)")
+    g = r.get("prediction_gap")
+    if g:
+        d_out = g["outside_kernels_us"][1] - g["outside_kernels_us"][0]
+        d_other = g["other_kernels_us"][1] - g["other_kernels_us"][0]
+        lines.append(f"  measured - predicted after: {(a['median_us'] - g['predicted_after_us']) / 1e3:+.3f} ms = "
+                     f"time outside kernels (launch gaps, Python) {d_out / 1e3:+.3f} ms + other families' kernels "
+                     f"{d_other / 1e3:+.3f} ms")
     for f in r["families"]:
         if f["before_us"] == 0 and f["after_us"] == 0:
             lines.append(f"  {f['family']:<16} patched but not run in this mode")
