@@ -462,6 +462,7 @@ class Engine:
     def _run(self) -> str:
         try:
             self._ensure_backends()
+            self.session_started = time.time()  # the journal's clock: run_started -> last event
             self._emit("run_started", resumed=self.resumed, tasks=self.meta["tasks"], policy=self.policy,
                        device=self.device, branch=self.repo.branch, pid=os.getpid())
             self._emit("policy", policy=self.policy)
