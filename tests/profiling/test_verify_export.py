@@ -11,7 +11,7 @@ import pytest
 
 from autokernel_tui.cli import main as cli_main
 from autokernel_tui.profiling.patch import PatchError, load_kernel, patch_model
-from autokernel_tui.profiling.verify import VerifyError, kernel_paths, verify
+from autokernel_tui.profiling.verify import VerifyError, format_result, kernel_paths, verify
 from autokernel_tui.tasks.spec import starters_dir
 
 STARTERS = starters_dir()
@@ -30,6 +30,35 @@ def test_llama_with_rmsnorm_swiglu_rotary_matches_the_original():
     assert r["measured_speedup"] > 0 and r["predicted_speedup"] > 0
     fam = {f["family"]: f for f in r["families"]}
     assert fam["rmsnorm"]["before_us"] > 0 and fam["rmsnorm"]["share"] > 0
+    # The prediction starts from the measured time; its miss splits exactly into the two
+    # things it cannot see (time outside kernels, other families' kernels).
+    g = r["prediction_gap"]
+    t_b, t_a = (sum(f[k] for f in r["families"]) for k in ("before_us", "after_us"))
+    assert g["predicted_after_us"] == pytest.approx(r["before"]["median_us"] - t_b + t_a)
+    assert r["predicted_speedup"] == pytest.approx(r["before"]["median_us"] / g["predicted_after_us"])
+    miss = r["after"]["median_us"] - g["predicted_after_us"]
+    parts = sum(b - a for a, b in (g["outside_kernels_us"], g["other_kernels_us"]))
+    assert miss == pytest.approx(parts, abs=1e-6)
+    assert "measured - predicted after:" in format_result(r)
+
+
+def test_a_patched_swiglu_is_charged_only_its_own_kernel():
+    """Its projections run outside the patch label: a profile of the patched model keeps
+    them in matmul (inside the label they were charged to swiglu, 3 ms of H200 matmuls)."""
+    from autokernel_tui.profiling.amdahl import rank
+    from autokernel_tui.profiling.capture import profile_bundle
+    from autokernel_tui.profiling.patch import load_kernels
+    from autokernel_tui.profiling.zoo import load_model
+
+    bundle = load_model("llama-tiny", dtype="float32", device="cpu", layers=1)
+    plain = rank(profile_bundle(bundle, steps=1, warmup=0))
+    assert patch_model(bundle.model, load_kernels(_kernels("swiglu"))) == {"swiglu": 1}
+    patched = rank(profile_bundle(bundle, steps=1, warmup=0))
+    for prof in (plain, patched):
+        assert any(r["family"] == "swiglu" for r in prof["ops"])
+        mm = {(s["dims"]["N"], s["dims"]["K"]) for f in prof["families"] if f["family"] == "matmul"
+              for s in f["shapes"]}
+        assert {(96, 64), (64, 96)} <= mm  # gate/up and down projections
 
 
 def test_gpt2_bf16_with_layernorm_gelu_attention_within_the_models_own_noise():
