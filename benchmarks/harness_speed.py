@@ -88,6 +88,7 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
     result["eval_wall_ex_jit_s"] = _spread([w - j for w, j in zip(walls, jits)])
     result["summary"] = rep.summary.to_dict() if rep.summary else None
 
+    log(f"  {task_dir.name}: {ab_runs} A/A comparisons, then {detect_runs} against the +3% variant")
     aa = [harness.compare(task_dir, source, source, quick=quick) for _ in range(ab_runs)]
     result["aa"] = {"n": len(aa), "false_keeps": sum(c.faster for c in aa),
                     "speedups": [c.speedup for c in aa], "ci": [(c.ci_low, c.ci_high) for c in aa],
@@ -136,11 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         info = harness.device_info()
         for task_dir in dirs:
             results.append(measure_task(harness, task_dir, args.runs, args.ab_runs, args.detect_runs,
-                                        quick=args.smoke))
-    out = {"device": info, "results": results, "smoke": args.smoke}
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=1))
+                                        quick=args.smoke, log=lambda *a: print(*a, flush=True)))
+            if args.json:  # after every task, so a run cut short still leaves its numbers
+                Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.json).write_text(json.dumps({"device": info, "results": results, "smoke": args.smoke,
+                                                       "argv": sys.argv[1:]}, indent=1))
     print(table(results, info.get("name", "?") + ("" if info.get("timing_meaningful") else " (timings not meaningful)")))
     return 0 if all("eval_wall_s" in r for r in results) else 1
 

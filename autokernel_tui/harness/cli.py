@@ -61,8 +61,9 @@ def render(report) -> str:
             parts.append(f"{s.pct_roofline:.1f}% of roofline")
         parts.append(f"worst {s.worst_shape} x{_num(s.worst_speedup)}")
         lines.append("  summary (over shapes): " + ", ".join(parts))
-    lines.append(f"  JIT compile {report.compile_s:.2f} s (not in the times above); wall {report.wall_s:.2f} s"
-                 + (f"; peak VRAM {report.peak_vram_mb:.0f} MiB" if report.peak_vram_mb else ""))
+    if report.shapes:
+        lines.append(f"  JIT compile {report.compile_s:.2f} s (not in the times above); wall {report.wall_s:.2f} s"
+                     + (f"; peak VRAM {report.peak_vram_mb:.0f} MiB" if report.peak_vram_mb else ""))
     if report.status in ("CRASH", "TIMEOUT") and report.stderr_tail.strip():
         tail = [ln for ln in report.stderr_tail.splitlines() if ln.strip()][-3:]
         lines.extend(f"  | {ln[:200]}" for ln in tail)

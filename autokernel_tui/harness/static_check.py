@@ -54,7 +54,8 @@ class StaticViolation:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.message} (line {self.line}, rule: {self.rule})"
+        where = f"line {self.line}, " if self.line else ""
+        return f"{self.message} ({where}rule: {self.rule})"
 
 
 def _dotted(node: ast.AST) -> str | None:

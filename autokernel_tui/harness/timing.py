@@ -105,7 +105,8 @@ def time_cpu_interleaved(fns: list[Callable], make_inputs: Callable[[], tuple], 
     times: list[list[float]] = [[] for _ in fns]
     checked: list[tuple | None] = [None] * len(fns)
     warm = make_inputs()
-    for fn in fns:  # one warm-up call each (first-call costs are not the kernel's speed)
+    for fn in fns:  # warm-up calls (first-call costs are not the kernel's speed)
+        fn(*warm)
         fn(*warm)
     for r in range(n_reps):
         inputs = make_inputs()
