@@ -12,8 +12,6 @@ newer); it falls back to the pointer kernel when a row stride is not 16-byte
 aligned, which TMA requires.
 """
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -34,9 +32,15 @@ FP32_BLOCK_K = 32
 FP32_NUM_WARPS = 8
 FP32_NUM_STAGES = 3
 
-# Triton 3.7's CPU interpreter multiplies bf16 tiles as their raw uint16 bits;
-# under it, tiles are widened to fp32 first (exact: same products, same sums).
-_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _widen_bf16(t: torch.Tensor) -> bool:
+    """Triton 3.7's CPU interpreter multiplies bf16 tiles as their raw uint16 bits.
+
+    Tensors off the GPU can only run interpreted, so there tiles are widened to
+    fp32 first (exact: same products, same sums); compiled GPU code never widens.
+    """
+    return t.device.type == "cpu" and t.dtype == torch.bfloat16
 
 
 @triton.jit
@@ -139,12 +143,12 @@ def kernel_fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         _matmul_tma[(programs,)](
             TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
             TensorDescriptor.from_tensor(c, [bm, bn]), m, n, k, BM=bm, BN=bn, BK=bk, GM=GROUP_M,
-            NUM_PROGRAMS=programs, FLATTEN=bool(TMA_FLATTEN), WIDEN=_INTERPRETED and a.dtype == torch.bfloat16,
+            NUM_PROGRAMS=programs, FLATTEN=bool(TMA_FLATTEN), WIDEN=_widen_bf16(a),
             num_warps=warps, num_stages=stages)
         return c
     grid = (tiles,)
     _matmul[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                   c.stride(0), c.stride(1), BM=bm, BN=bn, BK=bk, GM=GROUP_M,
                   IEEE=a.dtype == torch.float32,
-                  WIDEN=_INTERPRETED and a.dtype == torch.bfloat16, num_warps=warps, num_stages=stages)
+                  WIDEN=_widen_bf16(a), num_warps=warps, num_stages=stages)
     return c

@@ -133,3 +133,24 @@ def test_scanner_allows_allocation_views_and_triton():
         "    return y.view(x.shape)\n"
     )
     assert host_violations(src) == []
+
+
+@pytest.mark.parametrize("spec", TASKS, ids=[s.name for s in TASKS])
+def test_kernel_passes_the_harness_static_rules(spec):
+    # The harness rejects a candidate on these rules before importing it: a starter must pass them.
+    from autokernel_tui.harness.static_check import check_source
+
+    problems = check_source(spec.kernel_path.read_text(encoding="utf-8"), str(spec.kernel_path))
+    assert problems == [], f"{spec.name}/kernel.py breaks static rules: {problems}"
+
+
+OWN_TASKS = ("matmul", "softmax", "layernorm", "rmsnorm", "add_rmsnorm")
+
+
+@pytest.mark.parametrize("name", OWN_TASKS)
+def test_kernel_imports_neither_os_nor_sys(name):
+    # The interpreter is told by the tensor's device, not the environment.
+    tree = ast.parse((REPO / "kernels" / name / "kernel.py").read_text(encoding="utf-8"))
+    roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    roots |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not roots & {"os", "sys"}, f"{name}/kernel.py imports {sorted(roots & {'os', 'sys'})}"
