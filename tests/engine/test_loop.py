@@ -83,7 +83,7 @@ def test_auto_policy_keeps_faster_and_resets_the_rest(workspace, settings):
 def test_manual_gate_human_approves_and_vetoes_and_timeout_discards(workspace, settings):
     settings.run.policy = "manual"
     settings.run.max_experiments = 4
-    settings.run.approval_timeout_s = 0.3
+    settings.run.approval_timeout_s = 1.5  # room for a loaded machine; exp 4 waits it out
     agent = ScriptedAgent([90, 80, 95, 70])
     client = LocalClient(Engine(workspace, settings, tag="t", agent=agent, harness=FakeHarness()), start=False)
     answers = {1: "approve", 2: "veto"}  # 3 is slower (no question), 4 times out
