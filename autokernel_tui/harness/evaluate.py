@@ -348,6 +348,7 @@ class Evaluation:
             for s in samples:
                 inputs, out, recorder = s.checked
                 self._check_ops(recorder, where, "timing")
+                check_structure(as_tuple(out), self.expected_meta(inputs), inputs, where, "timing")
                 errors = self.check_against_reference(as_tuple(out), inputs, dtype)
                 if not all(e.ok for e in errors):
                     raise Verdict("REJECTED", "timing", f"{shape.name} {dtype}: the output of a timed run is "
