@@ -74,7 +74,7 @@ def main() -> int:
             results["profiles"][f"{key}-{mode}"] = {
                 "file": path.name, "time_kind": prof["time_kind"], "total_us": prof["total_us"], "wall_us": prof["wall_us"],
                 "families": [{k: f[k] for k in ("rank", "family", "task", "share", "time_us", "floor_us", "headroom",
-                                                "gain")} for f in prof["families"]],
+                                                "gain", "floor_known")} for f in prof["families"]],
                 "other_kernels": next((f["kernels"][:10] for f in prof["families"] if f["family"] == "other"), []),
             }
             torch.cuda.empty_cache() if gpu else None
@@ -165,6 +165,8 @@ def _markdown(results: dict, argv: str) -> str:
                          f"{f['time_us']:.0f} | {f['floor_us']:.0f} | {f['headroom']:.2f}x | {f['gain']:.3f}x |")
         lines.append("")
     lines += ["### verify: starters inside the model (bf16 forward, CUDA events, median of 30)", "",
+              "predicted = measured before - patched families' kernel time before + after (profiled); "
+              "the miss is the change in time outside kernels and in the other families' kernels.", "",
               "| model / kernels | outputs | rel L2 (tolerance) | before (ms) | after (ms) | measured | predicted |",
               "|---|---|---|---|---|---|---|"]
     for name, r in results["verify"].items():
@@ -174,7 +176,7 @@ def _markdown(results: dict, argv: str) -> str:
         pred = f"{r['predicted_speedup']:.3f}x" if r["predicted_speedup"] else "n/a"
         lines.append(f"| {name} | {'PASS' if r['correct'] else 'FAIL'} | {r['rel_l2_vs_original']:.1e} "
                      f"({r['tolerance']:.0e}) | {r['before']['median_us'] / 1e3:.3f} | "
-                     f"{r['after']['median_us'] / 1e3:.3f} | {r['measured_speedup']:.3f}x | {pred} |")
+                     f"{r['after']['median_us'] / 1e3:.3f} | {r['measured_speedup']:.3f}x | {pred}{_miss(r)} |")
     rep = results["reproduce"] or {}
     lines += ["", "Exported package patched into a fresh LLaMA in a fresh process: " +
               (f"ERROR {rep['error']}" if "error" in rep else
@@ -183,18 +185,31 @@ def _markdown(results: dict, argv: str) -> str:
     return "\n".join(lines)
 
 
+def _miss(r: dict) -> str:
+    """Why measured and predicted differ: the change in time outside kernels and in other kernels."""
+    g = r.get("prediction_gap")
+    if not g:
+        return ""
+    d_out = (g["outside_kernels_us"][1] - g["outside_kernels_us"][0]) / 1e3
+    d_other = (g["other_kernels_us"][1] - g["other_kernels_us"][0]) / 1e3
+    return f"  (miss: outside kernels {d_out:+.3f} ms, other kernels {d_other:+.3f} ms)"
+
+
 def _summary(results: dict) -> None:
     print(f"=== summary ({results['device']}, torch {results['torch']}, {results['wall_s']:.0f} s) ===")
     for name, p in results["profiles"].items():
         top = ", ".join(f"{f['family']} {100 * f['share']:.0f}%->{f['gain']:.2f}x" for f in p["families"][:4])
         print(f"profile {name:<12} {p['total_us'] / 1e3:8.2f} ms/step  top by gain: {top}")
+        unknown = [f["family"] for f in p["families"] if f["task"] and not f.get("floor_known", True)]
+        if unknown:
+            print(f"        {name}: NO ROOFLINE FLOOR (no shapes reached) for {', '.join(unknown)}")
     for name, r in results["verify"].items():
         if "error" in r:
             print(f"verify  {name:<30} ERROR {r['error']}")
             continue
         ok = "PASS" if r["correct"] else "FAIL"
         print(f"verify  {name:<30} {ok} relL2 {r['rel_l2_vs_original']:.1e}  measured "
-              f"{r['measured_speedup']:.3f}x  predicted {r['predicted_speedup'] or float('nan'):.3f}x")
+              f"{r['measured_speedup']:.3f}x  predicted {r['predicted_speedup'] or float('nan'):.3f}x{_miss(r)}")
     rep = results["reproduce"] or {}
     if "error" in rep:
         print(f"reproduce (exported package, fresh process): ERROR {rep['error']}")
