@@ -44,3 +44,20 @@ def test_swiglu_shape_mismatch_is_refused():
     ker = sc.load_module(REPO / "kernels" / "swiglu" / "kernel.py", "swiglu-extra")
     with pytest.raises(ValueError, match="differ"):
         ker.kernel_fn(torch.zeros(2, 3), torch.zeros(3, 2))
+
+
+def test_erf_gelu_is_fp32_accurate_on_a_dense_grid():
+    # The erf variant uses its own erfc fit instead of libdevice's erf: it must stay within the
+    # fp32 tolerance everywhere, including the far negative tail (no 1 + erf cancellation),
+    # tiny |x| (gelu ~ x/2) and |x| large enough for exp to underflow.
+    ker = sc.load_module(REPO / "kernels" / "gelu" / "kernel.py", "gelu-grid")
+    x = torch.cat([torch.linspace(-40.0, 40.0, 16001), torch.logspace(-30, 1, 2000), -torch.logspace(-30, 1, 2000)])
+    xd = x.double()
+    ref = 0.5 * xd * torch.special.erfc(-xd * 0.7071067811865476)  # no cancellation in the tail
+    out = ker.kernel_fn(x, "none").double()
+    err = (out - ref).abs()
+    assert bool((err <= 1e-6 + 1e-6 * ref.abs()).all()), f"max abs err {err.max().item():.3g}"
+    assert ((out - ref).norm() / ref.norm()).item() < 1e-7
+    tail = (x < -3.0) & (x > -12.0)  # relative accuracy where 1 + erf(x) would have cancelled
+    rel = (err[tail] / ref[tail].abs()).max().item()
+    assert rel < 1e-4, f"negative tail: max relative error {rel:.3g}"  # 1 + erf would lose all digits
