@@ -41,7 +41,6 @@ FORBIDDEN_ATTRS = {
     "set_stream", "current_stream", "default_stream", "Event", "graph", "CUDAGraph", "graphs",
     "caching_allocator_alloc", "caching_allocator_delete", "synchronize", "record_stream", "pin_memory",
     "share_memory_", "register_hook", "as_subclass", "make_subclass", "testing", "do_bench", "runtime", "knobs",
-    "JITFunction", "InterpretedFunction", "Autotuner", "Heuristics",
     # string-driven attribute access and evaluation, which the AST cannot see through
     "get_type_hints", "ForwardRef", "attrgetter", "methodcaller", "format_map",
 }
