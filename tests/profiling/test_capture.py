@@ -79,7 +79,11 @@ def test_cuda_kernels_counted_once_with_their_launching_op():
               213, 216, DeviceType.CUDA, linked=6)
     k2 = _evt(8, "Memset (Device)", 216, 217, DeviceType.CUDA, linked=6)
     stray = _evt(9, "void some_vendor::mystery_kernel<int>(int)", 220, 222, DeviceType.CUDA, linked=0)
-    rows = aggregate(collect([linear, addmm, launch, gemm, ln, nln, k1, k2, stray], "cuda", "bfloat16"), steps=1)
+    # A record_function range's copy on the GPU timeline: spans kernels, is not one.
+    annotation = FunctionEvent(id=10, name="autokernel::matmul", thread=7, start_us=199, end_us=213,
+                               device_type=DeviceType.CUDA, is_user_annotation=True)
+    rows = aggregate(collect([linear, addmm, launch, gemm, ln, nln, k1, k2, stray, annotation], "cuda", "bfloat16"),
+                     steps=1)
     by_family = {r["family"]: r for r in rows}
     assert sum(r["time_us"] for r in rows) == pytest.approx(12.5 + 3 + 1 + 2)  # kernels only, once each
     mm = by_family["matmul"]
