@@ -30,22 +30,22 @@ def _gelu_math(x, TANH: tl.constexpr):
 @triton.jit
 def _normal_cdf(x):
     # Phi(x) = 1 - erfc(z)/2 (x >= 0) or erfc(z)/2 (x < 0), z = |x|/sqrt(2), with erfc from a
-    # Chebyshev fit (Numerical Recipes erfcc: relative error < 1.2e-7 for every z). One rcp,
-    # nine FMAs and one ex2, branch-free: libdevice's erf costs about twice as many
-    # instructions (both of its branches run on mixed-sign data), which made 16-bit GELU
-    # compute-bound. The x < 0 side never computes 1 + erf, so the tail keeps its digits.
-    z = tl.abs(x) * 0.7071067811865476
-    t = 1.0 / (1.0 + 0.5 * z)
-    p = 0.17087277 * t - 0.82215223
-    p = p * t + 1.48851587
-    p = p * t - 1.13520398
-    p = p * t + 0.27886807
-    p = p * t - 0.18628806
-    p = p * t + 0.09678418
-    p = p * t + 0.37409196
-    p = p * t + 1.00002368
-    p = p * t - 1.26551223
-    half_erfc = 0.5 * t * tl.exp2((p - z * z) * 1.4426950408889634)  # erfc(z) = t * exp(p - z^2)
+    # Chebyshev fit (Numerical Recipes erfcc: erfc(z) = t exp(P(t) - z^2), t = 1/(1 + z/2),
+    # relative error < 1.2e-7 for every z). Branch-free: one rcp, ten FMAs and one ex2;
+    # libdevice's erf costs more instructions, which made 16-bit GELU compute-bound. The
+    # x < 0 side never forms 1 + erf, so the tail keeps its digits.
+    # P's coefficients are pre-multiplied by log2(e), with the factor 1/2 folded in as -1.
+    t = 1.0 / (1.0 + tl.abs(x) * 0.35355339059327373)
+    p = 0.24651729790196045 * t - 1.1861149450768025
+    p = p * t + 2.147474463933521
+    p = p * t - 1.637753152343414
+    p = p * t + 0.40232158165127635
+    p = p * t - 0.2687568603388257
+    p = p * t + 0.1396300565225048
+    p = p * t + 0.5397006155284324
+    p = p * t + 1.4427292039075317
+    p = p * t - 2.825748218405333
+    half_erfc = t * tl.exp2(p - x * x * 0.7213475204444817)  # = erfc(z) / 2
     return tl.where(x >= 0, 1.0 - half_erfc, half_erfc)
 
 
