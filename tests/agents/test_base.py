@@ -19,7 +19,7 @@ def test_validate_accepts_a_kernel_and_adds_the_final_newline():
     ("def other(x):\n    return x\n", "must define kernel_fn"),
     ("def f():\n    def kernel_fn(x): pass\n", "must define kernel_fn"),
     ("kernel_fn = 1\n" + "#" * MAX_SOURCE_BYTES, "limit is 65536 bytes"),
-    ("import os\n\ndef kernel_fn(x):\n    return x\n", "harness would reject it: import of 'os'"),
+    ("import ctypes\n\ndef kernel_fn(x):\n    return x\n", "harness would reject it: import of 'ctypes'"),
     ("import torch\n\ndef kernel_fn(x):\n    return torch.nn.functional.rms_norm(x, x.shape[-1:])\n",
      "harness would reject it"),
 ])
