@@ -439,7 +439,8 @@ class Engine:
             else:
                 from autokernel_tui.harness.runner import Harness
 
-                self._harness = Harness(timeout_s=self.settings.harness.timeout_s, device="auto")
+                self._harness = Harness(timeout_s=self.settings.harness.timeout_s, device="auto",
+                                        keep_margin=self.settings.harness.keep_margin)
         if self._agent is None:
             from autokernel_tui.agents.base import make_agent
 
