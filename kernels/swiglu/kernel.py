@@ -36,12 +36,36 @@ def _swiglu(G, U, Y, n_elements, BLOCK: tl.constexpr):
         tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _swiglu_rows(G, U, Y, n_cols, stride_g, stride_u, BLOCK: tl.constexpr):
+    # Rows whose last dim is packed but whose row stride is not n_cols: gate/up as column
+    # slices of one fused [M, 2N] projection. Read in place instead of copying both first.
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    g = tl.load(G + row * stride_g + cols, mask=mask, other=0.0)
+    u = tl.load(U + row * stride_u + cols, mask=mask, other=0.0)
+    tl.store(Y + row * n_cols + cols, _silu_mul(g, u).to(Y.dtype.element_ty), mask=mask)
+
+
+def _row_strided(t: torch.Tensor) -> bool:
+    """A 2-D tensor with a packed last dim (rows may be spaced out)."""
+    return t.dim() == 2 and t.stride(1) == 1 and t.stride(0) >= t.shape[1]
+
+
 def kernel_fn(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     if gate.shape != up.shape:
         raise ValueError(f"swiglu: gate {tuple(gate.shape)} and up {tuple(up.shape)} differ")
-    if not (gate.is_contiguous() and up.is_contiguous()):
-        gate, up = gate.contiguous(), up.contiguous()
-    out = torch.empty_like(gate)
-    n = gate.numel()
-    _swiglu[(triton.cdiv(n, BLOCK_SIZE),)](gate, up, out, n, BLOCK=BLOCK_SIZE, num_warps=NUM_WARPS)
-    return out
+    if gate.is_contiguous() and up.is_contiguous():
+        out = torch.empty_like(gate)
+        n = gate.numel()
+        _swiglu[(triton.cdiv(n, BLOCK_SIZE),)](gate, up, out, n, BLOCK=BLOCK_SIZE, num_warps=NUM_WARPS)
+        return out
+    if _row_strided(gate) and _row_strided(up):
+        m, n = gate.shape
+        out = torch.empty((m, n), dtype=gate.dtype, device=gate.device)
+        block = min(BLOCK_SIZE, triton.next_power_of_2(n))
+        _swiglu_rows[(m, triton.cdiv(n, block))](gate, up, out, n, gate.stride(0), up.stride(0), BLOCK=block,
+                                                  num_warps=NUM_WARPS)
+        return out
+    return kernel_fn(gate.contiguous(), up.contiguous())  # any other layout: pack it once

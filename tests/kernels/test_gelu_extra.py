@@ -61,3 +61,33 @@ def test_erf_gelu_is_fp32_accurate_on_a_dense_grid():
     tail = (x < -3.0) & (x > -12.0)  # relative accuracy where 1 + erf(x) would have cancelled
     rel = (err[tail] / ref[tail].abs()).max().item()
     assert rel < 1e-4, f"negative tail: max relative error {rel:.3g}"  # 1 + erf would lose all digits
+
+
+@pytest.mark.parametrize("m,n", [(37, 1000), (3, 4099)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_swiglu_reads_fused_projection_slices_in_place(m, n, dtype, monkeypatch):
+    # LLaMA-style fused gate_up projection: gate and up are column slices of one [M, 2N]
+    # tensor. They must be read where they are (no packing copies) and give the right answer.
+    ker = sc.load_module(REPO / "kernels" / "swiglu" / "kernel.py", "swiglu-fused")
+    fused = (torch.randn(m, 2 * n, generator=torch.Generator().manual_seed(m)) * 3.0).to(dtype)
+    gate, up = fused[:, :n], fused[:, n:]
+    packed = []
+    real_contiguous = torch.Tensor.contiguous
+    monkeypatch.setattr(torch.Tensor, "contiguous",
+                        lambda t, *a, **k: packed.append(t.shape) or real_contiguous(t, *a, **k))
+    out = ker.kernel_fn(gate, up)
+    monkeypatch.undo()
+    assert not packed, f"packing copies of {packed}"
+    g, u = gate.double(), up.double()
+    ref = g * torch.sigmoid(g) * u
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    assert out.shape == (m, n) and out.is_contiguous()
+    assert torch.allclose(out.double(), ref, atol=tol, rtol=tol)
+
+
+def test_swiglu_other_layouts_are_packed_then_correct():
+    ker = sc.load_module(REPO / "kernels" / "swiglu" / "kernel.py", "swiglu-layouts")
+    base = torch.randn(5, 40, 3, generator=torch.Generator().manual_seed(1))
+    gate, up = base[..., 0].t(), base[..., 1].t()  # [40, 5], last dim strided
+    out = ker.kernel_fn(gate, up)
+    assert torch.allclose(out.double(), torch.nn.functional.silu(gate.double()) * up.double(), atol=1e-5, rtol=1e-5)
