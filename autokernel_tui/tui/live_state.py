@@ -143,7 +143,10 @@ class LiveState:
         return {HEADER, REASONING, DIFF}
 
     def _on_agent(self, e: dict) -> set[str]:
-        self.reasoning.append(str(e.get("kind") or "text"), str(e.get("text") or ""))
+        kind, text = str(e.get("kind") or "text"), str(e.get("text") or "")
+        if kind in ("progress", "error") and text and not text.endswith("\n"):
+            text += "\n"  # status lines, one per line, not run together
+        self.reasoning.append(kind, text)
         return {REASONING}
 
     def _on_proposal(self, e: dict) -> set[str]:

@@ -24,6 +24,8 @@ def reasoning_text(segments: list[tuple[str, str]], dropped: int = 0) -> Text:
     if not segments:
         out.append("waiting for the agent…", "dim italic")
     for kind, text in segments:
+        if out and kind in ("progress", "error") and not out.plain.endswith("\n"):
+            out.append("\n")
         out.append(text, KIND_STYLE.get(kind, ""))
     return out
 
