@@ -92,6 +92,23 @@ def test_matmul_pointer_path_on_aligned_shapes(tmp_path):
         assert row["kernel"]["passed"], row["kernel"]["why"]
 
 
+def test_matmul_tile_config_per_shape():
+    # H200 (132 SMs): short-K or poorly wave-filled shapes take the small tiles, big ones the big tiles.
+    spec = load_spec(REPO / "kernels" / "matmul")
+    ker = sc.load_module(spec.path / "kernel.py", "cfg")
+    big = (ker.BLOCK_M, ker.BLOCK_N)
+    small = (ker.SMALL_BLOCK_M, ker.SMALL_BLOCK_N)
+    assert big != small
+    expected = {"square-4096": big, "llama7b-up": big, "llama7b-down": big,
+                "gpt2-qkv": small, "gpt2-mlp-down": small, "odd": small}
+    got = {s.name: ker.config_16bit(s.dims["M"], s.dims["N"], s.dims["K"], 132)[:2] for s in spec.shapes}
+    assert got == expected
+    # The CPU test shapes reach both configs, so the interpreter and the sm_90 compile check cover both.
+    cpu = {ker.config_16bit(s.dims["M"], s.dims["N"], s.dims["K"], ker._num_sms(torch.device("cpu")))[:2]
+           for s in spec.test_shapes}
+    assert cpu == {big, small}
+
+
 def test_unwritten_rows_are_caught(tmp_path):
     # The last row is never stored: the NaN poison must show it.
     task = _broken_copy(tmp_path, "softmax", "mask = (rows < M)[:, None]", "mask = (rows < M - 1)[:, None]")
