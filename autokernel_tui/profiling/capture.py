@@ -283,7 +283,9 @@ def profile_bundle(bundle, steps: int | None = None, warmup: int = 2) -> dict:
             _sync(bundle.device)
             wall.append((time.perf_counter() - t0) * 1e6)
     time_kind = "cuda" if on_gpu else "cpu"
-    calls = collect(prof.events(), time_kind, bundle.dtype)
+    events = prof.events()
+    attach_dtypes(prof, events)
+    calls = collect(events, time_kind, bundle.dtype)
     ops = aggregate(calls, steps)
     total = sum(r["time_us"] for r in ops)
     if total <= 0:
@@ -304,6 +306,29 @@ def profile_bundle(bundle, steps: int | None = None, warmup: int = 2) -> dict:
         "ops": ops,
         "kernels": kernel_table(ops),
     }
+
+
+def attach_dtypes(prof, events) -> int:
+    """Give ops their input dtypes where torch (< 2.12) keeps them on the kineto events only.
+
+    Returns how many events got them; without this every op falls back to the model's dtype."""
+    from torch.autograd import DeviceType
+
+    missing = [e for e in events if e.device_type == DeviceType.CPU and getattr(e, "input_dtypes", None) is None]
+    if not missing:
+        return 0
+    try:
+        table = {(k.correlation_id(), k.name()): list(k.dtypes()) for k in prof.profiler.kineto_results.events()
+                 if k.device_type() == DeviceType.CPU}
+    except (AttributeError, RuntimeError):  # an older or newer profiler shape: keep the fallback
+        return 0
+    n = 0
+    for e in missing:
+        dtypes = table.get((e.id, e.name))
+        if dtypes:
+            e.input_dtypes = dtypes
+            n += 1
+    return n
 
 
 def _zero_grads(model) -> None:
