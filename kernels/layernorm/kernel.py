@@ -2,9 +2,11 @@
 
 Rows up to MAX_FUSED_N wide are held in registers: mean, then the variance of
 the centred values (never E[x^2] - E[x]^2, which cancels catastrophically when
-rows sit far from zero), several short rows per program. Wider rows loop: a
-per-lane Welford pass gives mean and variance (merged across lanes with Chan's
-formula), a second pass writes, so x is read twice at most.
+rows sit far from zero), several short rows per program. Wider rows loop: one pass
+sums deviations from the first chunk's mean (small even for rows far from zero),
+a second pass writes, so x is read twice at most (the first chunk three times,
+from L2). fp32 inputs take their own rows-per-program knob: a program's bytes,
+not its elements, set how well loads overlap.
 """
 
 import torch
@@ -14,6 +16,8 @@ import triton.language as tl
 # Tunable knobs: module-level constants the offline tuner rewrites.
 ROW_BLOCK_ELEMS = 8192  # elements each program holds (rows x padded row width)
 NUM_WARPS = 8
+FP32_ROW_BLOCK_ELEMS = 4096  # fp32: the same 16 KB of x per program as 8192 16-bit elements
+FP32_NUM_WARPS = 8
 MAX_FUSED_N = 16384  # widest row handled in one register-resident pass
 LOOP_BLOCK_N = 4096  # chunk width of the looped path
 LOOP_NUM_WARPS = 8
@@ -41,26 +45,27 @@ def _layernorm_looped(X, W, B, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.conste
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x
     y_row = Y + row * stride_y
-    # Welford per lane: count, mean and sum of squared deviations.
-    cnt = tl.zeros([BLOCK_N], dtype=tl.float32)
-    mu = tl.zeros([BLOCK_N], dtype=tl.float32)
-    m2 = tl.zeros([BLOCK_N], dtype=tl.float32)
+    cols0 = tl.arange(0, BLOCK_N)
+    # Shifted sums: deviations from the first chunk's mean stay small even when the
+    # row sits far from zero, so sum(d^2)/N - mean(d)^2 does not cancel; no per-element
+    # division (a Welford update per element made this loop compute-bound).
+    x0 = tl.load(x_row + cols0, mask=cols0 < N, other=0.0).to(tl.float32)
+    shift = tl.sum(x0, axis=0) / tl.minimum(N, BLOCK_N)
+    s1 = tl.zeros([BLOCK_N], dtype=tl.float32)
+    s2 = tl.zeros([BLOCK_N], dtype=tl.float32)
     for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
+        cols = start + cols0
         cmask = cols < N
         x = tl.load(x_row + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
-        new_cnt = cnt + tl.where(cmask, 1.0, 0.0)
-        delta = tl.where(cmask, x - mu, 0.0)
-        mu = mu + delta / tl.maximum(new_cnt, 1.0)
-        m2 = m2 + delta * tl.where(cmask, x - mu, 0.0)
-        cnt = new_cnt
-    # Chan's merge of the lanes: total M2 = sum(m2_j + n_j * (mu_j - mean)^2).
-    mean = tl.sum(mu * cnt, axis=0) / N
-    dev = mu - mean
-    var = tl.sum(m2 + cnt * dev * dev, axis=0) / N
+        d = tl.where(cmask, x - shift, 0.0)
+        s1 += d
+        s2 += d * d
+    mean_d = tl.sum(s1, axis=0) / N
+    var = tl.maximum(tl.sum(s2, axis=0) / N - mean_d * mean_d, 0.0)
+    mean = shift + mean_d
     rstd = 1.0 / tl.sqrt(var + eps)
     for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
+        cols = start + cols0
         cmask = cols < N
         x = tl.load(x_row + cols, mask=cmask, other=0.0, eviction_policy="evict_first").to(tl.float32)
         w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
@@ -77,10 +82,12 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if n <= MAX_FUSED_N:
         block_n = triton.next_power_of_2(n)
-        block_m = max(1, min(ROW_BLOCK_ELEMS // block_n, triton.next_power_of_2(m)))
+        fp32 = x.dtype == torch.float32
+        elems = FP32_ROW_BLOCK_ELEMS if fp32 else ROW_BLOCK_ELEMS
+        block_m = max(1, min(elems // block_n, triton.next_power_of_2(m)))
         _layernorm_rows[(triton.cdiv(m, block_m),)](
             x2, weight, bias, y, m, n, x2.stride(0), y.stride(0), eps,
-            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=NUM_WARPS)
+            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=FP32_NUM_WARPS if fp32 else NUM_WARPS)
     else:
         _layernorm_looped[(m,)](x2, weight, bias, y, n, x2.stride(0), y.stride(0), eps,
                                 BLOCK_N=LOOP_BLOCK_N, num_warps=LOOP_NUM_WARPS)
