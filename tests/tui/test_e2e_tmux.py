@@ -54,22 +54,20 @@ def _start(session: str, ws: Path, command: str, env: dict) -> None:
 def tmux_session():
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed: the end-to-end test drives the real command in it")
-    names: list[str] = []
-    yield lambda suffix: names.append(f"akt-{os.getpid()}-{suffix}") or names[-1]
-    for name in names:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+    yield Sessions()
 
 
-def _start_slow(ws: Path) -> None:
-    """Begin from the smallest blocks, which the interpreter runs slowest: most tuner steps are then
-    faster, so candidates reach the approval gate quickly instead of being discarded."""
-    kernel = ws / "kernels" / "rmsnorm" / "kernel.py"
-    text = kernel.read_text()
-    for knob, value in (("ROW_BLOCK_ELEMS", 1024), ("MAX_FUSED_N", 4096), ("LOOP_BLOCK_N", 1024)):
-        text = re.sub(rf"^{knob} = \d+", f"{knob} = {value}", text, flags=re.M)
-    kernel.write_text(text)
-    git = ["git", "-C", str(ws), "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run([*git, "commit", "-qam", "start from small blocks"], check=True)
+class Sessions:
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def __call__(self, suffix: str) -> str:
+        self.names.append(f"akt-{os.getpid()}-{suffix}")
+        return self.names[-1]
+
+    def close(self) -> None:
+        while self.names:
+            subprocess.run(["tmux", "kill-session", "-t", self.names.pop()], capture_output=True)
 
 
 def test_approve_veto_detach_reattach(tmp_path, tmux_session):
@@ -77,12 +75,13 @@ def test_approve_veto_detach_reattach(tmp_path, tmux_session):
     from autokernel_tui.tui.workspace_files import engine_is_live, run_tags
 
     ws = init_workspace(tmp_path / "ws", tasks=["rmsnorm"])
-    _start_slow(ws)
     env = {"TRITON_INTERPRET": "1", "AUTOKERNEL_AGENT_KIND": "tuner", "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
-           "PYTHONUNBUFFERED": "1"}
+           "PYTHONUNBUFFERED": "1",
+           # Every passing candidate counts as "faster" (interpreter timings are noise anyway), so the
+           # manual gate asks about each one and the test does not wait on luck; quick harness mode.
+           "AUTOKERNEL_HARNESS_KEEP_MARGIN": "0.0001", "AUTOKERNEL_HARNESS_QUICK": "1"}
     live = tmux_session("live")
     _start(live, ws, "autokernel-tui --policy manual", env)
-    headless_pid = None
     try:
         first = int(_wait("a candidate awaiting approval", lambda: BANNER.search(_screen(live)), 300, live).group(1))
         _tmux("send-keys", "-t", live, "a")
@@ -105,12 +104,13 @@ def test_approve_veto_detach_reattach(tmp_path, tmux_session):
 
         # Quit, leaving the run going headless.
         _tmux("send-keys", "-t", live, "q")
-        _wait("the quit question", lambda: "Leave it running headless" in _screen(live), 30, live)
+        _wait("the quit question", lambda: "Leave running" in _screen(live), 30, live)
         _tmux("send-keys", "-t", live, "l")
         _wait("the hand-over", lambda: "run continues headless" in _screen(live), 240, live)
         assert engine_is_live(ws)
         from autokernel_tui.engine.lock import live_pid
         headless_pid = live_pid(ws)
+        assert headless_pid and headless_pid != os.getpid()
 
         # Attach, see the run, detach: it keeps going.
         attach = tmux_session("attach")
@@ -120,5 +120,22 @@ def test_approve_veto_detach_reattach(tmp_path, tmux_session):
         _wait("the detach", lambda: "detached; the run goes on" in _screen(attach), 60, attach)
         assert engine_is_live(ws) and live_pid(ws) == headless_pid
     finally:
-        if headless_pid:
-            os.kill(headless_pid, signal.SIGTERM)  # stops after its current experiment
+        _stop_everything(ws, tmux_session)
+
+
+def _stop_everything(ws: Path, sessions) -> None:
+    """Close the tmux sessions, then stop whatever engine is left (a hang-up hands over to a headless
+    one, so look for it after the sessions are gone)."""
+    from autokernel_tui.engine.lock import live_pid
+
+    sessions.close()
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        pid = live_pid(ws)
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signal.SIGTERM)  # stops after its current experiment
+        except ProcessLookupError:
+            return
+        time.sleep(1)

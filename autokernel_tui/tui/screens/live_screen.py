@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -141,9 +142,9 @@ class LiveScreen(Screen):
         veto = keys.display_key(keys.STEERING[2], self.app.user_keys)
         comparison = pending.get("comparison") or {}
         from autokernel_tui.tui import formatting as fmt
-        banner.update(f" ▶ {approve} approve · {veto} veto — exp {pending.get('n')} {pending.get('task', '')}: "
+        banner.update(Text(f" ▶ {approve} approve · {veto} veto — exp {pending.get('n')} {pending.get('task', '')}: "
                       f"{fmt.speedup(comparison.get('speedup'))} {fmt.interval(comparison.get('ci_low'), comparison.get('ci_high'))}"
-                      " vs incumbent")
+                      " vs incumbent"))
         if self._bell_for != pending.get("n"):
             self._bell_for = pending.get("n")
             self.app.bell()

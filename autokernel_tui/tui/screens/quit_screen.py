@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid
+from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label
 
@@ -26,19 +26,20 @@ class QuitScreen(ModalScreen[str | None]):
         self.run_active = run_active
 
     def compose(self) -> ComposeResult:
-        leave = "Detach, run keeps going [l]" if self.attached else "Leave it running headless [l]"
+        leave = "Detach (l)" if self.attached else "Leave running (l)"
         question = ("Quit autokernel-tui. The run is still going." if self.run_active
                     else "Quit autokernel-tui.")
-        with Grid(id="quit-dialog"):
+        with Vertical(id="quit-dialog"):
             yield Label(question, id="quit-question")
             yield Label("Stop: the current experiment finishes, then the run stops (resumable later).\n"
                         + ("Detach: the headless engine goes on; attach again any time."
                            if self.attached else
                            "Headless: the engine finishes its step here and resumes in the background."),
                         id="quit-explain")
-            yield Button("Stop the run [s]", variant="error", id="stop")
-            yield Button(leave, variant="primary", id="leave")
-            yield Button("Cancel [esc]", id="cancel")
+            with Horizontal(id="quit-buttons"):
+                yield Button("Stop run (s)", variant="error", id="stop")
+                yield Button(leave, variant="primary", id="leave")
+                yield Button("Cancel (esc)", id="cancel")
 
     def on_mount(self) -> None:
         self.query_one("#leave", Button).focus()
