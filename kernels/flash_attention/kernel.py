@@ -5,8 +5,8 @@ tiles stream through a software pipeline (NUM_STAGES deep). Online softmax in
 base 2 with log2(e) * 1/sqrt(D) folded into one scale, fp32 accumulators, one
 normalisation at the end. Key blocks entirely below the diagonal run without
 a mask; only the blocks that straddle the diagonal pay for one. GQA: query head
-h reads key/value head h // (H // KVH). The heaviest query blocks (last rows,
-most keys) are launched first to shorten the causal tail.
+h reads key/value head h // (H // KVH). Within each group of HEAD_GROUP heads the heaviest query
+blocks (last rows, most keys) are launched first, so the grid ends on light ones.
 
 The USE_TMA knob fetches Q/K/V tiles with Hopper's TMA engine through tensor
 descriptors over [B*H*S, D] views (contiguous inputs); strided inputs, such as
@@ -26,10 +26,33 @@ BLOCK_N = 64  # keys per inner step
 NUM_WARPS = 8
 NUM_STAGES = 3  # K/V pipeline depth (lowered automatically if it would not fit in shared memory)
 USE_TMA = 1  # 1: Q/K/V tiles through TMA tensor descriptors (Hopper+, contiguous inputs); 0: pointer loads
+# Register cap per thread (0: the compiler's choice). 128 with 8 warps lets two programs share
+# an SM when their shared memory fits twice (e.g. BLOCK_N 64, 2 stages: 98 KB), so one
+# program's softmax overlaps the other's tensor-core work; sm_90 compiles show no spills.
+MAX_REGS = 0
+# Launch order: programs go out in groups of HEAD_GROUP (batch, head) pairs; inside a group the
+# heaviest query blocks of all its heads go first, the lightest last. 1 = one head at a time.
+HEAD_GROUP = 16
 
 _SMEM_BYTES = 227 * 1024 - 16 * 1024  # Hopper's per-block limit, less room for reduction scratch and barriers
 # Triton 3.7's CPU interpreter multiplies bf16 tiles as raw bits: widen them there (never on a GPU).
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@triton.jit
+def _schedule(pid, BH, N_M_BLOCKS, HEAD_GROUP: tl.constexpr):
+    # Longest-first within a group of heads: the grid's last programs are the lightest query
+    # blocks, so SMs finish together instead of waiting on a full-length block launched late
+    # (one head at a time, the last head's heaviest block starts when ~1 block per SM is left).
+    # Grouping keeps the K/V that concurrently running programs read small enough for L2.
+    per_group = HEAD_GROUP * N_M_BLOCKS
+    group = pid // per_group
+    first_bh = group * HEAD_GROUP
+    heads_here = tl.minimum(BH - first_bh, HEAD_GROUP)
+    within = pid - group * per_group
+    start_m = N_M_BLOCKS - 1 - within // heads_here
+    bh = first_bh + within % heads_here
+    return start_m, bh
 
 
 @triton.jit
@@ -90,14 +113,14 @@ def _attend_tma(acc, l_i, m_i, q, k_desc, v_desc, kv_row0, offs_m, lo, hi, qk_sc
 
 
 @triton.jit
-def _flash_fwd(Q, K, V, O, qk_scale, H, GROUP, S, N_M_BLOCKS,
+def _flash_fwd(Q, K, V, O, qk_scale, H, GROUP, S, N_M_BLOCKS, BH,
                stride_qb, stride_qh, stride_qs, stride_qd,
                stride_kb, stride_kh, stride_ks, stride_kd,
                stride_vb, stride_vh, stride_vs, stride_vd,
                stride_ob, stride_oh, stride_os, stride_od,
-               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDEN: tl.constexpr):
-    start_m = N_M_BLOCKS - 1 - tl.program_id(0)  # heaviest blocks first
-    bh = tl.program_id(1)
+               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDEN: tl.constexpr,
+               HEAD_GROUP: tl.constexpr):
+    start_m, bh = _schedule(tl.program_id(0), BH, N_M_BLOCKS, HEAD_GROUP)
     b = (bh // H).to(tl.int64)
     h = bh % H
     kvh = (h // GROUP).to(tl.int64)
@@ -129,12 +152,12 @@ def _flash_fwd(Q, K, V, O, qk_scale, H, GROUP, S, N_M_BLOCKS,
 
 
 @triton.jit
-def _flash_fwd_tma(q_desc, k_desc, v_desc, O, qk_scale, H, KVH, GROUP, S, N_M_BLOCKS,
+def _flash_fwd_tma(q_desc, k_desc, v_desc, O, qk_scale, H, KVH, GROUP, S, N_M_BLOCKS, BH,
                    stride_ob, stride_oh, stride_os, stride_od,
-                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDEN: tl.constexpr):
+                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDEN: tl.constexpr,
+                   HEAD_GROUP: tl.constexpr):
     # Same schedule as _flash_fwd, with Q/K/V tiles fetched by TMA from [rows, HEAD_DIM] views.
-    start_m = N_M_BLOCKS - 1 - tl.program_id(0)
-    bh = tl.program_id(1)
+    start_m, bh = _schedule(tl.program_id(0), BH, N_M_BLOCKS, HEAD_GROUP)
     b = bh // H
     h = bh % H
     m0 = start_m * BLOCK_M
@@ -187,22 +210,26 @@ def kernel_fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
     qk_scale = 1.4426950408889634 / math.sqrt(d)  # log2(e) / sqrt(D): exp2 of scaled logits
     widen = _INTERPRETED and q.dtype == torch.bfloat16
     stages = _stages_that_fit(d, q.element_size())
+    grid = (n_m_blocks * b * h,)
+    launch_extra = {"maxnreg": MAX_REGS} if MAX_REGS and not _INTERPRETED else {}
     if USE_TMA and _tma_ok(q, k, v):
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         q_desc = TensorDescriptor.from_tensor(q.view(b * h * s, d), [BLOCK_M, d])
         k_desc = TensorDescriptor.from_tensor(k.view(b * kvh * s, d), [BLOCK_N, d])
         v_desc = TensorDescriptor.from_tensor(v.view(b * kvh * s, d), [BLOCK_N, d])
-        _flash_fwd_tma[(n_m_blocks, b * h)](
-            q_desc, k_desc, v_desc, o, qk_scale, h, kvh, h // kvh, s, n_m_blocks,
+        _flash_fwd_tma[grid](
+            q_desc, k_desc, v_desc, o, qk_scale, h, kvh, h // kvh, s, n_m_blocks, b * h,
             o.stride(0), o.stride(1), o.stride(2), o.stride(3),
-            HEAD_DIM=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, WIDEN=widen, num_warps=NUM_WARPS, num_stages=stages)
+            HEAD_DIM=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, WIDEN=widen, HEAD_GROUP=HEAD_GROUP,
+            num_warps=NUM_WARPS, num_stages=stages, **launch_extra)
         return o
-    _flash_fwd[(n_m_blocks, b * h)](
-        q, k, v, o, qk_scale, h, h // kvh, s, n_m_blocks,
+    _flash_fwd[grid](
+        q, k, v, o, qk_scale, h, h // kvh, s, n_m_blocks, b * h,
         q.stride(0), q.stride(1), q.stride(2), q.stride(3),
         k.stride(0), k.stride(1), k.stride(2), k.stride(3),
         v.stride(0), v.stride(1), v.stride(2), v.stride(3),
         o.stride(0), o.stride(1), o.stride(2), o.stride(3),
-        HEAD_DIM=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, WIDEN=widen, num_warps=NUM_WARPS, num_stages=stages)
+        HEAD_DIM=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, WIDEN=widen, HEAD_GROUP=HEAD_GROUP,
+        num_warps=NUM_WARPS, num_stages=stages, **launch_extra)
     return o
