@@ -31,6 +31,27 @@ def test_kernel_quality_smoke(tmp_path):
     assert [t["target"] for t in names["matmul"]["targets"]][0].startswith("% of cuBLAS")
     assert "% of copy BW" in names["rmsnorm"]["targets"][0]["target"]
     assert "rmsnorm" in proc.stdout and "wrote" in proc.stdout
+    roof = data["roofline"]
+    assert roof["bandwidth_gbps"] == max(roof["copy_gbps"], roof["read_gbps"])
+    assert set(roof["matmul_probes"]) == {"bfloat16", "float16", "float32"}
+    by_dtype = {(s["task"], s["dtype"]) for s in data["summary_by_dtype"]}
+    assert by_dtype == rows
+    # The per-task x dtype summary is the last table printed.
+    tail = proc.stdout[proc.stdout.index("Summary:"):]
+    assert "worst shape" in tail and "matmul          float32" in tail
+
+
+def test_percent_of_roofline_never_above_100():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import kernel_quality as kq
+
+    roof = {"bandwidth_gbps": 1000.0, "matmul_tflops_bfloat16": 100.0}
+    row = {"bound": "memory", "dtype": "bfloat16", "bytes": 2e9, "flops": 1, "notes": [],
+           "times": {"starter": {"median_us": 1000.0}, "eager": {"median_us": 4000.0}}}
+    kq._derive(row, roof)  # the starter moves 2000 GB/s against a 1000 GB/s ceiling
+    assert row["times"]["starter"]["pct_roofline"] == 100.0
+    assert row["times"]["starter"]["pct_roofline_raw"] == 200.0
+    assert "clamped" in row["notes"][0] and row["times"]["eager"]["pct_roofline"] == 50.0
 
 
 def test_kernel_quality_rejects_unknown_task(tmp_path):
