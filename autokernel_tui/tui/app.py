@@ -55,9 +55,23 @@ class AutokernelApp(App[Any]):
 
         from autokernel_tui.tui.screens.quit_screen import HANGUP
         try:
-            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.exit, HANGUP)
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._hangup, HANGUP)
         except (NotImplementedError, RuntimeError, ValueError, AttributeError):
             pass  # not the main thread (tests) or no SIGHUP on this platform
+
+    def _hangup(self, result: str) -> None:
+        """The terminal is gone. Point stdio at /dev/null first: Textual's input thread would spin on the
+        dead TTY's end-of-file, and writing the last frame to it would fail."""
+        import os
+
+        try:
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            os.close(devnull)
+        except OSError:
+            pass
+        self.exit(result)
 
     # Screens other screens open.
     def open_help(self) -> None:
