@@ -107,7 +107,7 @@ def tune_task(harness, task_dir: Path, budget: int, max_seconds: float, quick: b
         result["final_vs_start"] = final.to_dict()
     start_knobs = {k: v.value for k, v in parse_knobs(start_src).items()}
     end_knobs = {k: v.value for k, v in parse_knobs(inc_src).items()}
-    result.update(after=after.to_dict(), knobs_start=start_knobs, knobs_end=end_knobs,
+    result.update(after=after.to_dict(), knobs_start=start_knobs, knobs_end=end_knobs, final_source=inc_src,
                   kept=sum(r["status"] == "keep" for r in history), loop_s=round(time.monotonic() - loop_t0, 1),
                   experiments=[{k: v for k, v in r.items() if k != "source"} for r in history])
     return result
@@ -152,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--total-seconds", type=float, default=540.0,
                     help="wall-clock limit for the whole script; per-task loop time shrinks to fit it")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--save-kernels", type=Path, default=None,
+                    help="write each task's final kernel.py to DIR/<task>/kernel.py (for kernel_quality --kernel-dir)")
     ap.add_argument("--smoke", action="store_true", help="CPU interpreter, rmsnorm, 2 experiments: the loop works")
     args = ap.parse_args(argv)
 
@@ -180,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
             results.append(tune_task(harness, starters_dir() / name, args.budget, loop_s, not args.full,
                                      args.prescreen, args.seed, log))
             out["total_s"] = round(time.monotonic() - t0, 1)
+            if args.save_kernels and "final_source" in results[-1]:
+                dest = args.save_kernels / name / "kernel.py"
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_text(results[-1]["final_source"], encoding="utf-8")
             if args.json:  # after every task, so a run cut short still leaves its results
                 args.json.parent.mkdir(parents=True, exist_ok=True)
                 args.json.write_text(json.dumps(out, indent=1, default=str))
