@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One device session on the H200, in two warm calls (each under the tool's
+# 10-minute limit). Everything lands in /tmp/res/<part>/ and comes back as one
+# tarball per part under $OUT (the tool returns at most 8 files).
+#
+#   part1: correctness of every starter at full shapes, harness speed/A-A/3%,
+#          model profiles + verify + export, offline tuner budget (tuned kernels saved)
+#   part2: kernel quality side by side (starter, tuned, eager, torch.compile), GPU-marked tests
+#
+# Usage on the device (carry .whl): bash benchmarks/gpu_session.sh part1|part2
+set -u
+part=${1:?part1 or part2}
+if [ -d .whl ] && [ ! -d .site ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target .site .whl/*.whl || exit 1
+fi
+export PYTHONPATH=$PWD/.site:$PWD PYTHONUNBUFFERED=1
+R=/tmp/res/$part; mkdir -p "$R"
+step() {  # step NAME SECONDS CMD...: run with a hard limit, log to $R/NAME.log, print its tail
+    local name=$1 limit=$2; shift 2
+    local t0=$SECONDS
+    timeout "$limit" "$@" > "$R/$name.log" 2>&1
+    local rc=$?
+    echo "== $name rc=$rc $((SECONDS - t0)) s"
+    echo "$name rc=$rc $((SECONDS - t0))s" >> "$R/steps.txt"
+}
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+  python3 -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
+  git log -1 --format='commit %H %s' 2>/dev/null; } > "$R/env.txt" 2>&1
+cat "$R/env.txt"
+case $part in
+part1)
+    step starters 130 python3 benchmarks/starters_check.py --json "$R/starters.json"
+    step harness_speed 150 python3 benchmarks/harness_speed.py --tasks rmsnorm --json "$R/harness_speed.json"
+    step profile 70 python3 benchmarks/profile_models.py --out "$R/profile"
+    step tuner 150 python3 benchmarks/tuner_budget.py --total-seconds 140 --save-kernels /tmp/res/tuned \
+        --json "$R/tuner_budget.json"
+    [ -d /tmp/res/tuned ] && cp -r /tmp/res/tuned "$R/tuned"
+    ;;
+part2)
+    kd=(); [ -d /tmp/res/tuned ] && kd=(--kernel-dir /tmp/res/tuned)
+    step kernel_quality 400 python3 benchmarks/kernel_quality.py --max-seconds 360 "${kd[@]}" \
+        --json "$R/kernel_quality.json"
+    step gpu_tests 90 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
+    ;;
+esac
+tar czf "$OUT/$part.tgz" -C "$R" .
+for f in "$R"/*.log; do echo "---- $(basename "$f")"; tail -n 25 "$f"; done
+cat "$R/steps.txt"
