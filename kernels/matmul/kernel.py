@@ -8,8 +8,10 @@ tile knobs because fp32 tiles take twice the shared memory.
 
 USE_TMA = 1 switches 16-bit inputs to a persistent variant (one program per SM
 walking the tiles, operands loaded through TMA tensor descriptors, Hopper and
-newer); it falls back to the pointer kernel when a row stride is not 16-byte
-aligned, which TMA requires.
+newer). TMA needs 16-byte-aligned rows: an operand without them (odd K or N,
+e.g. GPT-2's 50257-wide LM head) is first copied into a padded buffer, and an
+unaligned C is written with masked pointer stores. Column-strided operands
+take the pointer kernel.
 
 16-bit shapes with a short K loop or a poorly filled last wave of SMs take the
 SMALL_* config (smaller tiles; the persistent loop flattened so the next tile's
@@ -93,9 +95,9 @@ def _matmul(A, B, C, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride
 
 
 @triton.jit
-def _matmul_tma(a_desc, b_desc, c_desc, M, N, K,
+def _matmul_tma(a_desc, b_desc, c_desc, M, N, K, stride_cm,
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr,
-                NUM_PROGRAMS: tl.constexpr, WIDEN: tl.constexpr, FLATTEN: tl.constexpr):
+                NUM_PROGRAMS: tl.constexpr, WIDEN: tl.constexpr, FLATTEN: tl.constexpr, C_PTR: tl.constexpr):
     tiles_m = tl.cdiv(M, BM)
     tiles_n = tl.cdiv(N, BN)
     per_group = GM * tiles_n
@@ -115,13 +117,45 @@ def _matmul_tma(a_desc, b_desc, c_desc, M, N, K,
                 acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
             else:
                 acc = tl.dot(a, b, acc)
-        c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_desc.dtype))  # TMA clips the edges
+        if C_PTR:  # C's rows are not 16-byte aligned (odd N): masked pointer stores
+            cm = pid_m * BM + tl.arange(0, BM)
+            cn = pid_n * BN + tl.arange(0, BN)
+            c_ptrs = c_desc + cm[:, None].to(tl.int64) * stride_cm + cn[None, :]
+            tl.store(c_ptrs, acc.to(c_desc.dtype.element_ty), mask=(cm < M)[:, None] & (cn < N)[None, :])
+        else:
+            c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_desc.dtype))  # TMA clips the edges
 
 
 # Triton 3.7's CPU interpreter multiplies bf16 tiles as their raw uint16 bits;
 # under it, tiles are widened to fp32 first (exact: same products, same sums).
 # triton.jit returns a compiled JITFunction, or a stand-in when interpreting.
 _INTERPRETED = not isinstance(_matmul, triton.JITFunction)
+
+
+@triton.jit
+def _copy_rows(Src, Dst, R, C, stride_s, stride_d, BR: tl.constexpr, BC: tl.constexpr):
+    rows = tl.program_id(0) * BR + tl.arange(0, BR)
+    cols = tl.program_id(1) * BC + tl.arange(0, BC)
+    mask = (rows < R)[:, None] & (cols < C)[None, :]
+    v = tl.load(Src + rows[:, None].to(tl.int64) * stride_s + cols[None, :], mask=mask)
+    tl.store(Dst + rows[:, None].to(tl.int64) * stride_d + cols[None, :], v, mask=mask)
+
+
+def _tma_operand(t: torch.Tensor) -> torch.Tensor:
+    """t itself when TMA can read it, else a copy whose rows start 16-byte aligned.
+
+    The copy is a [R, C] view of an [R, C rounded up to 16 bytes] buffer: TMA
+    zero-fills past C, so the padding is never read. One extra pass over an
+    operand costs a few percent of a GEMM; the pointer kernel on 2-byte-aligned
+    rows (no vector loads, no async copies) costs far more.
+    """
+    if _tma_ok(t):
+        return t
+    r, c = t.shape
+    per16 = 16 // t.element_size()
+    buf = torch.empty((r, triton.cdiv(c, per16) * per16), dtype=t.dtype, device=t.device)
+    _copy_rows[(triton.cdiv(r, 32), triton.cdiv(c, 128))](t, buf, r, c, t.stride(0), buf.stride(0), BR=32, BC=128)
+    return buf[:, :c]
 
 
 def _tma_ok(*tensors) -> bool:
@@ -160,15 +194,17 @@ def kernel_fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     else:
         bm, bn, bk, warps, stages, flatten = config_16bit(m, n, k, _num_sms(a.device))
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-    if USE_TMA and a.dtype != torch.float32 and _tma_ok(a, b, c):
+    if USE_TMA and a.dtype != torch.float32 and a.stride(1) == 1 and b.stride(1) == 1:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
+        a_t, b_t = _tma_operand(a), _tma_operand(b)
+        c_ptr = not _tma_ok(c)
         programs = min(tiles, _num_sms(a.device))
         _matmul_tma[(programs,)](
-            TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
-            TensorDescriptor.from_tensor(c, [bm, bn]), m, n, k, BM=bm, BN=bn, BK=bk, GM=GROUP_M,
-            NUM_PROGRAMS=programs, FLATTEN=bool(flatten), WIDEN=_INTERPRETED and a.dtype == torch.bfloat16,
-            num_warps=warps, num_stages=stages)
+            TensorDescriptor.from_tensor(a_t, [bm, bk]), TensorDescriptor.from_tensor(b_t, [bk, bn]),
+            c if c_ptr else TensorDescriptor.from_tensor(c, [bm, bn]), m, n, k, c.stride(0),
+            BM=bm, BN=bn, BK=bk, GM=GROUP_M, NUM_PROGRAMS=programs, FLATTEN=bool(flatten),
+            WIDEN=_INTERPRETED and a.dtype == torch.bfloat16, C_PTR=c_ptr, num_warps=warps, num_stages=stages)
         return c
     grid = (tiles,)
     _matmul[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),

@@ -41,6 +41,13 @@ def test_compiles_for_sm90_without_spills(compiled, task):
 
 
 def test_matmul_uses_hopper_tensor_cores(compiled):
-    rows = [r for r in compiled if r["where"].startswith("matmul/")]
-    assert all(r["sass"].get("HGMMA") for r in rows), rows  # wgmma, not the older mma.sync
+    rows = [r for r in compiled if r["where"].startswith("matmul/") and r["kernel"] != "_copy_rows"]
+    assert rows and all(r["sass"].get("HGMMA") for r in rows), rows  # wgmma, not the older mma.sync
     assert any(r["sass"].get("UTMALDG") for r in rows if r["kernel"] == "_matmul_tma"), "TMA path not compiled"
+
+
+def test_matmul_unaligned_rows_still_take_tma(compiled):
+    # Odd K or N (GPT-2's 50257-wide LM head): operands padded for TMA, C stored through pointers.
+    odd = [r for r in compiled if r["where"] == "matmul/bfloat16/k-tail" and r["kernel"] == "_matmul_tma"]
+    assert odd and odd[0]["sass"].get("UTMALDG") and odd[0]["constexprs"].get("C_PTR") is True, odd
+

@@ -100,7 +100,7 @@ def test_matmul_tile_config_per_shape():
     small = (ker.SMALL_BLOCK_M, ker.SMALL_BLOCK_N)
     assert big != small
     expected = {"square-4096": big, "llama7b-up": big, "llama7b-down": big,
-                "gpt2-qkv": small, "gpt2-mlp-down": small, "odd": small}
+                "gpt2-qkv": small, "gpt2-mlp-down": small, "gpt2-lm-head": small, "odd": small}
     got = {s.name: ker.config_16bit(s.dims["M"], s.dims["N"], s.dims["K"], 132)[:2] for s in spec.shapes}
     assert got == expected
     # The CPU test shapes reach both configs, so the interpreter and the sm_90 compile check cover both.
