@@ -54,7 +54,8 @@ FLUSH_BYTES = 256 << 20
 MB = 1e6
 MIN_REPS = 10  # first batch of timed calls; more only when they spread
 SPREAD_OK = 0.03
-COMPILE_SHARE_SLACK = 1.5  # (p80 - p20) / median under this: the first batch is the answer
+COMPILE_SHARE_SLACK = 1.5
+COMPILE_RESERVE_S = 30.0  # no compile starts this close to --max-seconds (a GEMM autotune can take that long)  # (p80 - p20) / median under this: the first batch is the answer
 
 
 def _spread(times: list[float]) -> float:
@@ -475,7 +476,8 @@ def main(argv: list[str] | None = None) -> int:
         # Compile time is most of a run: each task compiles within a fair share of the
         # time left (what it leaves unused passes on), so no task loses its numbers.
         now = time.perf_counter()
-        compile_until = now + COMPILE_SHARE_SLACK * max(0.0, deadline - now) / (len(dirs) - i)
+        compile_until = min(deadline - COMPILE_RESERVE_S,
+                            now + COMPILE_SHARE_SLACK * max(0.0, deadline - now) / (len(dirs) - i))
         rows.extend(run_task(d, tuned, dtypes, timer, roof, args, deadline, compile_until))
         # Written after every task: a run cut short still leaves its numbers behind.
         result.update(partial=d != dirs[-1], wall_s=round(time.perf_counter() - t_start, 1),
