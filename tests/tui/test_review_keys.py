@@ -77,14 +77,17 @@ async def test_revert_goes_through_the_live_engine(workspace):
         assert client.sent == [("revert", {"run": "night-1", "n": 1})]
 
 
-async def test_revert_without_engine_reports_clearly(workspace, monkeypatch):
+async def test_revert_without_engine_goes_through_the_engine_offline(workspace):
+    # No live engine: the real engine opens the run idle and refuses here, because the fixture
+    # workspace has no run branch; the refusal reaches the user as one line, the app keeps going.
     app = AutokernelApp(workspace, mode=REVIEW)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("u")
-        await settle(pilot)
-        notes = [n for n in app._notifications if n.title in ("Reverted", "Revert failed")]
-        assert notes, "a revert always ends in a notification"
+        await settle(pilot, 0.3)
+        notes = [(n.title, n.message) for n in app._notifications if n.title in ("Reverted", "Revert failed")]
+        assert notes == [("Revert failed", "revert night-1 exp 1: WorkspaceError: branch autokernel/night-1 does not exist")]
+        assert app.is_running
 
 
 async def test_escape_and_q_leave_standalone_review(workspace):
