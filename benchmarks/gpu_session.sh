@@ -29,18 +29,18 @@ step() {  # step NAME SECONDS CMD...: run with a hard limit, log to $R/NAME.log,
 cat "$R/env.txt"
 case $part in
 part1)
-    step starters 130 python3 benchmarks/starters_check.py --json "$R/starters.json"
-    step harness_speed 150 python3 benchmarks/harness_speed.py --tasks rmsnorm --json "$R/harness_speed.json"
-    step profile 70 python3 benchmarks/profile_models.py --out "$R/profile"
-    step tuner 150 python3 benchmarks/tuner_budget.py --total-seconds 140 --save-kernels /tmp/res/tuned \
+    step starters 120 python3 benchmarks/starters_check.py --json "$R/starters.json"
+    step harness_speed 140 python3 benchmarks/harness_speed.py --tasks rmsnorm --json "$R/harness_speed.json"
+    step profile 60 python3 benchmarks/profile_models.py --out "$R/profile"
+    step tuner 125 python3 benchmarks/tuner_budget.py --total-seconds 115 --save-kernels /tmp/res/tuned \
         --json "$R/tuner_budget.json"
     [ -d /tmp/res/tuned ] && cp -r /tmp/res/tuned "$R/tuned"
     ;;
 part2)
     kd=(); [ -d /tmp/res/tuned ] && kd=(--kernel-dir /tmp/res/tuned)
-    step kernel_quality 400 python3 benchmarks/kernel_quality.py --max-seconds 360 "${kd[@]}" \
+    step kernel_quality 360 python3 benchmarks/kernel_quality.py --max-seconds 320 "${kd[@]}" \
         --json "$R/kernel_quality.json"
-    step gpu_tests 90 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
+    step gpu_tests 60 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
     ;;
 esac
 tar czf "$OUT/$part.tgz" -C "$R" .
