@@ -7,9 +7,9 @@
 #          model profiles + verify + export, offline tuner budget (tuned kernels saved)
 #   part2: kernel quality side by side (starter, tuned, eager, torch.compile), GPU-marked tests
 #
-# Usage on the device (carry .whl): bash benchmarks/gpu_session.sh part1|part2
+# Usage on the device (carry .whl): bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests
 set -u
-part=${1:?part1 or part2}
+part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target .site .whl/*.whl || exit 1
 fi
@@ -29,18 +29,21 @@ step() {  # step NAME SECONDS CMD...: run with a hard limit, log to $R/NAME.log,
 cat "$R/env.txt"
 case $part in
 part1)
-    step starters 120 python3 benchmarks/starters_check.py --json "$R/starters.json"
-    step harness_speed 140 python3 benchmarks/harness_speed.py --tasks rmsnorm --json "$R/harness_speed.json"
-    step profile 60 python3 benchmarks/profile_models.py --out "$R/profile"
-    step tuner 125 python3 benchmarks/tuner_budget.py --total-seconds 115 --save-kernels /tmp/res/tuned \
+    step starters 110 python3 benchmarks/starters_check.py --json "$R/starters.json"
+    step harness_speed 120 python3 benchmarks/harness_speed.py --tasks rmsnorm --json "$R/harness_speed.json"
+    step profile 55 python3 benchmarks/profile_models.py --out "$R/profile"
+    step tuner 280 python3 benchmarks/tuner_budget.py --total-seconds 270 --save-kernels /tmp/res/tuned \
         --json "$R/tuner_budget.json"
     [ -d /tmp/res/tuned ] && cp -r /tmp/res/tuned "$R/tuned"
     ;;
 part2)
     kd=(); [ -d /tmp/res/tuned ] && kd=(--kernel-dir /tmp/res/tuned)
-    step kernel_quality 360 python3 benchmarks/kernel_quality.py --max-seconds 320 "${kd[@]}" \
+    kq_s=${2:-320}  # what the session's device time allows
+    step kernel_quality $((kq_s + 40)) python3 benchmarks/kernel_quality.py --max-seconds "$kq_s" "${kd[@]}" \
         --json "$R/kernel_quality.json"
-    step gpu_tests 60 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
+    ;;
+gputests)
+    step gpu_tests 90 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
     ;;
 esac
 tar czf "$OUT/$part.tgz" -C "$R" .
