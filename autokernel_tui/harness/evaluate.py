@@ -173,6 +173,7 @@ class Evaluation:
             status = "FAIL" if v.rule in ("syntax", "kernel_fn") else "REJECTED"
             more = f" (+{len(violations) - 1} more)" if len(violations) > 1 else ""
             raise Verdict(status, "static", f"{v}{more}")
+        guards.watch_candidate_code(path)
         threads = guards.live_threads()
         try:
             module = load_module(path, "kernel")
@@ -216,6 +217,7 @@ class Evaluation:
     def guarded_call(self, fn: Callable, inputs: tuple, expected: list, where: str, stage: str) -> tuple:
         before = snapshot_inputs(inputs)
         launches = self.st.launches.count
+        guards.watch_candidate_code(fn)
         threads = guards.live_threads()
         recorder = guards.OpRecorder(poison=True)
         t0 = time.perf_counter()

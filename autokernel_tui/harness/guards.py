@@ -10,6 +10,10 @@
   allocation with NaN (a sentinel for integers), so output elements a kernel
   leaves unwritten, or memory it hopes still holds a freed reference result,
   show up as errors.
+* ``live_threads`` counts the threads still alive that were started while
+  candidate code was on the stack (a hook on ``threading.Thread.start``).
+  Threads torch itself starts (inductor's compile workers while a baseline is
+  prepared, for instance) are not the candidate's and must not reject it.
 * ``IdentitySnapshot`` remembers the identity of every callable in the modules
   the harness trusts (timers, events, do_bench, torch, the harness itself) and
   names any that a candidate replaced.
@@ -185,5 +189,44 @@ class IdentitySnapshot:
         return out
 
 
+# Source files of candidate code (kernel.py, or a test's stand-in function).
+_CANDIDATE_FILES: set[str] = set()
+_CANDIDATE_THREADS: list[threading.Thread] = []
+
+
+def watch_candidate_code(fn_or_path: Any) -> None:
+    """Attribute threads started under frames of this file to the candidate."""
+    code = getattr(fn_or_path, "__code__", None)
+    _CANDIDATE_FILES.add(code.co_filename if code is not None else str(fn_or_path))
+
+
+def _candidate_on_stack() -> bool:
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename in _CANDIDATE_FILES:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _install_thread_hook() -> None:
+    original = threading.Thread.start
+    if getattr(original, "_autokernel_hook", False):
+        return
+
+    def start(thread: threading.Thread, *args: Any, **kwargs: Any) -> Any:
+        if _CANDIDATE_FILES and _candidate_on_stack():
+            _CANDIDATE_THREADS.append(thread)
+        return original(thread, *args, **kwargs)
+
+    start._autokernel_hook = True  # type: ignore[attr-defined]
+    threading.Thread.start = start  # type: ignore[method-assign]
+
+
+_install_thread_hook()
+
+
 def live_threads() -> int:
-    return threading.active_count()
+    """Threads started by candidate code that are still running."""
+    _CANDIDATE_THREADS[:] = [t for t in _CANDIDATE_THREADS if t.is_alive()]
+    return len(_CANDIDATE_THREADS)

@@ -108,3 +108,19 @@ def test_compare_needs_elementwise_and_relative_l2_agreement():
     inf_ref = torch.tensor([float("inf"), 1.0])
     assert compare(inf_ref.clone(), inf_ref, 1e-3, 1e-3, 1e-3).ok
     assert not compare(torch.tensor([1.0, 1.0]), inf_ref, 1e-3, 1e-3, 1e-3).ok
+
+
+def test_threads_torch_or_the_harness_start_are_not_the_candidates():
+    # Inductor starts compile-worker threads while a baseline is prepared between candidate
+    # calls; only threads started with candidate code on the stack may reject a kernel.
+    import threading
+
+    from autokernel_tui.harness import guards
+
+    before = guards.live_threads()
+    stop = threading.Event()
+    threading.Thread(target=stop.wait, args=(5,), daemon=True).start()
+    try:
+        assert guards.live_threads() == before
+    finally:
+        stop.set()
