@@ -36,12 +36,20 @@ class Samples:
         return stats.percentile(self.times_us, 20), self.median, stats.percentile(self.times_us, 80)
 
 
+# The flush also keeps the GPU busy while the host enqueues the start event and launches
+# kernel_fn; a flush shorter than that host time leaves an idle gap inside the timed
+# region. Seen on the H200 (2026-12-02): with a 2 x L2 (~100 MB, ~25 us) flush the
+# harness timed rmsnorm 8192x768 at 28.9 us, where kernel_quality.py, flushing 256 MiB
+# (~65 us), timed the same kernel at 11.9 us.
+MIN_FLUSH_BYTES = 256 << 20
+
+
 class L2Flusher:
-    """Writes a buffer twice the size of L2 so no rep starts with warm inputs."""
+    """Writes a buffer of at least twice the size of L2 (and 256 MiB) before each rep."""
 
     def __init__(self, device: torch.device) -> None:
         props = torch.cuda.get_device_properties(device)
-        size = max(2 * int(getattr(props, "L2_cache_size", 0) or 0), 64 << 20)
+        size = max(2 * int(getattr(props, "L2_cache_size", 0) or 0), MIN_FLUSH_BYTES)
         self.buf = torch.empty(size, dtype=torch.uint8, device=device)
 
     def __call__(self) -> None:
