@@ -1,0 +1,249 @@
+"""Put Triton kernels into a model by module replacement, one family at a time.
+
+Self-contained on purpose (torch and the standard library only): ``export`` copies this
+file verbatim into the package it writes, so ``verify`` and a shipped package patch a
+model by exactly the same code.
+
+A kernel is a ``kernel.py`` exposing ``kernel_fn`` with its task's reference signature
+(docs/ARCHITECTURE.md, "Starter dimension names"). Patch sites per family:
+
+=================  ==========================================================
+rmsnorm            modules named ``*RMSNorm`` with ``weight`` and ``eps`` / ``variance_epsilon``
+layernorm          ``nn.LayerNorm`` over the last dim, with weight and bias
+gelu               ``nn.GELU`` or a module with ``approximate`` named ``GELU``
+swiglu             a module with ``gate_proj``, ``up_proj``, ``down_proj`` and a SiLU gate
+flash_attention    a module named ``SDPA`` with ``causal = True`` taking q, k, v[B, H(KV), S, D]
+rotary             a module named ``Rotary`` taking (x[B,S,H,D], cos[S,D/2], sin[S,D/2])
+softmax            ``nn.Softmax`` over the last dim
+cross_entropy      a module named ``CrossEntropy`` or a plain ``nn.CrossEntropyLoss``
+matmul             ``nn.Linear`` (kernel_fn(x[M,K], W^T[K,N]) + bias)
+=================  ==========================================================
+
+Every replacement runs its kernel inside ``record_function("autokernel::<family>")`` so a
+profile of the patched model attributes the Triton kernels to their family (and only
+them: SwiGLU's projections run outside the label and stay matmuls).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+try:  # inside autokernel-tui: the CLI prints these as one line
+    from autokernel_tui.errors import AutokernelError as _Base
+except ImportError:  # inside an exported package
+    _Base = Exception
+
+
+class PatchError(_Base):
+    """A kernel file cannot be loaded or put into the model."""
+
+
+def use_interpreter_if_no_gpu(device: str = "auto") -> bool:
+    """Run Triton kernels in its interpreter when there is no GPU to run them on.
+
+    Must happen before Triton is imported; returns whether the interpreter is on.
+    """
+    if device == "cpu" or (device in ("auto", "", None) and not torch.cuda.is_available()):
+        if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+            raise PatchError("no GPU: set TRITON_INTERPRET=1 before importing triton to run the kernels on the CPU")
+        os.environ["TRITON_INTERPRET"] = "1"
+        return True
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def load_kernel(path: str | Path) -> Callable:
+    """``kernel_fn`` of a kernel.py file, imported under a name unique to its contents."""
+    path = Path(path)
+    if not path.is_file():
+        raise PatchError(f"no kernel file at {path}")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    name = f"_autokernel_patch_{path.parent.name}_{path.stem}_{digest}"
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # triton.jit reads the source through the module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            sys.modules.pop(name, None)
+            raise PatchError(f"{path}: import failed: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+    fn = getattr(module, "kernel_fn", None)
+    if not callable(fn):
+        raise PatchError(f"{path}: defines no kernel_fn")
+    return fn
+
+
+def load_kernels(paths: dict[str, str | Path]) -> dict[str, Callable]:
+    """{family: kernel.py path} -> {family: kernel_fn}."""
+    return {family: load_kernel(p) for family, p in paths.items()}
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1, x.shape[-1])
+
+
+class _Patched(nn.Module):
+    family = ""
+
+    def __init__(self, original: nn.Module, fn: Callable):
+        super().__init__()
+        self.original = original  # keeps the parameters where the model expects them
+        self.fn = fn
+
+    def forward(self, *args):
+        with torch.profiler.record_function(f"autokernel::{self.family}"):
+            return self.run(*args)
+
+    def extra_repr(self) -> str:
+        return f"family={self.family}"
+
+
+class RMSNormKernel(_Patched):
+    family = "rmsnorm"
+
+    def run(self, x):
+        m = self.original
+        eps = getattr(m, "eps", None)
+        eps = getattr(m, "variance_epsilon", eps)
+        eps = torch.finfo(x.dtype).eps if eps is None else float(eps)
+        return self.fn(_rows(x), m.weight, eps).view(x.shape)
+
+
+class LayerNormKernel(_Patched):
+    family = "layernorm"
+
+    def run(self, x):
+        m = self.original
+        return self.fn(_rows(x), m.weight, m.bias, float(m.eps)).view(x.shape)
+
+
+class GELUKernel(_Patched):
+    family = "gelu"
+
+    def run(self, x):
+        return self.fn(_rows(x), self.original.approximate).view(x.shape)
+
+
+class SwiGLUKernel(_Patched):
+    family = "swiglu"
+
+    def forward(self, x):
+        # The projections stay outside the label: they are matmuls, not this family's work
+        # (inside it, a profile of the patched model would charge them to swiglu).
+        m = self.original
+        g, u = m.gate_proj(x), m.up_proj(x)
+        with torch.profiler.record_function(f"autokernel::{self.family}"):
+            h = self.fn(_rows(g), _rows(u)).view(g.shape)
+        return m.down_proj(h)
+
+
+class AttentionKernel(_Patched):
+    family = "flash_attention"
+
+    def run(self, q, k, v):
+        return self.fn(q, k, v)
+
+
+class RotaryKernel(_Patched):
+    family = "rotary"
+
+    def run(self, x, cos, sin):
+        return self.fn(x, cos.to(x.dtype), sin.to(x.dtype))
+
+
+class SoftmaxKernel(_Patched):
+    family = "softmax"
+
+    def run(self, x):
+        return self.fn(_rows(x)).view(x.shape)
+
+
+class CrossEntropyKernel(_Patched):
+    family = "cross_entropy"
+
+    def run(self, logits, targets):
+        return self.fn(_rows(logits), targets.reshape(-1))
+
+
+class LinearKernel(_Patched):
+    family = "matmul"
+    _wt = None
+    _wt_key = None
+
+    def weight_t(self) -> torch.Tensor:
+        """W^T[K,N], contiguous as the matmul task's b is; rebuilt whenever the weight changes."""
+        w = self.original.weight
+        key = (w.data_ptr(), w._version, w.dtype, w.device)
+        if self._wt_key != key:
+            self._wt, self._wt_key = w.detach().t().contiguous(), key
+        return self._wt
+
+    def run(self, x):
+        m = self.original
+        y = self.fn(_rows(x), self.weight_t()).view(*x.shape[:-1], m.weight.shape[0])
+        return y if m.bias is None else y + m.bias
+
+
+def _is_silu(act) -> bool:
+    return act is None or isinstance(act, nn.SiLU) or type(act).__name__ in ("SiLU", "SiLUActivation")
+
+
+# family -> (does this module qualify?, wrapper class)
+SITES: dict[str, tuple[Callable[[nn.Module], bool], type]] = {
+    "rmsnorm": (lambda m: type(m).__name__.endswith("RMSNorm") and getattr(m, "weight", None) is not None
+                and getattr(m, "weight").dim() == 1, RMSNormKernel),
+    "layernorm": (lambda m: isinstance(m, nn.LayerNorm) and len(m.normalized_shape) == 1
+                  and m.weight is not None and m.bias is not None, LayerNormKernel),
+    "gelu": (lambda m: isinstance(m, nn.GELU) or (type(m).__name__ == "GELU" and hasattr(m, "approximate")),
+             GELUKernel),
+    "swiglu": (lambda m: all(hasattr(m, a) for a in ("gate_proj", "up_proj", "down_proj"))
+               and _is_silu(getattr(m, "act_fn", None)), SwiGLUKernel),
+    "flash_attention": (lambda m: type(m).__name__ == "SDPA" and getattr(m, "causal", False), AttentionKernel),
+    "rotary": (lambda m: type(m).__name__ == "Rotary", RotaryKernel),
+    "softmax": (lambda m: isinstance(m, nn.Softmax) and m.dim in (-1, None), SoftmaxKernel),
+    "cross_entropy": (lambda m: type(m).__name__ == "CrossEntropy" or (
+        isinstance(m, nn.CrossEntropyLoss) and m.reduction == "mean" and m.weight is None
+        and m.label_smoothing == 0.0 and m.ignore_index < 0), CrossEntropyKernel),
+    "matmul": (lambda m: isinstance(m, nn.Linear), LinearKernel),
+}
+
+
+def patch_model(model: nn.Module, kernels: dict[str, Callable], families: list[str] | None = None) -> dict[str, int]:
+    """Replace every qualifying module of each family in ``kernels``; returns {family: modules replaced}.
+
+    In place. Families without a patch site here are reported with 0; nothing is patched twice.
+    """
+    unknown = [f for f in kernels if f not in SITES]
+    wanted = [f for f in (families or list(kernels)) if f in kernels]
+    counts = {f: 0 for f in wanted}
+    counts.update({f: 0 for f in unknown})
+    for family in wanted:
+        if family not in SITES:
+            continue
+        qualifies, wrapper = SITES[family]
+        for parent in list(model.modules()):
+            for name, child in list(parent.named_children()):
+                if isinstance(parent, _Patched) and name == "original":
+                    continue  # the wrapped module itself (its own children may still be patched)
+                if isinstance(child, _Patched) or not qualifies(child):
+                    continue
+                setattr(parent, name, wrapper(child, kernels[family]))
+                counts[family] += 1
+    return counts
+
+
+def unpatch_model(model: nn.Module) -> None:
+    """Undo ``patch_model`` in place."""
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, _Patched):
+                setattr(parent, name, child.original)
