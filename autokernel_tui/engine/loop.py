@@ -515,15 +515,16 @@ class Engine:
         announced: str | None = None
         while True:
             self._wait_while_paused()
+            if self._stop:  # before recovery: a stopped session leaves it to the next start
+                return "stopped by request"
             try:
                 if self._needs_recovery:
                     self._recover()
                 self._process_reverts()
             except OSError as exc:
-                self._pause_on_error(f"cannot write the run journal: {exc}")
+                self.repo.reset_git_processes()  # a dead git helper is one cause: retry with fresh ones
+                self._pause_on_error(f"cannot write the run journal or read git: {exc}")
                 continue
-            if self._stop:
-                return "stopped by request"
             budget = self._budget_reason()
             if budget:
                 self._mark_finished()

@@ -132,6 +132,14 @@ class RunRepo:
         return self.wt.git.execute(["git", *_GIT_OPTS, *args], env=_GIT_ENV)
 
     # --- reading --------------------------------------------------------------
+    def reset_git_processes(self) -> None:
+        """Drop GitPython's persistent ``git cat-file`` helpers. A SIGHUP to our process
+        group (an SSH or tmux session closing) kills them, and every later object read
+        would fail with a broken pipe; new helpers are started on the next read."""
+        for repo in (self.repo, self.wt):
+            if repo is not None:
+                repo.git.clear_cache()
+
     def head(self) -> git.Commit:
         assert self.wt is not None
         return self.wt.head.commit

@@ -264,3 +264,26 @@ def test_review_reverts_a_finished_run_without_running_it(workspace, settings):
     client.close()
     assert statuses(workspace) == ["keep", "keep", "reverted"]
     assert latency_of(git(workspace, "show", "autokernel/t:kernels/rmsnorm/kernel.py")) == 90
+
+
+def test_a_stop_while_recovery_keeps_failing_ends_the_session(workspace, settings, monkeypatch):
+    # Seen in the demo: closing the tmux session (SIGHUP) killed GitPython's cat-file helper,
+    # every recovery attempt raised EPIPE, and a stopped engine spun writing error events.
+    engine = Engine(workspace, settings, tag="t", agent=ScriptedAgent([90]), harness=FakeHarness())
+    calls = {"n": 0}
+
+    def broken_recover():
+        calls["n"] += 1
+        raise OSError(errno.EPIPE, "Broken pipe")
+
+    engine._needs_recovery = True
+    monkeypatch.setattr(engine, "_recover", broken_recover)
+    engine.start()
+    wait_for(lambda: engine.state == "paused")
+    engine.command("stop")
+    engine.join(10)
+    assert engine.finish_reason == "stopped by request"
+    assert calls["n"] == 1
+    errors = [e for e in read_events(run_dir(workspace) / "events.jsonl") if e["type"] == "error"]
+    assert len(errors) == 1 and "Broken pipe" in errors[0]["message"]
+    engine.close()
