@@ -19,16 +19,10 @@ def main(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from autokernel_tui.profiling.export import export_package
-    from autokernel_tui.profiling.verify import kept_kernels_dir, kernel_paths
+    from autokernel_tui.profiling.verify import chosen_kernels
 
-    ws = Path(args.workspace_flag or args.workspace)
-    if args.kernels:
-        kdir, where = Path(args.kernels), str(args.kernels)
-    else:
-        kdir, where = kept_kernels_dir(ws, args.run)
+    kdir, where, kernels = chosen_kernels(args)
     print(f"kernels from {where}")
-    tasks = [t.strip() for t in args.tasks.split(",")] if args.tasks else None
-    kernels = kernel_paths(kdir, tasks)
     out = export_package(Path(args.out), kernels, source=where)
     print(f"wrote {out}: {', '.join(sorted(kernels))}")
     print(f"use: import sys; sys.path.insert(0, '{out.resolve().parent}'); import {out.name}; {out.name}.patch(model)")

@@ -87,6 +87,18 @@ def kept_kernels_dir(ws: Path, run: str | None = None) -> tuple[Path, str]:
     return dest, f"run {branch.split('/', 1)[1]} ({branch} at {sha[:10]})"
 
 
+
+def chosen_kernels(args) -> tuple[Path, str, dict[str, Path]]:
+    """The kernels a verify/export command line names: --kernels DIR, else the workspace's kept
+    kernels (--run TAG), filtered by --tasks. Returns (folder, what it is, {task: kernel.py})."""
+    ws = Path(args.workspace_flag or args.workspace)
+    if args.kernels:
+        kdir, where = Path(args.kernels), str(args.kernels)
+    else:
+        kdir, where = kept_kernels_dir(ws, args.run)
+    tasks = [t.strip() for t in args.tasks.split(",")] if args.tasks else None
+    return kdir, where, kernel_paths(kdir, tasks)
+
 def model_args_from_tasks(kernels_dir: Path) -> dict:
     """The model a workspace was extracted from (its tasks' [profile] tables), or {}."""
     for s in taskspec.find_tasks(kernels_dir) if Path(kernels_dir).is_dir() else []:

@@ -30,17 +30,11 @@ def main(args: argparse.Namespace) -> int:
     from autokernel_tui.profiling.patch import use_interpreter_if_no_gpu
 
     use_interpreter_if_no_gpu(args.device)
-    from autokernel_tui.profiling.verify import (VerifyError, format_result, kept_kernels_dir, kernel_paths,
+    from autokernel_tui.profiling.verify import (VerifyError, chosen_kernels, format_result,
                                                  model_args_from_tasks, verify)
 
-    ws = Path(args.workspace_flag or args.workspace)
-    if args.kernels:
-        kdir, where = Path(args.kernels), str(args.kernels)
-    else:
-        kdir, where = kept_kernels_dir(ws, args.run)
+    kdir, where, kernels = chosen_kernels(args)
     print(f"kernels from {where}")
-    tasks = [t.strip() for t in args.tasks.split(",")] if args.tasks else None
-    kernels = kernel_paths(kdir, tasks)
     saved = model_args_from_tasks(kdir)
     model = args.model or saved.get("model")
     if not model:
