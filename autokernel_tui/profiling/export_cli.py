@@ -21,7 +21,7 @@ def main(args: argparse.Namespace) -> int:
     from autokernel_tui.profiling.export import export_package
     from autokernel_tui.profiling.verify import chosen_kernels
 
-    kdir, where, kernels = chosen_kernels(args)
+    _, where, kernels = chosen_kernels(args)
     print(f"kernels from {where}")
     out = export_package(Path(args.out), kernels, source=where)
     print(f"wrote {out}: {', '.join(sorted(kernels))}")
