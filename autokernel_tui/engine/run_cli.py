@@ -37,10 +37,32 @@ def _workspace(args: argparse.Namespace):
 
 
 def _overrides(args: argparse.Namespace) -> dict:
-    run = {"policy": args.policy, "max_experiments": args.max_experiments,
-           "max_wall_s": args.max_hours * 3600 if args.max_hours is not None else None, "max_cost_usd": args.max_cost}
-    agent = {"kind": args.agent} if args.agent and ":" not in args.agent else {}
+    return settings_overrides(args)
+
+
+def settings_overrides(args: argparse.Namespace) -> dict:
+    """The settings `run`'s flags override, for load_settings. Shared with the app's in-process
+    run (tui.cli); flags a namespace lacks count as not given."""
+    policy, agent_spec = getattr(args, "policy", None), getattr(args, "agent", None)
+    max_hours = getattr(args, "max_hours", None)
+    run = {"policy": policy, "max_experiments": getattr(args, "max_experiments", None),
+           "max_wall_s": max_hours * 3600 if max_hours is not None else None,
+           "max_cost_usd": getattr(args, "max_cost", None)}
+    agent = {"kind": agent_spec} if agent_spec and ":" not in agent_spec else {}
     return {"run": run, "agent": agent}
+
+
+def engine_kwargs(args: argparse.Namespace, settings) -> dict:
+    """Engine(...) keyword arguments from `run`'s flags: run tag, --new, --task, and a plugin
+    agent for ``--agent module:factory``. Shared with the app's in-process run (tui.cli)."""
+    import os
+
+    from autokernel_tui.engine.loop import _load_object
+
+    spec = getattr(args, "agent", None)
+    agent = _load_object(spec)(settings.agent, dict(os.environ)) if spec and ":" in spec else None
+    return {"tag": getattr(args, "tag", None), "new": bool(getattr(args, "new", False)),
+            "tasks": getattr(args, "task", None), "agent": agent}
 
 
 def main(args: argparse.Namespace) -> int:
@@ -68,14 +90,11 @@ def _headless(args: argparse.Namespace) -> int:
     import sys
 
     from autokernel_tui.config import load_settings
-    from autokernel_tui.engine.loop import Engine, _load_object
+    from autokernel_tui.engine.loop import Engine
 
     ws = _workspace(args)
     settings = load_settings(ws, overrides=_overrides(args))
-    agent = None
-    if args.agent and ":" in args.agent:
-        agent = _load_object(args.agent)(settings.agent, dict(os.environ))
-    engine = Engine(ws, settings, tag=args.tag, new=args.new, tasks=args.task, agent=agent)
+    engine = Engine(ws, settings, **engine_kwargs(args, settings))
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # closing the SSH session must not stop the night
 
     stopping = []

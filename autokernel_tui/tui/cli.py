@@ -25,10 +25,23 @@ def workspace_of(args: argparse.Namespace):
 
 
 def settings_of(args: argparse.Namespace, workspace):
+    """Settings with the command line's overrides, read exactly as `run --headless` reads them."""
     from autokernel_tui.config import load_settings
+    from autokernel_tui.engine.run_cli import settings_overrides
 
-    return load_settings(workspace, {"run": {"policy": getattr(args, "policy", None)},
-                                     "agent": {"kind": getattr(args, "agent", None)}})
+    return load_settings(workspace, settings_overrides(args))
+
+
+def engine_options(args: argparse.Namespace, settings) -> dict:
+    """Engine keyword arguments (--tag, --new, --task, a module:factory agent), as `run --headless` has them."""
+    from autokernel_tui.engine.run_cli import engine_kwargs
+
+    return engine_kwargs(args, settings)
+
+
+def explicit_run(args: argparse.Namespace) -> bool:
+    """Came through `autokernel-tui run` (without --headless): start or resume a run, never review."""
+    return hasattr(args, "headless")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -42,9 +55,23 @@ def main(args: argparse.Namespace) -> int:
             return 0
     if workspace_files.engine_is_live(workspace):
         return launch.run_live(workspace, settings, engine_link.attach(workspace), attached=True)
-    if engine_link.last_run_finished(workspace):
+    if not explicit_run(args) and engine_link.last_run_finished(workspace):
         return launch.run_review(workspace, settings)
-    return launch.run_live(workspace, settings, engine_link.start_in_process(workspace, settings), attached=False)
+    client = engine_link.start_in_process(workspace, settings, **engine_options(args, settings))
+    return launch.run_live(workspace, settings, client, attached=False, headless_args=headless_argv(args))
+
+
+def headless_argv(args: argparse.Namespace) -> list[str]:
+    """The `run` flags to hand on when the run continues headless after the app quits."""
+    from autokernel_tui.engine.run_cli import ENV_FLAGS
+
+    argv: list[str] = []
+    for flag in ENV_FLAGS:
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        for item in (value if isinstance(value, list) else [value]):  # --task repeats
+            if item is not None:
+                argv += [flag, str(item)]
+    return argv
 
 
 def first_run(workspace, settings) -> bool:

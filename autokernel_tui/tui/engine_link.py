@@ -24,11 +24,12 @@ def attach(workspace: Path):
     return connect(workspace)
 
 
-def start_in_process(workspace: Path, settings):
-    """Start (or resume) the run in this process; the app is its in-process client."""
+def start_in_process(workspace: Path, settings, **engine_kwargs):
+    """Start (or resume) the run in this process; the app is its in-process client.
+    ``engine_kwargs``: tag, new, tasks, agent, as `run` parsed them (run_cli.engine_kwargs)."""
     from autokernel_tui.engine.client import LocalClient
 
-    return LocalClient(workspace, settings)
+    return LocalClient(workspace, settings, **engine_kwargs)
 
 
 def last_run_finished(workspace: Path) -> bool | None:
@@ -49,13 +50,14 @@ def stop_and_close(client, wait_s: float = 600.0) -> None:
     client.close()
 
 
-def spawn_headless(workspace: Path, log_name: str = "headless.log") -> int:
-    """Start ``autokernel-tui run --headless`` detached from this terminal; it resumes the run."""
+def spawn_headless(workspace: Path, log_name: str = "headless.log", extra_args: list[str] | tuple = ()) -> int:
+    """Start ``autokernel-tui run --headless`` detached from this terminal; it resumes the run.
+    ``extra_args``: the `run` flags this session was started with (limits, agent, tasks)."""
     log = workspace_files.state_dir(workspace) / log_name
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "autokernel_tui", "run", "--headless", "-C", str(workspace)],
+            [sys.executable, "-m", "autokernel_tui", "run", "--headless", "-C", str(workspace), *extra_args],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=str(workspace),
             start_new_session=True,  # survives the SSH session and the terminal's SIGHUP
             env={**os.environ},

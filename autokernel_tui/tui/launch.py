@@ -8,7 +8,7 @@ from pathlib import Path
 from autokernel_tui.tui import engine_link
 
 
-def run_live(workspace: Path, settings, client, attached: bool) -> int:
+def run_live(workspace: Path, settings, client, attached: bool, headless_args: list[str] | tuple = ()) -> int:
     from autokernel_tui.tui.app import AutokernelApp
     from autokernel_tui.tui.screens.quit_screen import DETACH, HANGUP, HEADLESS, STOP
 
@@ -25,7 +25,7 @@ def run_live(workspace: Path, settings, client, attached: bool) -> int:
         _say("run stopped after its current experiment; resume with: autokernel-tui")
     elif choice == HEADLESS:
         engine_link.stop_and_close(client)
-        pid = engine_link.spawn_headless(workspace)
+        pid = engine_link.spawn_headless(workspace, extra_args=headless_args)
         _say(f"run continues headless (pid {pid}); watch it with: autokernel-tui attach {workspace}")
     elif attached or choice == DETACH:
         client.close()
