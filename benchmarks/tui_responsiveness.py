@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from autokernel_tui.tui.app import AutokernelApp  # noqa: E402
 from autokernel_tui.tui.widgets.results_table import ResultsTable  # noqa: E402
-from tests.tui.fakes import NOW, FakeClient, make_workspace, pending_event, row  # noqa: E402
+from autokernel_tui.tui.workspace_files import RESULTS_COLUMNS, results_path  # noqa: E402
+from tests.tui.fakes import NOW, TAG, FakeClient, make_workspace, pending_event, row  # noqa: E402
 
 
 def pct(values: list[float], q: float) -> float:
@@ -70,9 +71,14 @@ class Streamer(threading.Thread):
 async def measure(args) -> dict:
     from textual.screen import Screen
 
-    ws = make_workspace(Path(tempfile.mkdtemp()) / "ws", rows=[
-        row(i, ("keep", "discard", "fail", "discard", "crash")[i % 5], speed=f"{1 + (i * 37 % 100) / 100:.2f}",
-            task=("rmsnorm", "softmax")[i % 2]) for i in range(1, args.rows + 1)])
+    rows = [row(i, ("keep", "discard", "fail", "discard", "crash")[i % 5], speed=f"{1 + (i * 37 % 100) / 100:.2f}",
+                task=("rmsnorm", "softmax")[i % 2]) for i in range(1, args.rows + 1)]
+    # Git commits only for the first rows (10,000 commits take minutes to make and the live
+    # screen never reads them); results.tsv then gets every row.
+    ws = make_workspace(Path(tempfile.mkdtemp()) / "ws", rows=rows[:20])
+    with open(results_path(ws, TAG), "w", encoding="utf-8") as handle:
+        handle.write("\t".join(RESULTS_COLUMNS) + "\n")
+        handle.writelines("\t".join(r[c] for c in RESULTS_COLUMNS) + "\n" for r in rows)
     client = FakeClient()
     app = AutokernelApp(ws, client=client, clock=lambda: NOW)
     latencies: dict[str, list[float]] = {"p pause/resume": [], "s sort results": [], "a approve": [],

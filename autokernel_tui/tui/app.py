@@ -76,8 +76,13 @@ class AutokernelApp(App[Any]):
     # Screens other screens open.
     def open_help(self) -> None:
         from autokernel_tui.tui.screens.help_screen import HelpScreen
-        if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.user_keys))
+        if isinstance(self.screen, HelpScreen):
+            return
+        # One installed instance, kept between opens: its rendered table is reused instead of
+        # laying out the rich Table again on every "?" (most of what opening help cost).
+        if not self.is_screen_installed("help"):
+            self.install_screen(HelpScreen(self.user_keys), name="help")
+        self.push_screen("help")
 
     def open_review(self, standalone: bool = False) -> None:
         from autokernel_tui.tui.screens.review_screen import ReviewScreen

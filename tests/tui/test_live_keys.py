@@ -125,8 +125,15 @@ async def test_sort_key_sorts_results_by_cursor_column(workspace, client):
         again = [table.get_row_at(i)[3].plain for i in range(table.row_count)]
         assert again == list(reversed(first))
         client.emit({"type": "result", "row": {**client_row(), "speedup_vs_baseline": "9.0"}})
+        client.emit({"type": "result", "row": {**client_row(), "experiment": "21", "speedup_vs_baseline": "1.12"}})
         await settle(pilot)
-        assert table.row_count == 7
+        assert table.row_count == 8
+        # New results go in at their sorted place (descending now); equal keys keep arrival order.
+        shown = [(table.get_row_at(i)[0].plain, table.get_row_at(i)[3].plain) for i in range(table.row_count)]
+        assert shown[:3] == [("4", "-"), ("5", "-"), ("20", "9.00x")]  # no number sorts after numbers: first here
+        assert [n for n, s in shown if s == "1.12x"] == ["3", "21"]
+        speeds = [float(s[:-1]) for _, s in shown[2:]]
+        assert speeds == sorted(speeds, reverse=True)
 
 
 def client_row():
@@ -254,3 +261,19 @@ async def test_resize_keeps_everything_on_screen(workspace, client):
         for widget_id in ("#kernels", "#results", "#reasoning", "#diff"):
             region = app.screen.query_one(widget_id).region
             assert region.width > 0 and region.height > 0 and region.right <= 80 and region.bottom <= 24
+
+
+async def test_narrow_screen_hides_the_tables_while_awaiting_even_after_a_resize(workspace, client):
+    app = make_app(workspace, client)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        client.emit(pending_event())
+        await settle(pilot)
+        left = app.screen.query_one("#live-left")
+        assert left.display and not left.has_class("-awaiting")  # wide: tables stay beside the approval
+        await pilot.resize_terminal(80, 24)
+        await settle(pilot, 0.2)
+        assert left.has_class("-awaiting") and not left.display
+        await pilot.press("a")
+        await settle(pilot, 0.2)
+        assert left.display

@@ -131,8 +131,9 @@ class LiveScreen(Screen):
 
     def _show_approval(self) -> None:
         pending = self.state.pending
-        for selector in ("#approval-banner", "#approval", "#diff", "#reasoning", "#live-left"):
+        for selector in ("#approval-banner", "#approval", "#diff", "#reasoning"):
             self.query_one(selector).set_class(pending is not None, "-awaiting")
+        self._sync_left_pane()
         self.query_one(ApprovalPanel).show(pending)
         banner = self.query_one("#approval-banner", Static)
         if pending is None:
@@ -149,6 +150,14 @@ class LiveScreen(Screen):
             self._bell_for = pending.get("n")
             self.app.bell()
         self.refresh_bindings()
+
+    def _sync_left_pane(self) -> None:
+        """A narrow screen hides the tables while something awaits approval (app.tcss). Only a
+        narrow one gets the class: restyling the left pane repaints the whole results table."""
+        self.query_one("#live-left").set_class(self.state.pending is not None and self.has_class("-narrow"), "-awaiting")
+
+    def on_resize(self) -> None:
+        self._sync_left_pane()  # after Screen._on_resize has set the breakpoint class
 
     @on(EngineEvent)
     def _on_engine_event(self, message: EngineEvent) -> None:
