@@ -83,9 +83,7 @@ class ResultsTable(DataTable):
         self._order: list[Row] = []  # display order, top to bottom (Rows: RowKey hashing is slow)
         self._order_keys: list = []  # the sort key of each row in _order (only while sorted)
         self.sorted_by: tuple[str, bool] | None = None
-        self._rows_built_at = -1  # the _update_count that _ordered and _offsets were built for
-        self._ordered: list[Row] = []
-        self._offsets: list[tuple[RowKey, int]] = []
+        self._offsets: list[tuple[RowKey, int]] = []  # (row, line in row) per line: rows are one line high
         self._cell_lines: LRUCache = LRUCache(1024)  # see _render_cell
 
     def on_mount(self) -> None:
@@ -105,12 +103,13 @@ class ResultsTable(DataTable):
             table_row = self.rows[self.add_row(*(make(row) for _, _, make in COLUMNS))]
             self._arrived.append((row, table_row))
             if key_of is None:
-                self._order.append(table_row)
+                at = len(self._order)
             else:
                 key = key_of(row)
                 at = insertion_point(self._order_keys, key, reverse)
                 self._order_keys.insert(at, key)
-                self._order.insert(at, table_row)
+            self._order.insert(at, table_row)
+            self._offsets.insert(at, (table_row.key, 0))
         if key_of is not None:
             self._set_locations()
         elif following:
@@ -126,6 +125,7 @@ class ResultsTable(DataTable):
         keyed = sorted(((key_of(row), table_row) for row, table_row in self._arrived), key=itemgetter(0), reverse=reverse)
         self._order_keys = [key for key, _ in keyed]
         self._order = [table_row for _, table_row in keyed]
+        self._offsets = [(table_row.key, 0) for table_row in self._order]
         self._set_locations()
         return f"{label} {'descending' if reverse else 'ascending'}"
 
@@ -136,20 +136,14 @@ class ResultsTable(DataTable):
         self.refresh()
 
     # Every row is one line high, so the line -> row map is the display order itself. DataTable
-    # rebuilds both lists from every row whenever its caches are cleared (cursor moves, focus,
-    # style changes); here they are rebuilt only when the rows or their order changed, which
-    # always bumps _update_count.
+    # rebuilds both lists from every row on each change (10,000 new tuples per result, which
+    # also drove the cyclic GC into frequent full passes); here they are kept up to date in place.
     @property
     def ordered_rows(self) -> list[Row]:
-        if self._rows_built_at != self._update_count:
-            self._ordered = list(self._order)
-            self._offsets = [(row.key, 0) for row in self._order]
-            self._rows_built_at = self._update_count
-        return self._ordered
+        return self._order
 
     @property
     def _y_offsets(self) -> list[tuple[RowKey, int]]:
-        self.ordered_rows
         return self._offsets
 
     def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
