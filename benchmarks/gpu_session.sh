@@ -6,8 +6,11 @@
 #   part1: correctness of every starter at full shapes, harness speed/A-A/3%,
 #          model profiles + verify + export, offline tuner budget (tuned kernels saved)
 #   part2: kernel quality side by side (starter, tuned, eager, torch.compile), GPU-marked tests
+#   harness: harness speed/A-A/detection, GPU-marked tests, L2 flush by write vs by read
+#   sweeps: knob sweeps of the starters at the shapes where they miss their targets
 #
-# Usage on the device (carry .whl): bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests
+# Usage on the device (carry .whl):
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -45,7 +48,29 @@ part2)
 gputests)
     step gpu_tests 90 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
     ;;
+harness)
+    step harness_speed 200 python3 benchmarks/harness_speed.py --tasks rmsnorm --json "$R/harness_speed.json"
+    step gpu_tests 90 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
+    for mode in write read; do  # what the flush itself costs the timed kernel
+        step "flush_$mode" 60 python3 benchmarks/kernel_quality.py --tasks rmsnorm,softmax,swiglu --dtypes bfloat16 \
+            --no-compile --flush "$mode" --json "$R/flush_$mode.json"
+    done
+    ;;
+sweeps)
+    sw() { local name=$1 limit=$2; shift 2; step "sweep_$name" "$limit" python3 benchmarks/knob_sweep.py \
+        --max-seconds $((limit - 20)) --json "$R/sweep_$name.json" "$@"; }
+    sw matmul 170 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \
+        --grid SMALL_BLOCK_N=128,256 --grid SMALL_NUM_STAGES=3,4 --grid SMALL_PROGRAMS_PER_SM=0,1,2
+    sw rmsnorm 60 --task rmsnorm --shapes wide --dtypes bfloat16 \
+        --grid WIDE_INFLIGHT_MB=0,12,24,36 --grid LOOP_BLOCK_N=2048,4096,8192 --grid NUM_WARPS=4,8,16
+    sw softmax 80 --task softmax --shapes gpt2-vocab,llama7b-vocab --dtypes bfloat16 \
+        --grid WIDE_INFLIGHT_MB=0,12,24,36 --grid LOOP_BLOCK_N=2048,4096,8192 --grid LOOP_NUM_WARPS=8,16
+    sw layernorm 50 --task layernorm --shapes wide --dtypes bfloat16 \
+        --grid WIDE_INFLIGHT_MB=0,12,24,36 --grid LOOP_BLOCK_N=2048,4096 --grid LOOP_NUM_WARPS=4,8
+    sw add_rmsnorm 50 --task add_rmsnorm --shapes wide --dtypes bfloat16 \
+        --grid WIDE_INFLIGHT_MB=0,12,24,36 --grid LOOP_BLOCK_N=2048,4096 --grid LOOP_NUM_WARPS=4,8
+    ;;
 esac
 tar czf "$OUT/$part.tgz" -C "$R" .
-for f in "$R"/*.log; do echo "---- $(basename "$f")"; tail -n 25 "$f"; done
+for f in "$R"/*.log; do echo "---- $(basename "$f")"; tail -n "${TAIL_LINES:-25}" "$f"; done
 cat "$R/steps.txt"

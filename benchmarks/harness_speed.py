@@ -5,7 +5,9 @@
 (b) A/A: compare(starter, starter) N times -> false-keep rate at the keep margin;
 (c) a real ~3% change: the starter plus one extra Triton copy kernel that moves 3%
     more bytes (3% of the first input read and written again) -> how often
-    compare(starter, that) calls the starter faster, and the measured ratio.
+    compare(starter, that) calls the starter faster, and the measured ratio;
+    the same with 0.3% more bytes (--extra-fractions), mostly the cost of one more
+    launch, to see how small a change the keep rule still catches.
 
 Needs torch + triton + this package only:
     PYTHONPATH=$PWD python3 benchmarks/harness_speed.py --json $OUT/harness_speed.json
@@ -67,7 +69,7 @@ def _spread(values: list[float]) -> dict:
 
 
 def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, detect_runs: int,
-                 quick: bool = False, log=print) -> dict:
+                 quick: bool = False, log=print, fractions: tuple[float, ...] = (EXTRA_FRACTION,)) -> dict:
     source = (task_dir / KERNEL_FILE).read_text()
     result: dict = {"task": task_dir.name}
     t0 = time.perf_counter()
@@ -88,16 +90,20 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
     result["eval_wall_ex_jit_s"] = _spread([w - j for w, j in zip(walls, jits)])
     result["summary"] = rep.summary.to_dict() if rep.summary else None
 
-    log(f"  {task_dir.name}: {ab_runs} A/A comparisons, then {detect_runs} against the +3% variant")
+    log(f"  {task_dir.name}: {ab_runs} A/A comparisons, then {detect_runs} against each planted slowdown")
     aa = [harness.compare(task_dir, source, source, quick=quick) for _ in range(ab_runs)]
     result["aa"] = {"n": len(aa), "false_keeps": sum(c.faster for c in aa),
                     "speedups": [c.speedup for c in aa], "ci": [(c.ci_low, c.ci_high) for c in aa],
                     "statuses": [c.status for c in aa], "keep_margin": harness.keep_margin}
-    slow = slower_variant(source)
-    det = [harness.compare(task_dir, source, slow, quick=quick) for _ in range(detect_runs)]
-    result["three_pct"] = {"n": len(det), "detected": sum(c.faster for c in det),
-                           "speedups": [c.speedup for c in det], "ci": [(c.ci_low, c.ci_high) for c in det],
-                           "statuses": [c.status for c in det], "change": f"extra copy kernel, +{EXTRA_FRACTION:.0%} bytes"}
+    result["variants"] = []
+    for fraction in fractions:
+        slow = slower_variant(source, fraction)
+        det = [harness.compare(task_dir, source, slow, quick=quick) for _ in range(detect_runs)]
+        result["variants"].append({"n": len(det), "detected": sum(c.faster for c in det), "fraction": fraction,
+                                   "speedups": [c.speedup for c in det], "ci": [(c.ci_low, c.ci_high) for c in det],
+                                   "statuses": [c.status for c in det],
+                                   "change": f"extra copy kernel, +{fraction:.1%} bytes"})
+    result["three_pct"] = result["variants"][0]
     result["method"] = aa[0].method if aa else ""
     return result
 
@@ -105,16 +111,18 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
 def table(results: list[dict], device: str) -> str:
     lines = [f"harness_speed on {device}",
              f"{'task':<14}{'eval wall s (ex JIT) med [p20-p80]':>36}{'JIT s':>8}{'A/A false keeps':>17}"
-             f"{'3% detected':>13}{'3% ratio':>10}"]
+             f"{'change':>14}{'detected':>10}{'ratio':>8}"]
     for r in results:
         if "eval_wall_ex_jit_s" not in r:
             lines.append(f"{r['task']:<14} starter failed: {r['first_eval']['reason']}")
             continue
-        w, aa, d = r["eval_wall_ex_jit_s"], r["aa"], r["three_pct"]
-        ratio = stats.median(d["speedups"]) if d["speedups"] else float("nan")
-        lines.append(f"{r['task']:<14}{w['median']:>14.2f} [{w['p20']:.2f}-{w['p80']:.2f}]{'':>12}"
-                     f"{r['eval_jit_s']['median']:>8.2f}{aa['false_keeps']:>9}/{aa['n']:<7}"
-                     f"{d['detected']:>7}/{d['n']:<5}{ratio:>10.3f}")
+        w, aa = r["eval_wall_ex_jit_s"], r["aa"]
+        for i, d in enumerate(r.get("variants") or [r["three_pct"]]):
+            ratio = stats.median(d["speedups"]) if d["speedups"] else float("nan")
+            head = (f"{r['task']:<14}{w['median']:>14.2f} [{w['p20']:.2f}-{w['p80']:.2f}]{'':>12}"
+                    f"{r['eval_jit_s']['median']:>8.2f}{aa['false_keeps']:>9}/{aa['n']:<7}") if i == 0 else " " * 89
+            lines.append(f"{head}{'+' + format(d.get('fraction', EXTRA_FRACTION), '.1%') + ' bytes':>14}"
+                         f"{d['detected']:>6}/{d['n']:<3}{ratio:>8.3f}")
     return "\n".join(lines)
 
 
@@ -124,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--ab-runs", type=int, default=20)
     parser.add_argument("--detect-runs", type=int, default=20)
+    parser.add_argument("--extra-fractions", default="0.03,0.003",
+                        help="sizes of the planted slowdowns: extra bytes as a fraction of the task's")
     parser.add_argument("--json", default=None, help="write the raw results here")
     parser.add_argument("--smoke", action="store_true", help="CPU interpreter, quick evaluations, N = 1")
     parser.add_argument("--timeout", type=float, default=300.0)
@@ -137,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         info = harness.device_info()
         for task_dir in dirs:
             results.append(measure_task(harness, task_dir, args.runs, args.ab_runs, args.detect_runs,
-                                        quick=args.smoke, log=lambda *a: print(*a, flush=True)))
+                                        quick=args.smoke, log=lambda *a: print(*a, flush=True),
+                                        fractions=tuple(float(f) for f in args.extra_fractions.split(",") if f)))
             if args.json:  # after every task, so a run cut short still leaves its numbers
                 Path(args.json).parent.mkdir(parents=True, exist_ok=True)
                 Path(args.json).write_text(json.dumps({"device": info, "results": results, "smoke": args.smoke,

@@ -12,8 +12,8 @@ For each task in kernels/ (or --tasks), each default shape, each declared dtype
               would bill compile for a copy), default mode for memory-bound ones.
               Dynamo is reset before each shape/dtype and the graph count is
               checked, so a silent fallback to eager is reported, never timed.
-Timing: CUDA events around each call, the L2 flushed (a 256 MiB write) before
-every call, inputs rotated over 3 independently generated sets, median with
+Timing: CUDA events around each call, the L2 flushed (a 256 MiB read, --flush)
+before every call, inputs rotated over 3 independently generated sets, median with
 p20/p80 (10 calls when they agree within 3%, else about --target-ms of calls).
 The JSON is rewritten after every task, so a cut-short run keeps its rows.
 Ceilings in the same run, each the best of several probes: bandwidth =
@@ -51,6 +51,7 @@ import starters_check as sc  # noqa: E402
 REPO = sc.REPO
 N_INPUT_SETS = 3
 FLUSH_BYTES = 256 << 20
+FLUSH_MODES = ("write", "read", "none")
 MB = 1e6
 MIN_REPS = 10  # first batch of timed calls; more only when they spread
 SPREAD_OK = 0.03
@@ -68,11 +69,23 @@ def _spread(times: list[float]) -> float:
 class Timer:
     """Median latency of fn over rotated inputs; CUDA events on a GPU, perf_counter on the CPU."""
 
-    def __init__(self, device: str, target_s: float, smoke: bool):
+    def __init__(self, device: str, target_s: float, smoke: bool, flush_mode: str = "read"):
         import torch
 
         self.device, self.target_s, self.smoke = device, target_s, smoke
-        self.flush = torch.empty(FLUSH_BYTES if device == "cuda" else 1 << 20, dtype=torch.uint8, device=device)
+        self.flush_buf = torch.empty(FLUSH_BYTES if device == "cuda" else 1 << 20, dtype=torch.uint8, device=device)
+        if flush_mode not in FLUSH_MODES:
+            raise ValueError(f"flush mode {flush_mode!r}: one of {', '.join(FLUSH_MODES)}")
+        self.flush_mode = flush_mode
+        self._words = self.flush_buf.view(torch.float32)
+
+    def flush(self) -> None:
+        """Evict L2 before a timed call. "write" leaves L2 full of dirty lines, whose write-back
+        the timed kernel then pays; "read" leaves clean lines; "none" keeps the last call's data."""
+        if self.flush_mode == "write":
+            self.flush_buf.zero_()
+        elif self.flush_mode == "read":
+            self._words.sum()
 
     def sync(self):
         import torch
@@ -87,14 +100,14 @@ class Timer:
         if self.device != "cuda":
             times = []
             for i in range(offset, offset + reps):
-                self.flush.zero_()
+                self.flush()
                 t = time.perf_counter()
                 fn(*input_sets[i % len(input_sets)])
                 times.append((time.perf_counter() - t) * 1e6)
             return times
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
         for i, (start, end) in enumerate(events, start=offset):
-            self.flush.zero_()
+            self.flush()
             start.record()
             fn(*input_sets[i % len(input_sets)])
             end.record()
@@ -423,6 +436,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="no shape starts after this long; each task may compile only within its share of what is left")
     ap.add_argument("--target-ms", type=float, default=60.0,
                     help="timed calls per measurement add up to about this (10 calls when they agree within 3%%)")
+    ap.add_argument("--flush", default="read", choices=FLUSH_MODES,
+                    help="how L2 is evicted before each timed call: read (sum 256 MiB, the harness's way), "
+                         "write (zero 256 MiB: the timed call also pays to write back L2's dirty lines), none")
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="skip torch.compile")
     ap.add_argument("--compile-dtypes", default="bfloat16",
                     help="dtypes timed under torch.compile ('all' for every one; default bfloat16: fp16 compiles "
@@ -447,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     dtypes = [d for d in args.dtypes.split(",") if d]
     args.compile_dtypes = (["float16", "bfloat16", "float32"] if args.compile_dtypes == "all"
                            else [d for d in args.compile_dtypes.split(",") if d])
-    timer = Timer(device, args.target_ms / 1e3, args.smoke)
+    timer = Timer(device, args.target_ms / 1e3, args.smoke, args.flush)
     roof = measure_roofline(timer, device, args.smoke)
     name = torch.cuda.get_device_name() if device == "cuda" else "CPU (Triton interpreter; timings not meaningful)"
     print(f"{name} | torch {torch.__version__} | triton {triton.__version__} | compile: "
@@ -463,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"device": name, "torch": torch.__version__, "triton": triton.__version__,
               "python": sys.version.split()[0], "smoke": args.smoke, "roofline": roof,
               "method": {"timer": "CUDA events per call" if device == "cuda" else "perf_counter",
-                         "l2_flush_bytes": FLUSH_BYTES, "input_sets": N_INPUT_SETS, "statistic": "median, p20, p80",
+                         "l2_flush_bytes": FLUSH_BYTES, "l2_flush": args.flush, "input_sets": N_INPUT_SETS, "statistic": "median, p20, p80",
                          "target_ms": args.target_ms, "min_reps": MIN_REPS, "spread_ok": SPREAD_OK,
                          "compile_dtypes": args.compile_dtypes if args.compile else [],
                          "ceilings": "best probe: bandwidth max(copy, read-only sum); matmul max(cuBLAS at 8192^3, "

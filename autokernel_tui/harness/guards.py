@@ -119,7 +119,7 @@ class OpRecorder(TorchDispatchMode):
 # every harness module, are watched whole.
 CRITICAL = {
     "torch": ("equal", "allclose", "isfinite", "isnan", "rand", "randperm", "randn", "empty", "empty_like",
-              "zeros", "Generator", "Tensor", "compile", "linalg", "float64", "no_grad", "cuda"),
+              "zeros", "sum", "Generator", "Tensor", "compile", "linalg", "float64", "no_grad", "cuda"),
     "torch.Tensor": ("copy_", "clone", "double", "float", "to", "data_ptr", "untyped_storage", "abs", "sub",
                      "__sub__", "__mul__", "__eq__", "all", "any", "max", "sum", "fill_", "view", "reshape",
                      "contiguous", "numel", "element_size", "item", "__bool__", "__float__", "detach"),

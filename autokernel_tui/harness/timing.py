@@ -45,15 +45,22 @@ MIN_FLUSH_BYTES = 256 << 20
 
 
 class L2Flusher:
-    """Writes a buffer of at least twice the size of L2 (and 256 MiB) before each rep."""
+    """Reads a buffer of at least twice the size of L2 (and 256 MiB) before each rep.
+
+    A read, not a write: zeroing the buffer would leave L2 full of dirty lines, and
+    the timed kernel would pay for writing them back to HBM as its own misses evict
+    them, up to an L2's worth of traffic that is not the kernel's. The flush also
+    writes back what the previous rep left dirty, outside the timed region.
+    """
 
     def __init__(self, device: torch.device) -> None:
         props = torch.cuda.get_device_properties(device)
         size = max(2 * int(getattr(props, "L2_cache_size", 0) or 0), MIN_FLUSH_BYTES)
-        self.buf = torch.empty(size, dtype=torch.uint8, device=device)
+        self.words = torch.empty(size // 4, dtype=torch.float32, device=device)
+        self.total = torch.empty((), dtype=torch.float32, device=device)
 
     def __call__(self) -> None:
-        self.buf.zero_()
+        torch.sum(self.words, out=self.total)
 
 
 def reps_for(estimate_us: float) -> int:

@@ -31,6 +31,7 @@ NUM_WARPS = 8
 NUM_STAGES = 3
 USE_TMA = 1  # persistent TMA-descriptor kernel for 16-bit inputs (0: pointer kernel only)
 TMA_FLATTEN = 0  # 1: flatten the tile and K loops into one pipelined loop
+PROGRAMS_PER_SM = 1  # persistent programs per SM (2: a second program's loads overlap one's epilogue); 0 = one per tile
 # Small problems take their own 16-bit tile config: a short K loop leaves each tile's
 # prologue and epilogue exposed, and few big tiles leave the last wave of SMs half idle.
 SMALL_BLOCK_M = 128
@@ -39,6 +40,7 @@ SMALL_BLOCK_K = 64
 SMALL_NUM_WARPS = 8
 SMALL_NUM_STAGES = 4
 SMALL_FLATTEN = 1  # pipeline the next tile's loads under this tile's epilogue
+SMALL_PROGRAMS_PER_SM = 1
 SMALL_MAX_K = 2048  # K below this takes the small config
 MIN_WAVE_FILL_PCT = 85  # ...and so do shapes whose big tiles fill the SM waves less than this
 # Tunable knobs (fp32 inputs).
@@ -176,10 +178,11 @@ def _wave_fill(m: int, n: int, bm: int, bn: int, sms: int) -> float:
 
 
 def config_16bit(m: int, n: int, k: int, sms: int) -> tuple:
-    """(BM, BN, BK, warps, stages, flatten) for 16-bit inputs of this shape."""
+    """(BM, BN, BK, warps, stages, flatten, programs per SM) for 16-bit inputs of this shape."""
     if k < SMALL_MAX_K or 100 * _wave_fill(m, n, BLOCK_M, BLOCK_N, sms) < MIN_WAVE_FILL_PCT:
-        return SMALL_BLOCK_M, SMALL_BLOCK_N, SMALL_BLOCK_K, SMALL_NUM_WARPS, SMALL_NUM_STAGES, SMALL_FLATTEN
-    return BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES, TMA_FLATTEN
+        return (SMALL_BLOCK_M, SMALL_BLOCK_N, SMALL_BLOCK_K, SMALL_NUM_WARPS, SMALL_NUM_STAGES, SMALL_FLATTEN,
+                SMALL_PROGRAMS_PER_SM)
+    return BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES, TMA_FLATTEN, PROGRAMS_PER_SM
 
 
 def kernel_fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -190,16 +193,16 @@ def kernel_fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     c = torch.empty((m, n), dtype=a.dtype, device=a.device)
     if a.dtype == torch.float32:
         bm, bn, bk, warps, stages = FP32_BLOCK_M, FP32_BLOCK_N, FP32_BLOCK_K, FP32_NUM_WARPS, FP32_NUM_STAGES
-        flatten = TMA_FLATTEN
+        flatten, per_sm = TMA_FLATTEN, PROGRAMS_PER_SM
     else:
-        bm, bn, bk, warps, stages, flatten = config_16bit(m, n, k, _num_sms(a.device))
+        bm, bn, bk, warps, stages, flatten, per_sm = config_16bit(m, n, k, _num_sms(a.device))
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     if USE_TMA and a.dtype != torch.float32 and a.stride(1) == 1 and b.stride(1) == 1:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         a_t, b_t = _tma_operand(a), _tma_operand(b)
         c_ptr = not _tma_ok(c)
-        programs = min(tiles, _num_sms(a.device))
+        programs = min(tiles, _num_sms(a.device) * per_sm) if per_sm > 0 else tiles
         _matmul_tma[(programs,)](
             TensorDescriptor.from_tensor(a_t, [bm, bk]), TensorDescriptor.from_tensor(b_t, [bk, bn]),
             c if c_ptr else TensorDescriptor.from_tensor(c, [bm, bn]), m, n, k, c.stride(0),
