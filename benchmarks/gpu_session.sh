@@ -69,6 +69,10 @@ sweeps)
         --grid WIDE_INFLIGHT_MB=0,12,24,36 --grid LOOP_BLOCK_N=2048,4096 --grid LOOP_NUM_WARPS=4,8
     sw add_rmsnorm 50 --task add_rmsnorm --shapes wide --dtypes bfloat16 \
         --grid WIDE_INFLIGHT_MB=0,12,24,36 --grid LOOP_BLOCK_N=2048,4096 --grid LOOP_NUM_WARPS=4,8
+    sw matmul_fp32 70 --task matmul --shapes square-4096,odd --dtypes float32 \
+        --grid FP32_BLOCK_N=64,128,256 --grid FP32_BLOCK_K=16,32 --grid FP32_NUM_WARPS=4,8
+    sw attention 60 --task flash_attention --shapes llama7b-s4096,llama7b-b4-s2048,llama-gqa-s4096 --dtypes bfloat16 \
+        --grid BLOCK_N=64,128 --grid NUM_STAGES=2,3 --grid MAX_REGS=0,128
     ;;
 esac
 tar czf "$OUT/$part.tgz" -C "$R" .

@@ -52,6 +52,7 @@ REPO = sc.REPO
 N_INPUT_SETS = 3
 FLUSH_BYTES = 256 << 20
 FLUSH_MODES = ("write", "read", "none")
+HOST_LEAD_CYCLES = 200_000  # ~100 us GPU spin before each flush (as the harness: harness/timing.py)
 MB = 1e6
 MIN_REPS = 10  # first batch of timed calls; more only when they spread
 SPREAD_OK = 0.03
@@ -78,14 +79,20 @@ class Timer:
             raise ValueError(f"flush mode {flush_mode!r}: one of {', '.join(FLUSH_MODES)}")
         self.flush_mode = flush_mode
         self._words = self.flush_buf.view(torch.float32)
+        self._total = torch.empty((), dtype=torch.float32, device=device)
 
     def flush(self) -> None:
         """Evict L2 before a timed call. "write" leaves L2 full of dirty lines, whose write-back
         the timed kernel then pays; "read" leaves clean lines; "none" keeps the last call's data."""
+        if self.device != "cuda":
+            return
+        import torch
+
+        torch.cuda._sleep(HOST_LEAD_CYCLES)  # the GPU waits for the host, not the timed call for the host
         if self.flush_mode == "write":
             self.flush_buf.zero_()
         elif self.flush_mode == "read":
-            self._words.sum()
+            torch.sum(self._words, dim=0, out=self._total)
 
     def sync(self):
         import torch
@@ -479,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"device": name, "torch": torch.__version__, "triton": triton.__version__,
               "python": sys.version.split()[0], "smoke": args.smoke, "roofline": roof,
               "method": {"timer": "CUDA events per call" if device == "cuda" else "perf_counter",
-                         "l2_flush_bytes": FLUSH_BYTES, "l2_flush": args.flush, "input_sets": N_INPUT_SETS, "statistic": "median, p20, p80",
+                         "l2_flush_bytes": FLUSH_BYTES, "l2_flush": args.flush, "host_lead_cycles": HOST_LEAD_CYCLES, "input_sets": N_INPUT_SETS, "statistic": "median, p20, p80",
                          "target_ms": args.target_ms, "min_reps": MIN_REPS, "spread_ok": SPREAD_OK,
                          "compile_dtypes": args.compile_dtypes if args.compile else [],
                          "ceilings": "best probe: bandwidth max(copy, read-only sum); matmul max(cuBLAS at 8192^3, "

@@ -37,11 +37,18 @@ class Samples:
 
 
 # The flush also keeps the GPU busy while the host enqueues the start event and launches
-# kernel_fn; a flush shorter than that host time leaves an idle gap inside the timed
-# region. Seen on the H200 (2026-12-02): with a 2 x L2 (~100 MB, ~25 us) flush the
+# kernel_fn. Seen on the H200 (2026-12-02): with a 2 x L2 (~100 MB, ~25 us) flush the
 # harness timed rmsnorm 8192x768 at 28.9 us, where kernel_quality.py, flushing 256 MiB
-# (~65 us), timed the same kernel at 11.9 us.
+# (~65 us), timed the same kernel at 11.9 us. (HOST_LEAD_CYCLES now covers the host.)
 MIN_FLUSH_BYTES = 256 << 20
+
+
+# Before each flush the GPU spins this long (~100 us), so the host gets ahead of it and
+# the timed call is already queued when its start event fires. Without it, a kernel_fn
+# whose Python side (argument checks, allocation, Triton's launcher) outlasts the flush
+# is timed with the GPU idling for the host. Seen on the H200 (2026-12-02): rmsnorm
+# 4096x4096 timed 45 us median, p20-p80 36-60 us, beside 22 us for eager.
+HOST_LEAD_CYCLES = 200_000
 
 
 class L2Flusher:
@@ -49,8 +56,9 @@ class L2Flusher:
 
     A read, not a write: zeroing the buffer would leave L2 full of dirty lines, and
     the timed kernel would pay for writing them back to HBM as its own misses evict
-    them, up to an L2's worth of traffic that is not the kernel's. The flush also
-    writes back what the previous rep left dirty, outside the timed region.
+    them, up to an L2's worth of traffic that is not the kernel's (measured on the
+    H200: 4-5 us of a 27 us swiglu). The flush also writes back what the previous
+    rep left dirty, outside the timed region.
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -60,7 +68,8 @@ class L2Flusher:
         self.total = torch.empty((), dtype=torch.float32, device=device)
 
     def __call__(self) -> None:
-        torch.sum(self.words, out=self.total)
+        torch.cuda._sleep(HOST_LEAD_CYCLES)
+        torch.sum(self.words, dim=0, out=self.total)
 
 
 def reps_for(estimate_us: float) -> int:
