@@ -59,17 +59,17 @@ harness)
 sweeps)
     sw() { local name=$1 limit=$2; shift 2; step "sweep_$name" "$limit" python3 benchmarks/knob_sweep.py \
         --max-seconds $((limit - 20)) --json "$R/sweep_$name.json" "$@"; }
-    sw matmul 170 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \
+    sw matmul 150 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \
         --grid SMALL_BLOCK_N=128,256 --grid SMALL_NUM_STAGES=3,4 --grid SMALL_PROGRAMS_PER_SM=0,1,2
-    sw rmsnorm 60 --task rmsnorm --shapes wide --dtypes bfloat16 \
+    sw rmsnorm 50 --task rmsnorm --shapes wide --dtypes bfloat16 \
         --grid WIDE_INFLIGHT_MB=0,12,24,36 --grid LOOP_BLOCK_N=2048,4096,8192 --grid NUM_WARPS=4,8,16
-    sw softmax 80 --task softmax --shapes gpt2-vocab,llama7b-vocab --dtypes bfloat16 \
+    sw softmax 60 --task softmax --shapes gpt2-vocab,llama7b-vocab --dtypes bfloat16 \
         --grid WIDE_INFLIGHT_MB=0,12,24,36 --grid LOOP_BLOCK_N=2048,4096,8192 --grid LOOP_NUM_WARPS=8,16
     sw layernorm 50 --task layernorm --shapes wide --dtypes bfloat16 \
         --grid WIDE_INFLIGHT_MB=0,12,24,36 --grid LOOP_BLOCK_N=2048,4096 --grid LOOP_NUM_WARPS=4,8
     sw add_rmsnorm 50 --task add_rmsnorm --shapes wide --dtypes bfloat16 \
         --grid WIDE_INFLIGHT_MB=0,12,24,36 --grid LOOP_BLOCK_N=2048,4096 --grid LOOP_NUM_WARPS=4,8
-    sw matmul_fp32 70 --task matmul --shapes square-4096,odd --dtypes float32 \
+    sw matmul_fp32 60 --task matmul --shapes square-4096,odd --dtypes float32 \
         --grid FP32_BLOCK_N=64,128,256 --grid FP32_BLOCK_K=16,32 --grid FP32_NUM_WARPS=4,8
     sw attention 60 --task flash_attention --shapes llama7b-s4096,llama7b-b4-s2048,llama-gqa-s4096 --dtypes bfloat16 \
         --grid BLOCK_N=64,128 --grid NUM_STAGES=2,3 --grid MAX_REGS=0,128
