@@ -4,9 +4,7 @@ new_residual = x + residual (rounded to the input dtype, as a model stores it),
 out = rmsnorm(new_residual) * weight, both written in one kernel: x and
 residual are read once, both outputs written once. Several short rows per
 program; rows wider than MAX_FUSED_N loop, the second pass re-reading the
-freshly written new_residual. The looped path runs a fixed number of programs, each walking rows, so that the
-rows in flight at once (about WIDE_INFLIGHT_MB) fit in L2 and the second read of a row hits L2
-instead of HBM; one program per row would put every row in flight together.
+freshly written new_residual.
 """
 
 import torch
@@ -19,7 +17,6 @@ NUM_WARPS = 8
 MAX_FUSED_N = 16384  # widest row handled in one register-resident pass
 LOOP_BLOCK_N = 2048  # chunk width of the looped path
 LOOP_NUM_WARPS = 4
-WIDE_INFLIGHT_MB = 24  # looped path: MB of rows in flight (programs x row bytes); 0 = one program per row
 
 
 @triton.jit
@@ -41,14 +38,9 @@ def _add_rmsnorm_rows(X, R, W, Y, RO, M, N, stride_x, stride_r, stride_y, stride
 
 
 @triton.jit
-def _add_rmsnorm_looped(X, R, W, Y, RO, M, N, stride_x, stride_r, stride_y, stride_ro, eps, PROGRAMS,
+def _add_rmsnorm_looped(X, R, W, Y, RO, N, stride_x, stride_r, stride_y, stride_ro, eps,
                         BLOCK_N: tl.constexpr):
-    for row in range(tl.program_id(0).to(tl.int64), M, PROGRAMS):
-        _add_rmsnorm_row(X, R, W, Y, RO, row, N, stride_x, stride_r, stride_y, stride_ro, eps, BLOCK_N)
-
-
-@triton.jit
-def _add_rmsnorm_row(X, R, W, Y, RO, row, N, stride_x, stride_r, stride_y, stride_ro, eps, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
@@ -88,17 +80,8 @@ def kernel_fn(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps
             x2.stride(0), r2.stride(0), y.stride(0), new_residual.stride(0), eps,
             BLOCK_M=block_m, BLOCK_N=block_n, num_warps=NUM_WARPS)
     else:
-        programs = _wide_programs(m, n * x.element_size(), x.device)
-        _add_rmsnorm_looped[(programs,)](
-            x2, r2, weight, y, new_residual, m, n,
-            x2.stride(0), r2.stride(0), y.stride(0), new_residual.stride(0), eps, programs,
+        _add_rmsnorm_looped[(m,)](
+            x2, r2, weight, y, new_residual, n,
+            x2.stride(0), r2.stride(0), y.stride(0), new_residual.stride(0), eps,
             BLOCK_N=LOOP_BLOCK_N, num_warps=LOOP_NUM_WARPS)
     return y.view(x.shape), new_residual.view(x.shape)
-
-
-def _wide_programs(rows: int, row_bytes: int, device: torch.device) -> int:
-    """Programs for the looped path: about WIDE_INFLIGHT_MB of rows at once, at least one per SM."""
-    if WIDE_INFLIGHT_MB <= 0:
-        return rows
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
-    return max(1, min(rows, max(sms, (WIDE_INFLIGHT_MB << 20) // row_bytes)))

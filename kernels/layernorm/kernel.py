@@ -7,9 +7,6 @@ sums deviations from the first chunk's mean (small even for rows far from zero),
 a second pass writes, so x is read twice at most (the first chunk three times,
 from L2). fp32 inputs take their own rows-per-program knob: a program's bytes,
 not its elements, set how well loads overlap.
-The looped path runs a fixed number of programs, each walking rows, so that the
-rows in flight at once (about WIDE_INFLIGHT_MB) fit in L2 and the second read of a row hits L2
-instead of HBM; one program per row would put every row in flight together.
 """
 
 import torch
@@ -23,8 +20,7 @@ FP32_ROW_BLOCK_ELEMS = 4096  # fp32: the same 16 KB of x per program as 8192 16-
 FP32_NUM_WARPS = 8
 MAX_FUSED_N = 16384  # widest row handled in one register-resident pass
 LOOP_BLOCK_N = 2048  # chunk width of the looped path
-LOOP_NUM_WARPS = 4
-WIDE_INFLIGHT_MB = 24  # looped path: MB of rows in flight (programs x row bytes); 0 = one program per row
+LOOP_NUM_WARPS = 8
 
 
 @triton.jit
@@ -45,13 +41,8 @@ def _layernorm_rows(X, W, B, Y, M, N, stride_x, stride_y, eps,
 
 
 @triton.jit
-def _layernorm_looped(X, W, B, Y, M, N, stride_x, stride_y, eps, PROGRAMS, BLOCK_N: tl.constexpr):
-    for row in range(tl.program_id(0).to(tl.int64), M, PROGRAMS):
-        _layernorm_row(X, W, B, Y, row, N, stride_x, stride_y, eps, BLOCK_N)
-
-
-@triton.jit
-def _layernorm_row(X, W, B, Y, row, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr):
+def _layernorm_looped(X, W, B, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x
     y_row = Y + row * stride_y
     cols0 = tl.arange(0, BLOCK_N)
@@ -98,15 +89,6 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
             x2, weight, bias, y, m, n, x2.stride(0), y.stride(0), eps,
             BLOCK_M=block_m, BLOCK_N=block_n, num_warps=FP32_NUM_WARPS if fp32 else NUM_WARPS)
     else:
-        programs = _wide_programs(m, n * x.element_size(), x.device)
-        _layernorm_looped[(programs,)](x2, weight, bias, y, m, n, x2.stride(0), y.stride(0), eps, programs,
-                                       BLOCK_N=LOOP_BLOCK_N, num_warps=LOOP_NUM_WARPS)
+        _layernorm_looped[(m,)](x2, weight, bias, y, n, x2.stride(0), y.stride(0), eps,
+                                BLOCK_N=LOOP_BLOCK_N, num_warps=LOOP_NUM_WARPS)
     return y.view(x.shape)
-
-
-def _wide_programs(rows: int, row_bytes: int, device: torch.device) -> int:
-    """Programs for the looped path: about WIDE_INFLIGHT_MB of rows at once, at least one per SM."""
-    if WIDE_INFLIGHT_MB <= 0:
-        return rows
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
-    return max(1, min(rows, max(sms, (WIDE_INFLIGHT_MB << 20) // row_bytes)))

@@ -2,10 +2,7 @@
 
 Several rows per program when rows are short (so small hidden sizes still keep
 enough bytes in flight), one fused pass over each row while it fits in
-registers, and a two-pass loop over very wide rows. The looped path runs a
-fixed number of programs, each walking rows, so that the rows in flight at once
-(about WIDE_INFLIGHT_MB) fit in L2 and the second read of a row hits L2
-instead of HBM; one program per row would put every row in flight together.
+registers, and a two-pass loop over very wide rows.
 """
 
 import torch
@@ -16,8 +13,8 @@ import triton.language as tl
 ROW_BLOCK_ELEMS = 8192  # elements each program holds (rows x padded row width)
 NUM_WARPS = 8
 MAX_FUSED_N = 16384  # widest row handled in one pass; wider rows loop
-LOOP_BLOCK_N = 4096  # chunk width of the looped path
-WIDE_INFLIGHT_MB = 24  # looped path: MB of rows in flight (programs x row bytes); 0 = one program per row
+LOOP_BLOCK_N = 2048  # chunk width of the looped path
+LOOP_NUM_WARPS = 16
 
 
 @triton.jit
@@ -36,22 +33,22 @@ def _rmsnorm_rows(X, W, Y, M, N, stride_x, stride_y, eps,
 
 
 @triton.jit
-def _rmsnorm_looped(X, W, Y, M, N, stride_x, stride_y, eps, PROGRAMS, BLOCK_N: tl.constexpr):
-    for row in range(tl.program_id(0).to(tl.int64), M, PROGRAMS):  # 64-bit: M*N may pass 2^31
-        x_row = X + row * stride_x
-        y_row = Y + row * stride_y
-        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-        for start in range(0, N, BLOCK_N):
-            cols = start + tl.arange(0, BLOCK_N)
-            x = tl.load(x_row + cols, mask=cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
-            acc += x * x
-        rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
-        for start in range(0, N, BLOCK_N):
-            cols = start + tl.arange(0, BLOCK_N)
-            cmask = cols < N
-            x = tl.load(x_row + cols, mask=cmask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-            w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
-            tl.store(y_row + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=cmask)
+def _rmsnorm_looped(X, W, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = X + row * stride_x
+    y_row = Y + row * stride_y
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        x = tl.load(x_row + cols, mask=cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        acc += x * x
+    rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        cmask = cols < N
+        x = tl.load(x_row + cols, mask=cmask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+        tl.store(y_row + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=cmask)
 
 
 def kernel_fn(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -68,15 +65,6 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
             x2, weight, y, m, n, x2.stride(0), y.stride(0), eps,
             BLOCK_M=block_m, BLOCK_N=block_n, num_warps=NUM_WARPS)
     else:
-        programs = _wide_programs(m, n * x.element_size(), x.device)
-        _rmsnorm_looped[(programs,)](x2, weight, y, m, n, x2.stride(0), y.stride(0), eps, programs,
-                                     BLOCK_N=LOOP_BLOCK_N, num_warps=NUM_WARPS)
+        _rmsnorm_looped[(m,)](x2, weight, y, n, x2.stride(0), y.stride(0), eps,
+                              BLOCK_N=LOOP_BLOCK_N, num_warps=LOOP_NUM_WARPS)
     return y.view(x.shape)
-
-
-def _wide_programs(rows: int, row_bytes: int, device: torch.device) -> int:
-    """Programs for the looped path: about WIDE_INFLIGHT_MB of rows at once, at least one per SM."""
-    if WIDE_INFLIGHT_MB <= 0:
-        return rows
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
-    return max(1, min(rows, max(sms, (WIDE_INFLIGHT_MB << 20) // row_bytes)))

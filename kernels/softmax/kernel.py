@@ -4,9 +4,9 @@ Rows up to MAX_FUSED_N wide are held in registers and done in one pass, several
 short rows per program so that narrow rows still keep enough bytes in flight.
 Wider rows (a 50257-entry vocabulary) use an online kernel: one pass keeps a
 running row max and per-lane sums rescaled when the max grows, a second pass
-writes the probabilities, so x is read twice at most and written once. The looped path runs a fixed number of programs, each walking rows, so that the
-rows in flight at once (about WIDE_INFLIGHT_MB) fit in L2 and the second read of a row hits L2
-instead of HBM; one program per row would put every row in flight together.
+writes the probabilities, so x is read twice at most and written once. Few
+wide programs per SM (LOOP_NUM_WARPS) keep the rows in flight small enough
+for the second read to hit L2.
 """
 
 import torch
@@ -19,7 +19,6 @@ NUM_WARPS = 8
 MAX_FUSED_N = 16384  # widest row handled in one register-resident pass
 LOOP_BLOCK_N = 8192  # chunk width of the online (looped) path
 LOOP_NUM_WARPS = 16
-WIDE_INFLIGHT_MB = 24  # looped path: MB of rows in flight (programs x row bytes); 0 = one program per row
 
 LOG2E = 1.4426950408889634
 
@@ -40,13 +39,8 @@ def _softmax_rows(X, Y, M, N, stride_x, stride_y,
 
 
 @triton.jit
-def _softmax_online(X, Y, M, N, stride_x, stride_y, PROGRAMS, BLOCK_N: tl.constexpr):
-    for row in range(tl.program_id(0).to(tl.int64), M, PROGRAMS):
-        _softmax_row(X, Y, row, N, stride_x, stride_y, BLOCK_N)
-
-
-@triton.jit
-def _softmax_row(X, Y, row, N, stride_x, stride_y, BLOCK_N: tl.constexpr):
+def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x
     y_row = Y + row * stride_y
     # A running row max (one scalar per chunk) and per-lane sums of exp(x - max),
@@ -90,15 +84,6 @@ def kernel_fn(x: torch.Tensor) -> torch.Tensor:
             x2, y, m, n, x2.stride(0), y.stride(0),
             BLOCK_M=block_m, BLOCK_N=block_n, num_warps=NUM_WARPS)
     else:
-        programs = _wide_programs(m, n * x.element_size(), x.device)
-        _softmax_online[(programs,)](x2, y, m, n, x2.stride(0), y.stride(0), programs,
-                                     BLOCK_N=LOOP_BLOCK_N, num_warps=LOOP_NUM_WARPS)
+        _softmax_online[(m,)](x2, y, n, x2.stride(0), y.stride(0),
+                              BLOCK_N=LOOP_BLOCK_N, num_warps=LOOP_NUM_WARPS)
     return y.view(x.shape)
-
-
-def _wide_programs(rows: int, row_bytes: int, device: torch.device) -> int:
-    """Programs for the looped path: about WIDE_INFLIGHT_MB of rows at once, at least one per SM."""
-    if WIDE_INFLIGHT_MB <= 0:
-        return rows
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
-    return max(1, min(rows, max(sms, (WIDE_INFLIGHT_MB << 20) // row_bytes)))

@@ -39,7 +39,7 @@ from autokernel_tui.tasks.spec import load_spec  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-SASS_OPS = r"\b(HGMMA\.\S+|HMMA\.\S+|UTMALDG\S*|UTMASTG\S*|LDGSTS\S*|MUFU\.\S+)"
+SASS_OPS = r"\b(HGMMA\.\S+|HMMA\.\S+|UTMALDG\S*|UTMASTG\S*|LDGSTS\S*|MUFU\.\S+|LDG\.\S+|STG\.\S+|LDL\S*|STL\S*)"
 
 
 def _usage(cubin: bytes) -> dict:
@@ -86,7 +86,10 @@ class OfflineLauncher:
         return None
 
 
-def compile_tasks(tasks: list[str] | None, dtypes: list[str] | None) -> list[dict]:
+def compile_tasks(tasks: list[str] | None, dtypes: list[str] | None, knobs: dict[str, int] | None = None,
+                  dims: dict[str, int] | None = None) -> list[dict]:
+    """Compile every launch of each task's kernel_fn; ``knobs`` overrides module constants,
+    ``dims`` replaces the test shapes with one shape (e.g. a full-width row)."""
     launcher = OfflineLauncher()
     original = JITFunction.run
     JITFunction.run = lambda self, *a, grid, warmup, **k: launcher.run(self, *a, grid=grid, warmup=warmup, **k)
@@ -95,12 +98,14 @@ def compile_tasks(tasks: list[str] | None, dtypes: list[str] | None) -> list[dic
             spec = load_spec(task_dir)
             ref = sc.load_module(task_dir / "reference.py", "sm90")
             ker = sc.load_module(task_dir / "kernel.py", "sm90")
+            for name, value in (knobs or {}).items():
+                setattr(ker, name, value)
             for dtype_name in spec.dtypes:
                 if dtypes and dtype_name not in dtypes:
                     continue
-                for shape in spec.test_shapes:
-                    launcher.context = f"{spec.name}/{dtype_name}/{shape.name}"
-                    ker.kernel_fn(*ref.make_inputs(dict(shape.dims), getattr(torch, dtype_name), "cpu", 0))
+                for name, shape_dims in ([("dims", dims)] if dims else [(s.name, s.dims) for s in spec.test_shapes]):
+                    launcher.context = f"{spec.name}/{dtype_name}/{name}"
+                    ker.kernel_fn(*ref.make_inputs(dict(shape_dims), getattr(torch, dtype_name), "cpu", 0))
     finally:
         JITFunction.run = original
     return list(launcher.seen.values())
@@ -110,13 +115,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", default="")
     ap.add_argument("--dtypes", default="")
+    ap.add_argument("--set", action="append", default=[], metavar="KNOB=V", help="override a kernel.py knob")
+    ap.add_argument("--dims", default="", help="one shape instead of the test shapes, e.g. M=4,N=50257")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
-    rows = compile_tasks([t for t in args.tasks.split(",") if t] or None, [d for d in args.dtypes.split(",") if d] or None)
+    pairs = lambda text: {k: int(v) for k, v in (kv.split("=") for kv in text)}  # noqa: E731
+    rows = compile_tasks([t for t in args.tasks.split(",") if t] or None, [d for d in args.dtypes.split(",") if d] or None,
+                         pairs(args.set), pairs([d for d in args.dims.split(",") if d]))
     for r in rows:
         tail = f"COMPILE ERROR {r['error']}" if r["error"] else str(r["sass"])
         print(f"{r['where']:<40}{r['kernel']:<22}w{r['num_warps']:<3}s{r['num_stages']:<2}regs {r['regs']:>3} "
-              f"spill {r['local_bytes']:>4}B smem {r['shared']:>6}  {tail}")
+              f"spill {r['local_bytes'] + r['stack_bytes']:>4}B smem {r['shared']:>6}  {tail}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 1 if any(r["error"] for r in rows) else 0

@@ -36,7 +36,9 @@ def test_compiles_for_sm90_without_spills(compiled, task):
     assert rows, f"no Triton launch recorded for {task}"
     errors = [f"{r['kernel']} ({r['where']}): {r['error']}" for r in rows if r["error"]]
     assert not errors, "does not compile for sm_90: " + "; ".join(errors)
-    spills = [f"{r['kernel']} ({r['where']}): {r['local_bytes']} B" for r in rows if r["local_bytes"]]
+    # ptxas puts spilled registers on the stack (STACK), not in LOCAL: both count.
+    spills = [f"{r['kernel']} ({r['where']}): {r['local_bytes'] + r['stack_bytes']} B" for r in rows
+              if r["local_bytes"] or r["stack_bytes"]]
     assert not spills, "register spills: " + "; ".join(spills)
 
 
