@@ -8,9 +8,11 @@
 #   part2: kernel quality side by side (starter, tuned, eager, torch.compile), GPU-marked tests
 #   harness: harness speed/A-A/detection, GPU-marked tests, L2 flush by write vs by read
 #   sweeps: knob sweeps of the starters at the shapes where they miss their targets
+#   run3a: starters at full shapes, harness speed/A-A/detection, offline tuner (tuned kernels kept)
+#   run3b (same warm machine, after run3a): kernel quality with the tuned kernels, Nsight Compute probes
 #
 # Usage on the device (carry .whl):
-#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -54,6 +56,25 @@ harness)
     for mode in write read; do  # what the flush itself costs the timed kernel
         step "flush_$mode" 60 python3 benchmarks/kernel_quality.py --tasks rmsnorm,softmax,swiglu --dtypes bfloat16 \
             --no-compile --flush "$mode" --json "$R/flush_$mode.json"
+    done
+    ;;
+run3a)
+    step starters 110 python3 benchmarks/starters_check.py --json "$R/starters.json"
+    step harness_speed 200 python3 benchmarks/harness_speed.py --tasks rmsnorm --json "$R/harness_speed.json"
+    step tuner 190 python3 benchmarks/tuner_budget.py --total-seconds 170 --save-kernels /tmp/res/tuned \
+        --json "$R/tuner_budget.json"
+    ;;
+run3b)
+    kd=(); [ -d /tmp/res/tuned ] && kd=(--kernel-dir /tmp/res/tuned)
+    step kernel_quality 300 python3 benchmarks/kernel_quality.py --max-seconds 260 "${kd[@]}" \
+        --json "$R/kernel_quality.json"
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    for probe in "rmsnorm wide _rmsnorm" "rmsnorm gpt2-small _rmsnorm" "softmax gpt2-vocab _softmax" \
+                 "matmul gpt2-mlp-down _matmul"; do
+        set -- $probe
+        step "ncu_$1_$2" 60 "$ncu" --clock-control none -k "regex:$3" --launch-skip 2 --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+            --section MemoryWorkloadAnalysis python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16
     done
     ;;
 sweeps)

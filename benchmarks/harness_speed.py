@@ -3,11 +3,13 @@
 (a) warm full evaluation wall time (all stages, all default shapes x dtypes, timing),
     N runs per task, median and p20/p80, Triton JIT time reported separately;
 (b) A/A: compare(starter, starter) N times -> false-keep rate at the keep margin;
-(c) a real ~3% change: the starter plus one extra Triton copy kernel that moves 3%
-    more bytes (3% of the first input read and written again) -> how often
-    compare(starter, that) calls the starter faster, and the measured ratio;
-    the same with 0.3% more bytes (--extra-fractions), mostly the cost of one more
-    launch, to see how small a change the keep rule still catches.
+(c) planted slowdowns (--pairs): the starter plus one extra Triton copy kernel that
+    moves a fraction more bytes (of the first input, read and written again).
+    "0:0.03" compares the starter against the +3% variant: an extra launch plus 3% of
+    the bytes, which costs rmsnorm's small shapes far more than 3%. "0.003:0.03"
+    compares two variants with the same launches, 2.7% of the bytes apart: a real
+    ~3% change. Each: how often compare() calls the faster one faster (its CI's low
+    end above the keep margin), and the ratio measured.
 
 Needs torch + triton + this package only:
     PYTHONPATH=$PWD python3 benchmarks/harness_speed.py --json $OUT/harness_speed.json
@@ -69,7 +71,8 @@ def _spread(values: list[float]) -> dict:
 
 
 def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, detect_runs: int,
-                 quick: bool = False, log=print, fractions: tuple[float, ...] = (EXTRA_FRACTION,)) -> dict:
+                 quick: bool = False, log=print, pairs: tuple[tuple[float, float], ...] = ((0.0, EXTRA_FRACTION),)
+                 ) -> dict:
     source = (task_dir / KERNEL_FILE).read_text()
     result: dict = {"task": task_dir.name}
     t0 = time.perf_counter()
@@ -96,13 +99,14 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
                     "speedups": [c.speedup for c in aa], "ci": [(c.ci_low, c.ci_high) for c in aa],
                     "statuses": [c.status for c in aa], "keep_margin": harness.keep_margin}
     result["variants"] = []
-    for fraction in fractions:
-        slow = slower_variant(source, fraction)
-        det = [harness.compare(task_dir, source, slow, quick=quick) for _ in range(detect_runs)]
-        result["variants"].append({"n": len(det), "detected": sum(c.faster for c in det), "fraction": fraction,
+    variant = lambda f: slower_variant(source, f) if f else source  # noqa: E731
+    for fast, slow in pairs:
+        det = [harness.compare(task_dir, variant(fast), variant(slow), quick=quick) for _ in range(detect_runs)]
+        result["variants"].append({"n": len(det), "detected": sum(c.faster for c in det), "fraction": slow,
+                                   "pair": [fast, slow], "label": f"+{fast:.1%} vs +{slow:.1%}",
                                    "speedups": [c.speedup for c in det], "ci": [(c.ci_low, c.ci_high) for c in det],
                                    "statuses": [c.status for c in det],
-                                   "change": f"extra copy kernel, +{fraction:.1%} bytes"})
+                                   "change": f"extra copy kernel: +{fast:.1%} vs +{slow:.1%} bytes"})
     result["three_pct"] = result["variants"][0]
     result["method"] = aa[0].method if aa else ""
     return result
@@ -111,7 +115,7 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
 def table(results: list[dict], device: str) -> str:
     lines = [f"harness_speed on {device}",
              f"{'task':<14}{'eval wall s (ex JIT) med [p20-p80]':>36}{'JIT s':>8}{'A/A false keeps':>17}"
-             f"{'change':>14}{'detected':>10}{'ratio':>8}"]
+             f"{'planted change':>18}{'detected':>10}{'ratio':>8}"]
     for r in results:
         if "eval_wall_ex_jit_s" not in r:
             lines.append(f"{r['task']:<14} starter failed: {r['first_eval']['reason']}")
@@ -121,7 +125,7 @@ def table(results: list[dict], device: str) -> str:
             ratio = stats.median(d["speedups"]) if d["speedups"] else float("nan")
             head = (f"{r['task']:<14}{w['median']:>14.2f} [{w['p20']:.2f}-{w['p80']:.2f}]{'':>12}"
                     f"{r['eval_jit_s']['median']:>8.2f}{aa['false_keeps']:>9}/{aa['n']:<7}") if i == 0 else " " * 89
-            lines.append(f"{head}{'+' + format(d.get('fraction', EXTRA_FRACTION), '.1%') + ' bytes':>14}"
+            lines.append(f"{head}{d.get('label', 'starter vs +3%'):>18}"
                          f"{d['detected']:>6}/{d['n']:<3}{ratio:>8.3f}")
     return "\n".join(lines)
 
@@ -132,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--ab-runs", type=int, default=20)
     parser.add_argument("--detect-runs", type=int, default=20)
-    parser.add_argument("--extra-fractions", default="0.03,0.003",
-                        help="sizes of the planted slowdowns: extra bytes as a fraction of the task's")
+    parser.add_argument("--pairs", default="0:0.03,0.003:0.03",
+                        help="planted changes FAST:SLOW, each an extra copy of that fraction of the bytes (0: none)")
     parser.add_argument("--json", default=None, help="write the raw results here")
     parser.add_argument("--smoke", action="store_true", help="CPU interpreter, quick evaluations, N = 1")
     parser.add_argument("--timeout", type=float, default=300.0)
@@ -148,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         for task_dir in dirs:
             results.append(measure_task(harness, task_dir, args.runs, args.ab_runs, args.detect_runs,
                                         quick=args.smoke, log=lambda *a: print(*a, flush=True),
-                                        fractions=tuple(float(f) for f in args.extra_fractions.split(",") if f)))
+                                        pairs=tuple(tuple(map(float, p.split(":"))) for p in args.pairs.split(",") if p)))
             if args.json:  # after every task, so a run cut short still leaves its numbers
                 Path(args.json).parent.mkdir(parents=True, exist_ok=True)
                 Path(args.json).write_text(json.dumps({"device": info, "results": results, "smoke": args.smoke,

@@ -1,0 +1,43 @@
+"""Run one starter at one shape a few times, for Nsight Compute to profile.
+
+    ncu --clock-control none -k regex:_rmsnorm --launch-skip 2 --launch-count 1 \\
+        --section SpeedOfLight --section Occupancy --section WarpStateStats \\
+        python3 benchmarks/ncu_probe.py rmsnorm wide bfloat16
+
+The first calls compile and warm up (skip them with --launch-skip); every call
+is the starter's real kernel_fn on the task's own inputs for that shape.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import starters_check as sc  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        raise SystemExit("usage: ncu_probe.py TASK SHAPE DTYPE")
+    task, shape_name, dtype_name = argv
+    import torch
+
+    from autokernel_tui.tasks.spec import load_spec
+
+    task_dir = sc.REPO / "kernels" / task
+    spec = load_spec(task_dir)
+    shape = next((s for s in spec.shapes if s.name == shape_name), None)
+    if shape is None:
+        raise SystemExit(f"{task} has no shape {shape_name!r}: {', '.join(s.name for s in spec.shapes)}")
+    ref = sc.load_module(task_dir / "reference.py", "ncu")
+    ker = sc.load_module(task_dir / "kernel.py", "ncu")
+    inputs = ref.make_inputs(dict(shape.dims), getattr(torch, dtype_name), "cuda", 0)
+    for _ in range(4):
+        ker.kernel_fn(*inputs)
+    torch.cuda.synchronize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
