@@ -10,9 +10,11 @@
 #   sweeps: knob sweeps of the starters at the shapes where they miss their targets
 #   run3a: starters at full shapes, harness speed/A-A/detection, offline tuner (tuned kernels kept)
 #   run3b (same warm machine, after run3a): kernel quality with the tuned kernels, Nsight Compute probes
+#   run3c: wide-row sweeps (best combination written into kernel.py), then those starters' correctness
+#          and quality, harness speed/A-A/detection, GPU tests, a matmul sweep at the odd shapes
 #
 # Usage on the device (carry .whl):
-#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -27,6 +29,7 @@ step() {  # step NAME SECONDS CMD...: run with a hard limit, log to $R/NAME.log,
     local rc=$?
     echo "== $name rc=$rc $((SECONDS - t0)) s"
     echo "$name rc=$rc $((SECONDS - t0))s" >> "$R/steps.txt"
+    tar czf "$OUT/$part.tgz" -C "$R" .  # after every step: a call cut short keeps what it finished
 }
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
   python3 -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
@@ -76,6 +79,25 @@ run3b)
             --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
             --section MemoryWorkloadAnalysis python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16
     done
+    ;;
+run3c)
+    sw() { local name=$1 limit=$2; shift 2; step "sweep_$name" "$limit" python3 benchmarks/knob_sweep.py \
+        --max-seconds $((limit - 20)) --json "$R/sweep_$name.json" "$@"; }
+    sw softmax 60 --task softmax --shapes gpt2-vocab,llama7b-vocab --dtypes bfloat16 --apply-best \
+        --grid LOOP_BLOCK_N=2048,4096,8192 --grid LOOP_NUM_WARPS=4,8,16
+    for t in rmsnorm layernorm add_rmsnorm; do
+        sw "$t" 50 --task "$t" --shapes wide --dtypes bfloat16 --apply-best \
+            --grid LOOP_BLOCK_N=1024,2048,4096 --grid LOOP_NUM_WARPS=4,8,16
+    done
+    mkdir -p "$R/applied"; for t in softmax rmsnorm layernorm add_rmsnorm; do cp "kernels/$t/kernel.py" "$R/applied/$t.py"; done
+    step starters 60 python3 benchmarks/starters_check.py --tasks softmax,rmsnorm,layernorm,add_rmsnorm \
+        --json "$R/starters.json"
+    step kernel_quality 130 python3 benchmarks/kernel_quality.py --tasks softmax,rmsnorm,layernorm,add_rmsnorm \
+        --max-seconds 100 --json "$R/kernel_quality.json"
+    step harness_speed 150 python3 benchmarks/harness_speed.py --tasks rmsnorm --json "$R/harness_speed.json"
+    step gpu_tests 90 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
+    sw matmul_big 60 --task matmul --shapes odd,gpt2-qkv --dtypes bfloat16 \
+        --grid BLOCK_K=64,128 --grid GROUP_M=4,8,16 --grid NUM_STAGES=3,4
     ;;
 sweeps)
     sw() { local name=$1 limit=$2; shift 2; step "sweep_$name" "$limit" python3 benchmarks/knob_sweep.py \

@@ -37,6 +37,7 @@ fp16/bf16 and >= 75% at every shape; attention >= 80% of SDPA at LLaMA-7B shapes
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -113,11 +114,17 @@ class Timer:
                 times.append((time.perf_counter() - t) * 1e6)
             return times
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-        for i, (start, end) in enumerate(events, start=offset):
-            self.flush()
-            start.record()
-            fn(*input_sets[i % len(input_sets)])
-            end.record()
+        gc_enabled = gc.isenabled()
+        gc.disable()  # a GC pass mid-queue would stall the host past the GPU's lead (as the harness)
+        try:
+            for i, (start, end) in enumerate(events, start=offset):
+                self.flush()
+                start.record()
+                fn(*input_sets[i % len(input_sets)])
+                end.record()
+        finally:
+            if gc_enabled:
+                gc.enable()
         torch.cuda.synchronize()
         return [s.elapsed_time(e) * 1e3 for s, e in events]
 

@@ -126,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, default=150.0, help="no combination starts after this long")
     ap.add_argument("--top", type=int, default=8)
     ap.add_argument("--smoke", action="store_true", help="CPU interpreter, first test shape")
+    ap.add_argument("--apply-best", action="store_true",
+                    help="rewrite the task's kernel.py with the best combination when it beats the defaults by 1%%")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -150,7 +152,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'geomean':>8}{'worst':>7}  combination (defaults: {label(result['defaults'])})")
     for r in result["ranking"][:args.top]:
         print(f"{r['geomean_vs_eager']:7.3f}x{r['worst_vs_eager']:6.2f}x  {r['combo']}")
+    if args.apply_best:
+        print(apply_best(task_dir, result))
     return 0
+
+
+def apply_best(task_dir: Path, result: dict) -> str:
+    """Write the winning combination into kernel.py (the knob lines only), if it won by 1%."""
+    from autokernel_tui.agents.knobs import rewrite
+
+    ranked = {r["combo"]: r for r in result["ranking"]}
+    best, base = (result["ranking"] or [None])[0], ranked.get(label({}))
+    if best is None or base is None or best["combo"] == label({}) \
+            or best["geomean_vs_eager"] < 1.01 * base["geomean_vs_eager"]:
+        return "apply-best: defaults kept"
+    changes = {k: int(v) for k, v in (kv.split("=") for kv in best["combo"].split())}
+    path = task_dir / "kernel.py"
+    path.write_text(rewrite(path.read_text(), changes))
+    return (f"apply-best: {path} now has {best['combo']} "
+            f"({best['geomean_vs_eager'] / base['geomean_vs_eager']:.3f}x the defaults)")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ not meaningful upstream.
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -102,6 +103,27 @@ def time_gpu_interleaved(fns: list[Callable], make_inputs: Callable[[], tuple], 
     events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                for _ in range(n_reps)] for _ in fns]
     checked: list[tuple | None] = [None] * len(fns)
+    with _no_gc():
+        _enqueue_reps(fns, make_inputs, flush, n_reps, check_rep, spy, events, checked)
+    torch.cuda.synchronize()
+    return [Samples([s.elapsed_time(e) * 1000.0 for r, (s, e) in enumerate(events[i]) if r != check_rep],
+                    checked[i]) for i in range(len(fns))]
+
+
+@contextlib.contextmanager
+def _no_gc():
+    """A cyclic-GC pass (tens of ms with torch and triton loaded) in the middle of the reps
+    would stall the host longer than HOST_LEAD_CYCLES covers: none until the reps are queued."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _enqueue_reps(fns, make_inputs, flush, n_reps, check_rep, spy, events, checked) -> None:
     for r in range(n_reps):
         inputs = make_inputs()
         order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
@@ -118,9 +140,6 @@ def time_gpu_interleaved(fns: list[Callable], make_inputs: Callable[[], tuple], 
             out = fns[i](*inputs)
             end.record()
             del out
-    torch.cuda.synchronize()
-    return [Samples([s.elapsed_time(e) * 1000.0 for r, (s, e) in enumerate(events[i]) if r != check_rep],
-                    checked[i]) for i in range(len(fns))]
 
 
 def time_cpu_interleaved(fns: list[Callable], make_inputs: Callable[[], tuple], n_reps: int = CPU_REPS,

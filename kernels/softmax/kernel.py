@@ -39,35 +39,59 @@ def _softmax_rows(X, Y, M, N, stride_x, stride_y,
 
 
 @triton.jit
-def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr):
+def _online_update(m_run, s_vec, x):
+    """Fold a chunk x (fp32, -inf where masked) into the running max and per-lane sums."""
+    m_new = tl.maximum(m_run, tl.max(x, axis=0))
+    # While only -inf has been seen, keep the sums at zero (avoids -inf - -inf = nan).
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    s_vec = s_vec * tl.exp2((m_run - m_safe) * 1.4426950408889634) + tl.exp2((x - m_safe) * 1.4426950408889634)
+    return m_new, s_vec
+
+
+@triton.jit
+def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, VEC: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    x_row = X + row * stride_x
-    y_row = Y + row * stride_y
-    # A running row max (one scalar per chunk) and per-lane sums of exp(x - max),
+    x_off = row * stride_x
+    y_off = row * stride_y
+    # A row of odd width starts anywhere. Its first `head` elements (< VEC) take it to a
+    # 16-byte boundary; from there whole chunks load and store unmasked, as 16-byte vectors
+    # (VEC elements) instead of one element per instruction, then a masked tail. x and y
+    # share the row stride and are both 16-byte aligned (checked by kernel_fn), so one
+    # head serves both. VEC = 1 when they are not: plain chunks, as Triton can prove.
+    head = tl.minimum((VEC - x_off % VEC) % VEC, N)
+    n_body = ((N - head) // BLOCK_N) * BLOCK_N
+    ar = tl.arange(0, BLOCK_N)
+    # Pass 1: a running row max (one scalar per chunk) and per-lane sums of exp(x - max),
     # rescaled by one scalar exp when the max grows: one exp per element.
     m_run = tl.max(tl.full([BLOCK_N], float("-inf"), dtype=tl.float32), axis=0)
     s_vec = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        cmask = cols < N
+    hmask = ar < head
+    xh = tl.load(X + x_off + ar, mask=hmask, other=0.0)
+    m_run, s_vec = _online_update(m_run, s_vec, tl.where(hmask, xh.to(tl.float32), float("-inf")))
+    for start in range(0, n_body, BLOCK_N):
+        offs = tl.max_contiguous(tl.multiple_of(x_off + head + start + ar, VEC), BLOCK_N)
         # Keep the row in L2 for the second pass.
-        x = tl.load(x_row + cols, mask=cmask, other=0.0, eviction_policy="evict_last")
-        x = tl.where(cmask, x.to(tl.float32), float("-inf"))
-        m_new = tl.maximum(m_run, tl.max(x, axis=0))
-        # While only -inf has been seen, keep the sums at zero (avoids -inf - -inf = nan).
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        s_vec = s_vec * tl.exp2((m_run - m_safe) * 1.4426950408889634) \
-            + tl.exp2((x - m_safe) * 1.4426950408889634)
-        m_run = m_new
+        xb = tl.load(X + offs, eviction_policy="evict_last").to(tl.float32)
+        m_run, s_vec = _online_update(m_run, s_vec, xb)
+    tcols = head + n_body + ar
+    tmask = tcols < N
+    xt = tl.load(X + x_off + tcols, mask=tmask, other=0.0)
+    m_run, s_vec = _online_update(m_run, s_vec, tl.where(tmask, xt.to(tl.float32), float("-inf")))
     row_max = m_run
-    total = tl.sum(s_vec, axis=0)
-    inv = 1.0 / total
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        cmask = cols < N
-        x = tl.load(x_row + cols, mask=cmask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        y = tl.exp2((x - row_max) * 1.4426950408889634) * inv
-        tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=cmask)
+    inv = 1.0 / tl.sum(s_vec, axis=0)
+    # Pass 2: write the probabilities, same three parts.
+    xh = tl.load(X + x_off + ar, mask=hmask, other=0.0).to(tl.float32)
+    yh = tl.exp2((xh - row_max) * 1.4426950408889634) * inv
+    tl.store(Y + y_off + ar, yh.to(Y.dtype.element_ty), mask=hmask)
+    for start in range(0, n_body, BLOCK_N):
+        offs_x = tl.max_contiguous(tl.multiple_of(x_off + head + start + ar, VEC), BLOCK_N)
+        offs_y = tl.max_contiguous(tl.multiple_of(y_off + head + start + ar, VEC), BLOCK_N)
+        xb = tl.load(X + offs_x, eviction_policy="evict_first").to(tl.float32)
+        yb = tl.exp2((xb - row_max) * 1.4426950408889634) * inv
+        tl.store(Y + offs_y, yb.to(Y.dtype.element_ty))
+    xt = tl.load(X + x_off + tcols, mask=tmask, other=0.0).to(tl.float32)
+    yt = tl.exp2((xt - row_max) * 1.4426950408889634) * inv
+    tl.store(Y + y_off + tcols, yt.to(Y.dtype.element_ty), mask=tmask)
 
 
 def kernel_fn(x: torch.Tensor) -> torch.Tensor:
@@ -84,6 +108,13 @@ def kernel_fn(x: torch.Tensor) -> torch.Tensor:
             x2, y, m, n, x2.stride(0), y.stride(0),
             BLOCK_M=block_m, BLOCK_N=block_n, num_warps=NUM_WARPS)
     else:
-        _softmax_online[(m,)](x2, y, n, x2.stride(0), y.stride(0),
-                              BLOCK_N=LOOP_BLOCK_N, num_warps=LOOP_NUM_WARPS)
+        _softmax_online[(m,)](x2, y, n, x2.stride(0), y.stride(0), BLOCK_N=LOOP_BLOCK_N,
+                              VEC=_vector_width(x2, y), num_warps=LOOP_NUM_WARPS)
     return y.view(x.shape)
+
+
+def _vector_width(*rows: torch.Tensor) -> int:
+    """Elements per 16-byte vector when these [M, N] tensors can share one alignment head, else 1."""
+    if len({t.stride(0) for t in rows}) == 1 and all(t.data_ptr() % 16 == 0 for t in rows):
+        return 16 // rows[0].element_size()
+    return 1

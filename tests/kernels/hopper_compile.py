@@ -42,6 +42,16 @@ BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 SASS_OPS = r"\b(HGMMA\.\S+|HMMA\.\S+|UTMALDG\S*|UTMASTG\S*|LDGSTS\S*|MUFU\.\S+|LDG\.\S+|STG\.\S+|LDL\S*|STL\S*)"
 
 
+def _op_name(instr: str) -> str:
+    """HGMMA.64x128x16.F32.BF16 -> HGMMA; global loads/stores keep their width: LDG.E.128 -> LDG.128,
+    LDG.E.U16 -> LDG.U16, LDG.E -> LDG.32 (a row loaded 2 bytes per instruction shows here)."""
+    head, *rest = instr.split(".")
+    if head in ("LDG", "STG"):
+        width = next((p for p in rest if p in ("U8", "S8", "U16", "S16", "64", "128")), "32")
+        return f"{head}.{width}"
+    return head
+
+
 def _usage(cubin: bytes) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
@@ -50,7 +60,7 @@ def _usage(cubin: bytes) -> dict:
                              capture_output=True, text=True).stdout
         sass = subprocess.run([str(BIN / "cuobjdump"), "-sass", f.name], capture_output=True, text=True).stdout
     fields = dict(re.findall(r"(REG|STACK|LOCAL|SHARED):(\d+)", res))
-    ops = collections.Counter(m.split(".")[0] for m in re.findall(SASS_OPS, sass))
+    ops = collections.Counter(_op_name(m) for m in re.findall(SASS_OPS, sass))
     return {"regs": int(fields.get("REG", -1)), "local_bytes": int(fields.get("LOCAL", 0)),
             "stack_bytes": int(fields.get("STACK", 0)), "sass": dict(ops)}
 

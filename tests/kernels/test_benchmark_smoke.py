@@ -80,3 +80,30 @@ def test_starters_check_reports_a_broken_kernel(tmp_path):
     proc = _run("starters_check.py", "--smoke", "--kernel-dir", str(kdir), "--dtypes", "float32",
                 "--json", str(tmp_path / "s.json"), tmp_path=tmp_path)
     assert proc.returncode == 1 and "FAIL" in proc.stdout
+
+
+def test_knob_sweep_smoke_ranks_every_combination_and_applies_the_best(tmp_path):
+    import shutil
+
+    task = tmp_path / "rmsnorm"
+    shutil.copytree(REPO / "kernels" / "rmsnorm", task, ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path / "sweep.json"
+    proc = _run("knob_sweep.py", "--smoke", "--task", str(task), "--shapes", "looped", "--dtypes", "float32",
+                "--grid", "LOOP_NUM_WARPS=4,8", "--grid", "LOOP_BLOCK_N=1024", "--apply-best",
+                "--json", str(out), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    combos = {r["combo"] for r in data["ranking"]}
+    assert "(defaults)" in combos and "LOOP_NUM_WARPS=4 LOOP_BLOCK_N=1024" in combos
+    assert all("us" in run for case in data["cases"] for run in case["runs"].values())
+    applied = proc.stdout.strip().splitlines()[-1]
+    assert applied.startswith("apply-best:")
+    if "now has" in applied:  # the winner's knob values are in the file, nothing else changed
+        best = dict(kv.split("=") for kv in data["ranking"][0]["combo"].split())
+        text = (task / "kernel.py").read_text()
+        assert all(f"{k} = {v}" in text for k, v in best.items())
+
+
+def test_knob_sweep_refuses_an_unknown_knob(tmp_path):
+    proc = _run("knob_sweep.py", "--smoke", "--task", "rmsnorm", "--grid", "NO_SUCH_KNOB=1", tmp_path=tmp_path)
+    assert proc.returncode != 0 and "no knob NO_SUCH_KNOB" in proc.stderr
