@@ -96,7 +96,7 @@ run3c)
         --max-seconds 100 --json "$R/kernel_quality.json"
     step harness_speed 150 python3 benchmarks/harness_speed.py --tasks rmsnorm --json "$R/harness_speed.json"
     step gpu_tests 90 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
-    sw matmul_big 60 --task matmul --shapes odd,gpt2-qkv --dtypes bfloat16 \
+    sw matmul_big 40 --task matmul --shapes odd,gpt2-qkv --dtypes bfloat16 \
         --grid BLOCK_K=64,128 --grid GROUP_M=4,8,16 --grid NUM_STAGES=3,4
     ;;
 sweeps)
