@@ -89,15 +89,18 @@ run3c)
         sw "$t" 50 --task "$t" --shapes wide --dtypes bfloat16 --apply-best \
             --grid LOOP_BLOCK_N=1024,2048,4096 --grid LOOP_NUM_WARPS=4,8,16
     done
+    sw rmsnorm_rows 40 --task rmsnorm --shapes gpt2-small,llama7b-layer,odd,large --dtypes bfloat16 --apply-best \
+        --grid ROW_BLOCK_ELEMS=2048,4096,8192,16384 --grid NUM_WARPS=4,8,16
+    sw layernorm_rows 40 --task layernorm --shapes gpt2-small,gpt2-small-b32,llama7b-layer,odd,large \
+        --dtypes bfloat16 --apply-best --grid ROW_BLOCK_ELEMS=2048,4096,8192,16384 --grid NUM_WARPS=4,8
+    sw add_rmsnorm_rows 40 --task add_rmsnorm --shapes gpt2-small,llama7b-layer,odd,llama7b-b4 \
+        --dtypes bfloat16 --apply-best --grid ROW_BLOCK_ELEMS=2048,4096,8192,16384 --grid NUM_WARPS=4,8
     mkdir -p "$R/applied"; for t in softmax rmsnorm layernorm add_rmsnorm; do cp "kernels/$t/kernel.py" "$R/applied/$t.py"; done
     step starters 60 python3 benchmarks/starters_check.py --tasks softmax,rmsnorm,layernorm,add_rmsnorm \
         --json "$R/starters.json"
     step kernel_quality 130 python3 benchmarks/kernel_quality.py --tasks softmax,rmsnorm,layernorm,add_rmsnorm \
         --max-seconds 100 --json "$R/kernel_quality.json"
     step harness_speed 150 python3 benchmarks/harness_speed.py --tasks rmsnorm --json "$R/harness_speed.json"
-    step gpu_tests 90 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
-    sw matmul_big 40 --task matmul --shapes odd,gpt2-qkv --dtypes bfloat16 \
-        --grid BLOCK_K=64,128 --grid GROUP_M=4,8,16 --grid NUM_STAGES=3,4
     ;;
 sweeps)
     sw() { local name=$1 limit=$2; shift 2; step "sweep_$name" "$limit" python3 benchmarks/knob_sweep.py \
