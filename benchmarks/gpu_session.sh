@@ -33,7 +33,8 @@ step() {  # step NAME SECONDS CMD...: run with a hard limit, log to $R/NAME.log,
 }
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
   python3 -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
-  git log -1 --format='commit %H %s' 2>/dev/null; } > "$R/env.txt" 2>&1
+  git log -1 --format='commit %H %s' 2>/dev/null  # the copy's git metadata can lag its files:
+  echo "files differing from that commit: $(git status --short 2>/dev/null | wc -l)"; } > "$R/env.txt" 2>&1
 cat "$R/env.txt"
 case $part in
 part1)
