@@ -1,0 +1,68 @@
+"""Markdown tables from kernel_quality.py's JSON, as pasted into docs/benchmarks.md.
+
+    python3 benchmarks/quality_tables.py benchmarks/results/h200-run3/run3b/kernel_quality.json
+    python3 benchmarks/quality_tables.py RUN.json --shapes --tasks matmul,softmax --dtypes bfloat16
+
+Summary: one row per task and dtype (geomean over the task's shapes). --shapes: one
+row per shape with every path's median latency and % of roofline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+PATHS = ("starter", "tuned", "eager", "compile")
+
+
+def _x(v) -> str:
+    return f"{v:.2f}x" if isinstance(v, (int, float)) else "—"
+
+
+def summary(data: dict, tasks: set[str], dtypes: set[str]) -> list[str]:
+    lines = ["| task | dtype | % roofline | vs eager | vs compile | worst shape (% roofline) | targets missed |",
+             "| --- | --- | ---: | ---: | ---: | --- | --- |"]
+    for s in data["summary_by_dtype"]:
+        if (tasks and s["task"] not in tasks) or (dtypes and s["dtype"] not in dtypes):
+            continue
+        missed = "; ".join(s.get("targets_missed") or []) or "none"
+        lines.append(f"| {s['task']} | {s['dtype']} | {s['geomean_pct_roofline']:.1f} | "
+                     f"{_x(s['geomean_speedup_vs_eager'])} | {_x(s['geomean_speedup_vs_compile'])} | "
+                     f"{s['worst_shape']} ({s['worst_pct_roofline']:.1f}) | {missed} |")
+    return lines
+
+
+def shapes(data: dict, tasks: set[str], dtypes: set[str]) -> list[str]:
+    lines = ["| task | dtype | shape | MB | " + " | ".join(f"{p} µs (%)" for p in PATHS) + " | best vs eager | vs compile |",
+             "| --- | --- | --- | ---: | " + " | ".join("---:" for _ in PATHS) + " | ---: | ---: |"]
+    for r in data["rows"]:
+        if (tasks and r["task"] not in tasks) or (dtypes and r["dtype"] not in dtypes):
+            continue
+        t = r["times"]
+        cells = [f"{t[p]['median_us']:.1f} ({t[p]['pct_roofline']:.0f})" if p in t else "—" for p in PATHS]
+        ours = min((t[p]["median_us"] for p in ("starter", "tuned") if p in t), default=None)
+        vs_c = t["compile"]["median_us"] / ours if ours and "compile" in t else None
+        vs_e = t["eager"]["median_us"] / ours if ours and "eager" in t else None
+        lines.append(f"| {r['task']} | {r['dtype']} | {r['shape']} | {r['bytes'] / 1e6:.0f} | " + " | ".join(cells)
+                     + f" | {_x(vs_e)} | {_x(vs_c)} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("json", type=Path)
+    ap.add_argument("--shapes", action="store_true", help="one row per shape instead of the summary")
+    ap.add_argument("--tasks", default="")
+    ap.add_argument("--dtypes", default="")
+    args = ap.parse_args(argv)
+    data = json.loads(args.json.read_text())
+    tasks = {t for t in args.tasks.split(",") if t}
+    dtypes = {d for d in args.dtypes.split(",") if d}
+    print("\n".join((shapes if args.shapes else summary)(data, tasks, dtypes)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
