@@ -16,7 +16,7 @@ ROW_BLOCK_ELEMS = 8192  # elements each program holds (rows x padded row width)
 NUM_WARPS = 8
 MAX_FUSED_N = 16384  # widest row handled in one register-resident pass
 LOOP_BLOCK_N = 2048  # chunk width of the looped path
-LOOP_NUM_WARPS = 4
+LOOP_NUM_WARPS = 8
 
 
 @triton.jit

@@ -20,7 +20,7 @@ FP32_ROW_BLOCK_ELEMS = 4096  # fp32: the same 16 KB of x per program as 8192 16-
 FP32_NUM_WARPS = 8
 MAX_FUSED_N = 16384  # widest row handled in one register-resident pass
 LOOP_BLOCK_N = 2048  # chunk width of the looped path
-LOOP_NUM_WARPS = 8
+LOOP_NUM_WARPS = 16
 
 
 @triton.jit

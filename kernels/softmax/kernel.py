@@ -2,11 +2,17 @@
 
 Rows up to MAX_FUSED_N wide are held in registers and done in one pass, several
 short rows per program so that narrow rows still keep enough bytes in flight.
-Wider rows (a 50257-entry vocabulary) use an online kernel: one pass keeps a
-running row max and per-lane sums rescaled when the max grows, a second pass
-writes the probabilities, so x is read twice at most and written once. Few
-wide programs per SM (LOOP_NUM_WARPS) keep the rows in flight small enough
-for the second read to hit L2.
+Wider rows (a 32000- or 50257-entry vocabulary) use an online kernel: one pass
+keeps a running row max and per-lane sums rescaled when the max grows, a second
+pass writes the probabilities, so x is read twice at most and written once.
+
+A width Triton can prove 16-byte aligned (a multiple of 16 elements, and the row
+stride too) gets vector loads in plain chunks (_softmax_online). Any other width
+(50257) would load one element per instruction, so its kernel (_softmax_online_vec)
+starts each row with a masked head up to a 16-byte boundary and moves whole chunks
+as 16-byte vectors from there. Measured on the H200 (bf16, 2026-12-02): 4096x50257
+565 -> 349 us with the vector kernel; 4096x32000 148 us with the plain one, 188 us
+with the vector one at its best knobs (its extra head and tail cost registers).
 """
 
 import torch
@@ -19,8 +25,10 @@ import triton.language as tl
 ROW_BLOCK_ELEMS = 2048  # elements each program holds (rows x padded row width)
 NUM_WARPS = 4
 MAX_FUSED_N = 16384  # widest row handled in one register-resident pass
-LOOP_BLOCK_N = 8192  # chunk width of the online (looped) path
+LOOP_BLOCK_N = 8192  # chunk width of the online path, aligned widths
 LOOP_NUM_WARPS = 16
+VEC_LOOP_BLOCK_N = 4096  # the same for other widths (H200 sweep, run 3c: 4096 x 8 warps best)
+VEC_LOOP_NUM_WARPS = 8
 
 LOG2E = 1.4426950408889634
 
@@ -51,7 +59,32 @@ def _online_update(m_run, s_vec, x):
 
 
 @triton.jit
-def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, VEC: tl.constexpr):
+def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = X + row * stride_x
+    y_row = Y + row * stride_y
+    # A running row max (one scalar per chunk) and per-lane sums of exp(x - max),
+    # rescaled by one scalar exp when the max grows: one exp per element.
+    m_run = tl.max(tl.full([BLOCK_N], float("-inf"), dtype=tl.float32), axis=0)
+    s_vec = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        cmask = cols < N
+        # Keep the row in L2 for the second pass.
+        x = tl.load(x_row + cols, mask=cmask, other=0.0, eviction_policy="evict_last")
+        m_run, s_vec = _online_update(m_run, s_vec, tl.where(cmask, x.to(tl.float32), float("-inf")))
+    row_max = m_run
+    inv = 1.0 / tl.sum(s_vec, axis=0)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        cmask = cols < N
+        x = tl.load(x_row + cols, mask=cmask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        y = tl.exp2((x - row_max) * 1.4426950408889634) * inv
+        tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=cmask)
+
+
+@triton.jit
+def _softmax_online_vec(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, VEC: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_off = row * stride_x
     y_off = row * stride_y
@@ -110,8 +143,13 @@ def kernel_fn(x: torch.Tensor) -> torch.Tensor:
             x2, y, m, n, x2.stride(0), y.stride(0),
             BLOCK_M=block_m, BLOCK_N=block_n, num_warps=NUM_WARPS)
     else:
-        _softmax_online[(m,)](x2, y, n, x2.stride(0), y.stride(0), BLOCK_N=LOOP_BLOCK_N,
-                              VEC=_vector_width(x2, y), num_warps=LOOP_NUM_WARPS)
+        vec = _vector_width(x2, y)
+        if vec == 1 or (n % 16 == 0 and x2.stride(0) % 16 == 0 and y.stride(0) % 16 == 0):
+            _softmax_online[(m,)](x2, y, n, x2.stride(0), y.stride(0), BLOCK_N=LOOP_BLOCK_N,
+                                  num_warps=LOOP_NUM_WARPS)
+        else:
+            _softmax_online_vec[(m,)](x2, y, n, x2.stride(0), y.stride(0), BLOCK_N=VEC_LOOP_BLOCK_N,
+                                      VEC=vec, num_warps=VEC_LOOP_NUM_WARPS)
     return y.view(x.shape)
 
 
