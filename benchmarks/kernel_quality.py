@@ -47,13 +47,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import starters_check as sc  # noqa: E402
+import starters_check as sc  # noqa: E402  (puts the repo on sys.path)
+from autokernel_tui.harness.timing import HOST_LEAD_CYCLES  # noqa: E402  the harness's ~100 us GPU lead
 
 REPO = sc.REPO
 N_INPUT_SETS = 3
 FLUSH_BYTES = 256 << 20
 FLUSH_MODES = ("write", "read", "none")
-HOST_LEAD_CYCLES = 200_000  # ~100 us GPU spin before each flush (as the harness: harness/timing.py)
 MB = 1e6
 MIN_REPS = 10  # first batch of timed calls; more only when they spread
 SPREAD_OK = 0.03
