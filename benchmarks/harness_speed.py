@@ -102,12 +102,10 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
     variant = lambda f: slower_variant(source, f) if f else source  # noqa: E731
     for fast, slow in pairs:
         det = [harness.compare(task_dir, variant(fast), variant(slow), quick=quick) for _ in range(detect_runs)]
-        result["variants"].append({"n": len(det), "detected": sum(c.faster for c in det), "fraction": slow,
-                                   "pair": [fast, slow], "label": f"+{fast:.1%} vs +{slow:.1%}",
+        result["variants"].append({"n": len(det), "detected": sum(c.faster for c in det), "pair": [fast, slow], "label": f"+{fast:.1%} vs +{slow:.1%}",
                                    "speedups": [c.speedup for c in det], "ci": [(c.ci_low, c.ci_high) for c in det],
                                    "statuses": [c.status for c in det],
                                    "change": f"extra copy kernel: +{fast:.1%} vs +{slow:.1%} bytes"})
-    result["three_pct"] = result["variants"][0]
     result["method"] = aa[0].method if aa else ""
     return result
 
@@ -121,11 +119,11 @@ def table(results: list[dict], device: str) -> str:
             lines.append(f"{r['task']:<14} starter failed: {r['first_eval']['reason']}")
             continue
         w, aa = r["eval_wall_ex_jit_s"], r["aa"]
-        for i, d in enumerate(r.get("variants") or [r["three_pct"]]):
+        for i, d in enumerate(r["variants"]):
             ratio = stats.median(d["speedups"]) if d["speedups"] else float("nan")
             head = (f"{r['task']:<14}{w['median']:>14.2f} [{w['p20']:.2f}-{w['p80']:.2f}]{'':>12}"
                     f"{r['eval_jit_s']['median']:>8.2f}{aa['false_keeps']:>9}/{aa['n']:<7}") if i == 0 else " " * 89
-            lines.append(f"{head}{d.get('label', 'starter vs +3%'):>18}"
+            lines.append(f"{head}{d['label']:>18}"
                          f"{d['detected']:>6}/{d['n']:<3}{ratio:>8.3f}")
     return "\n".join(lines)
 

@@ -37,7 +37,6 @@ fp16/bf16 and >= 75% at every shape; attention >= 80% of SDPA at LLaMA-7B shapes
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
 import os
@@ -48,7 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import starters_check as sc  # noqa: E402  (puts the repo on sys.path)
-from autokernel_tui.harness.timing import HOST_LEAD_CYCLES  # noqa: E402  the harness's ~100 us GPU lead
+from autokernel_tui.harness.timing import HOST_LEAD_CYCLES, no_gc  # noqa: E402  the harness's GPU lead and GC pause
 
 REPO = sc.REPO
 N_INPUT_SETS = 3
@@ -75,18 +74,17 @@ class Timer:
         import torch
 
         self.device, self.target_s, self.smoke = device, target_s, smoke
-        self.flush_buf = torch.empty(FLUSH_BYTES if device == "cuda" else 1 << 20, dtype=torch.uint8, device=device)
         if flush_mode not in FLUSH_MODES:
             raise ValueError(f"flush mode {flush_mode!r}: one of {', '.join(FLUSH_MODES)}")
         self.flush_mode = flush_mode
-        self._words = self.flush_buf.view(torch.float32)
-        self._total = torch.empty((), dtype=torch.float32, device=device)
+        if device == "cuda":  # on the CPU there is no L2 to speak of and nothing is flushed
+            self.flush_buf = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device)
+            self._words = self.flush_buf.view(torch.float32)
+            self._total = torch.empty((), dtype=torch.float32, device=device)
 
     def flush(self) -> None:
         """Evict L2 before a timed call. "write" leaves L2 full of dirty lines, whose write-back
         the timed kernel then pays; "read" leaves clean lines; "none" keeps the last call's data."""
-        if self.device != "cuda":
-            return
         import torch
 
         torch.cuda._sleep(HOST_LEAD_CYCLES)  # the GPU waits for the host, not the timed call for the host
@@ -108,23 +106,17 @@ class Timer:
         if self.device != "cuda":
             times = []
             for i in range(offset, offset + reps):
-                self.flush()
                 t = time.perf_counter()
                 fn(*input_sets[i % len(input_sets)])
                 times.append((time.perf_counter() - t) * 1e6)
             return times
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-        gc_enabled = gc.isenabled()
-        gc.disable()  # a GC pass mid-queue would stall the host past the GPU's lead (as the harness)
-        try:
+        with no_gc():  # a GC pass mid-queue would stall the host past the GPU's lead
             for i, (start, end) in enumerate(events, start=offset):
                 self.flush()
                 start.record()
                 fn(*input_sets[i % len(input_sets)])
                 end.record()
-        finally:
-            if gc_enabled:
-                gc.enable()
         torch.cuda.synchronize()
         return [s.elapsed_time(e) * 1e3 for s, e in events]
 
@@ -493,7 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {"device": name, "torch": torch.__version__, "triton": triton.__version__,
               "python": sys.version.split()[0], "smoke": args.smoke, "roofline": roof,
               "method": {"timer": "CUDA events per call" if device == "cuda" else "perf_counter",
-                         "l2_flush_bytes": FLUSH_BYTES, "l2_flush": args.flush, "host_lead_cycles": HOST_LEAD_CYCLES, "input_sets": N_INPUT_SETS, "statistic": "median, p20, p80",
+                         "l2_flush_bytes": FLUSH_BYTES, "l2_flush": args.flush, "host_lead_cycles": HOST_LEAD_CYCLES,
+                         "input_sets": N_INPUT_SETS, "statistic": "median, p20, p80",
                          "target_ms": args.target_ms, "min_reps": MIN_REPS, "spread_ok": SPREAD_OK,
                          "compile_dtypes": args.compile_dtypes if args.compile else [],
                          "ceilings": "best probe: bandwidth max(copy, read-only sum); matmul max(cuBLAS at 8192^3, "

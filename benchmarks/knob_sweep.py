@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kernel_quality as kq  # noqa: E402
 import starters_check as sc  # noqa: E402
+from autokernel_tui.harness import stats  # noqa: E402
 
 
 def parse_grid(items: list[str]) -> dict[str, list[int]]:
@@ -110,7 +110,7 @@ def ranking(result: dict) -> list[dict]:
         runs = [c["runs"].get(combo, {}) for c in result["cases"]]
         if runs and all("us" in r for r in runs):
             ratios = [c["eager_us"] / r["us"] for c, r in zip(result["cases"], runs)]
-            ranked.append({"combo": combo, "geomean_vs_eager": math.exp(sum(map(math.log, ratios)) / len(ratios)),
+            ranked.append({"combo": combo, "geomean_vs_eager": stats.geomean(ratios),
                            "worst_vs_eager": min(ratios), "us": [r["us"] for r in runs]})
     return sorted(ranked, key=lambda r: -r["geomean_vs_eager"])
 

@@ -103,7 +103,7 @@ def time_gpu_interleaved(fns: list[Callable], make_inputs: Callable[[], tuple], 
     events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                for _ in range(n_reps)] for _ in fns]
     checked: list[tuple | None] = [None] * len(fns)
-    with _no_gc():
+    with no_gc():
         _enqueue_reps(fns, make_inputs, flush, n_reps, check_rep, spy, events, checked)
     torch.cuda.synchronize()
     return [Samples([s.elapsed_time(e) * 1000.0 for r, (s, e) in enumerate(events[i]) if r != check_rep],
@@ -111,7 +111,7 @@ def time_gpu_interleaved(fns: list[Callable], make_inputs: Callable[[], tuple], 
 
 
 @contextlib.contextmanager
-def _no_gc():
+def no_gc():
     """A cyclic-GC pass (tens of ms with torch and triton loaded) in the middle of the reps
     would stall the host longer than HOST_LEAD_CYCLES covers: none until the reps are queued."""
     enabled = gc.isenabled()

@@ -91,8 +91,8 @@ def _softmax_online_vec(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, VEC:
     # A row of odd width starts anywhere. Its first `head` elements (< VEC) take it to a
     # 16-byte boundary; from there whole chunks load and store unmasked, as 16-byte vectors
     # (VEC elements) instead of one element per instruction, then a masked tail. x and y
-    # share the row stride and are both 16-byte aligned (checked by kernel_fn), so one
-    # head serves both. VEC = 1 when they are not: plain chunks, as Triton can prove.
+    # share the row stride and are both 16-byte aligned (kernel_fn sends any other layout
+    # to _softmax_online), so one head serves both.
     head = tl.minimum((VEC - x_off % VEC) % VEC, N)
     n_body = ((N - head) // BLOCK_N) * BLOCK_N
     ar = tl.arange(0, BLOCK_N)
