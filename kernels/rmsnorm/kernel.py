@@ -1,8 +1,16 @@
 """RMSNorm in Triton: the one file an agent edits.
 
-Several rows per program when rows are short (so small hidden sizes still keep
-enough bytes in flight), one fused pass over each row while it fits in
-registers, and a two-pass loop over very wide rows.
+Three paths, by row width:
+  * rows: several short rows per program (so small hidden sizes still keep
+    enough bytes in flight), for widths Triton can prove 16-byte aligned;
+  * resident: one program per row holds the whole row in registers, in the
+    input dtype (up to RESIDENT_MAX_KB), so x is read from memory exactly once.
+    A row of odd width starts anywhere, so the program loads from the 16-byte
+    boundary at or before the row's start: every load moves whole 16-byte
+    vectors (the few elements outside the row stay out of the sums), whole
+    vectors inside the row are stored as vectors, and the row's partial first
+    and last vectors element by element;
+  * looped: wider rows in two passes over chunks (sum of squares, then write).
 """
 
 import torch
@@ -12,7 +20,10 @@ import triton.language as tl
 # Tunable knobs: module-level constants the offline tuner rewrites.
 ROW_BLOCK_ELEMS = 8192  # elements each program holds (rows x padded row width)
 NUM_WARPS = 8
-MAX_FUSED_N = 16384  # widest row handled in one pass; wider rows loop
+MAX_FUSED_N = 16384  # widest (aligned) row the rows path takes
+RESIDENT_MAX_KB = 128  # widest row, alignment slack included, held in registers
+RESIDENT_PART_KB = 32  # a resident row is held as up to four parts of this size plus a tail
+RESIDENT_BYTES_PER_THREAD = 128  # resident path warps = row bytes / this / 32, within 4..32
 LOOP_BLOCK_N = 2048  # chunk width of the looped path
 LOOP_NUM_WARPS = 16
 
@@ -31,6 +42,99 @@ def _rmsnorm_rows(X, W, Y, M, N, stride_x, stride_y, eps,
     y = x * rstd[:, None] * w[None, :]
     tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
+
+# ---- resident path: c counts elements from the row's 16-byte-aligned base; the row is
+# ---- c in [shift, shift + N), so its weight index is c - shift.
+
+@triton.jit
+def _load_part(X, base, start, n_vec, VEC: tl.constexpr, SIZE: tl.constexpr):
+    """SIZE elements from X + base + start as whole VEC-element vectors; vectors past the row's last are masked."""
+    c = start + tl.arange(0, SIZE)
+    offs = tl.max_contiguous(tl.multiple_of(base + c, VEC), SIZE)
+    return tl.load(X + offs, mask=c // VEC < n_vec, other=0.0, eviction_policy="evict_first")
+
+
+@triton.jit
+def _part_sum_sq(x, start, shift, N, SIZE: tl.constexpr):
+    c = start + tl.arange(0, SIZE)
+    xf = tl.where((c >= shift) & (c < shift + N), x.to(tl.float32), 0.0)  # a select: neighbours' values never enter
+    return tl.sum(xf * xf, axis=0)
+
+
+@triton.jit
+def _store_part(W, Y, x, y_base, start, shift, first, last, rstd, VEC: tl.constexpr, SIZE: tl.constexpr):
+    """y for the whole vectors [first, last) of the row within this part, stored as vectors."""
+    c = start + tl.arange(0, SIZE)
+    v = c // VEC
+    body = (v >= first) & (v < last)
+    w = tl.load(W + (c - shift), mask=body, other=0.0).to(tl.float32)
+    offs = tl.max_contiguous(tl.multiple_of(y_base + c, VEC), SIZE)
+    tl.store(Y + offs, (x.to(tl.float32) * rstd * w).to(Y.dtype.element_ty), mask=body)
+
+
+@triton.jit
+def _store_edge(X, W, Y, x_base, y_base, lo, hi, shift, rstd, VEC: tl.constexpr):
+    """Elements [lo, hi) (within one vector) recomputed from a reload and stored one by one."""
+    c = (lo // VEC) * VEC + tl.arange(0, VEC)
+    mask = (c >= lo) & (c < hi)
+    x = tl.load(X + x_base + c, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(W + (c - shift), mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + y_base + c, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rmsnorm_resident(X, W, Y, N, stride_x, stride_y, eps, PART: tl.constexpr, PARTS: tl.constexpr,
+                      TAIL: tl.constexpr, VEC: tl.constexpr, SHIFTED: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    # x and y share the row stride and are 16-byte aligned (kernel_fn); when the stride is a
+    # whole number of vectors every row starts on a boundary, and the weight loads are vectors too.
+    if SHIFTED:
+        shift = (row * stride_x) % VEC
+    else:
+        shift = 0
+    x_base = row * stride_x - shift
+    y_base = row * stride_y - shift
+    n_vec = (shift + N + VEC - 1) // VEC
+    # Every load is issued before the first sum, so the whole row is in flight at once.
+    if PARTS >= 1:
+        x0 = _load_part(X, x_base, 0, n_vec, VEC, PART)
+    if PARTS >= 2:
+        x1 = _load_part(X, x_base, PART, n_vec, VEC, PART)
+    if PARTS >= 3:
+        x2 = _load_part(X, x_base, 2 * PART, n_vec, VEC, PART)
+    if PARTS >= 4:
+        x3 = _load_part(X, x_base, 3 * PART, n_vec, VEC, PART)
+    if TAIL > 0:
+        xt = _load_part(X, x_base, PARTS * PART, n_vec, VEC, TAIL)
+    acc = 0.0
+    if PARTS >= 1:
+        acc += _part_sum_sq(x0, 0, shift, N, PART)
+    if PARTS >= 2:
+        acc += _part_sum_sq(x1, PART, shift, N, PART)
+    if PARTS >= 3:
+        acc += _part_sum_sq(x2, 2 * PART, shift, N, PART)
+    if PARTS >= 4:
+        acc += _part_sum_sq(x3, 3 * PART, shift, N, PART)
+    if TAIL > 0:
+        acc += _part_sum_sq(xt, PARTS * PART, shift, N, TAIL)
+    rstd = 1.0 / tl.sqrt(acc / N + eps)
+    first = (shift + VEC - 1) // VEC  # the row's first whole vector
+    last = (shift + N) // VEC  # one past its last whole vector
+    if PARTS >= 1:
+        _store_part(W, Y, x0, y_base, 0, shift, first, last, rstd, VEC, PART)
+    if PARTS >= 2:
+        _store_part(W, Y, x1, y_base, PART, shift, first, last, rstd, VEC, PART)
+    if PARTS >= 3:
+        _store_part(W, Y, x2, y_base, 2 * PART, shift, first, last, rstd, VEC, PART)
+    if PARTS >= 4:
+        _store_part(W, Y, x3, y_base, 3 * PART, shift, first, last, rstd, VEC, PART)
+    if TAIL > 0:
+        _store_part(W, Y, xt, y_base, PARTS * PART, shift, first, last, rstd, VEC, TAIL)
+    _store_edge(X, W, Y, x_base, y_base, shift, tl.minimum(first * VEC, shift + N), shift, rstd, VEC)
+    _store_edge(X, W, Y, x_base, y_base, tl.maximum(last, first) * VEC, shift + N, shift, rstd, VEC)
+
+
+# ---- looped path
 
 @triton.jit
 def _rmsnorm_write(X, W, Y, x_offs, y_offs, cols, mask, rstd):
@@ -82,15 +186,22 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
         x2 = x2.contiguous()
     m = x2.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    if n <= MAX_FUSED_N:
+    vec = _vector_width(x2, y)
+    resident = _resident_layout(n, vec, x2.stride(0), x.element_size())
+    if n <= MAX_FUSED_N and (_rows_aligned(n, x2, y) or resident is None):
         block_n = triton.next_power_of_2(n)
         block_m = max(1, min(ROW_BLOCK_ELEMS // block_n, triton.next_power_of_2(m)))
         _rmsnorm_rows[(triton.cdiv(m, block_m),)](
             x2, weight, y, m, n, x2.stride(0), y.stride(0), eps,
             BLOCK_M=block_m, BLOCK_N=block_n, num_warps=NUM_WARPS)
+    elif resident is not None:
+        part, parts, tail, warps = resident
+        _rmsnorm_resident[(m,)](x2, weight, y, n, x2.stride(0), y.stride(0), eps,
+                                PART=part, PARTS=parts, TAIL=tail, VEC=vec,
+                                SHIFTED=x2.stride(0) % vec != 0, num_warps=warps)
     else:
         _rmsnorm_looped[(m,)](x2, weight, y, n, x2.stride(0), y.stride(0), eps,
-                              BLOCK_N=LOOP_BLOCK_N, VEC=_vector_width(x2, y), num_warps=LOOP_NUM_WARPS)
+                              BLOCK_N=LOOP_BLOCK_N, VEC=vec, num_warps=LOOP_NUM_WARPS)
     return y.view(x.shape)
 
 
@@ -99,3 +210,21 @@ def _vector_width(*rows: torch.Tensor) -> int:
     if len({t.stride(0) for t in rows}) == 1 and all(t.data_ptr() % 16 == 0 for t in rows):
         return 16 // rows[0].element_size()
     return 1
+
+
+def _rows_aligned(n: int, *rows: torch.Tensor) -> bool:
+    """Triton specialises integers divisible by 16: then the rows path's loads are vectors."""
+    return n % 16 == 0 and all(t.stride(0) % 16 == 0 and t.data_ptr() % 16 == 0 for t in rows)
+
+
+def _resident_layout(n: int, vec: int, stride: int, elem_size: int):
+    """(part, parts, tail, warps) holding an n-wide row in registers, or None when it does not fit."""
+    need = n + (vec - 1 if stride % vec else 0)  # room for the row's shift past its aligned base
+    part = RESIDENT_PART_KB * 1024 // elem_size
+    parts, rest = divmod(need, part)
+    if need * elem_size > RESIDENT_MAX_KB * 1024 or parts > 4 or (parts == 4 and rest):
+        return None
+    tail = triton.next_power_of_2(rest) if rest else 0
+    row_bytes = (parts * part + tail) * elem_size
+    warps = min(32, max(4, triton.next_power_of_2(max(1, row_bytes // (32 * RESIDENT_BYTES_PER_THREAD)))))
+    return part, parts, tail, warps
