@@ -21,5 +21,6 @@ def test_smoke_run_tunes_through_the_real_harness(tmp_path):
     assert task["task"] == "rmsnorm" and task["before"]["status"] == "PASS"
     (exp,) = task["experiments"]
     assert exp["status"] in ("keep", "discard") and " -> " in exp["description"]
-    assert set(task["knobs_start"]) == {"ROW_BLOCK_ELEMS", "NUM_WARPS", "MAX_FUSED_N", "LOOP_BLOCK_N", "LOOP_NUM_WARPS"}
+    assert set(task["knobs_start"]) == {"ROW_BLOCK_ELEMS", "NUM_WARPS", "MAX_FUSED_N", "LOOP_BLOCK_N", "LOOP_NUM_WARPS",
+                                        "RESIDENT_MAX_KB", "RESIDENT_PART_KB", "RESIDENT_BYTES_PER_THREAD"}
     assert "| shape | dtype | before us | after us |" in proc.stdout and "Winning knobs:" in proc.stdout

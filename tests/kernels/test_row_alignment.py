@@ -1,7 +1,13 @@
-"""The looped (wide-row) paths of the norm and softmax starters load whole chunks as
-16-byte vectors after a per-row alignment head. These cases break the assumptions that
-path relies on (x and the outputs sharing a row stride, 16-byte-aligned bases) and check
-the kernels fall back and still match the reference, under the Triton interpreter."""
+"""The row kernels of the norm and softmax starters (rows, resident, looped paths)
+under the Triton interpreter, in the layouts their alignment tricks depend on.
+
+The resident path loads each row from the 16-byte boundary at or before its start
+and stores the partial first and last vectors element by element; the looped path
+takes an alignment head, then whole chunks. Both assume x and the outputs share a
+row stride and start 16-byte aligned, and must fall back (and still match the
+reference) when they do not. RESIDENT_PART_KB is shrunk here so that rows of a few
+thousand elements take every arrangement of parts the GPU shapes take.
+"""
 
 import sys
 from pathlib import Path
@@ -15,7 +21,9 @@ import starters_check as sc  # noqa: E402
 from autokernel_tui.tasks.spec import load_spec  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-WIDE = {"rmsnorm": "looped", "layernorm": "looped", "add_rmsnorm": "looped", "softmax": "online"}
+TASKS = {"rmsnorm": "_rmsnorm", "layernorm": "_layernorm", "add_rmsnorm": "_add_rmsnorm", "softmax": "_softmax"}
+LOOPED = {"rmsnorm": "_rmsnorm_looped", "layernorm": "_layernorm_looped", "add_rmsnorm": "_add_rmsnorm_looped",
+          "softmax": "_softmax_online_vec"}
 
 
 def _misaligned(x: torch.Tensor) -> torch.Tensor:
@@ -35,20 +43,98 @@ def _row_strided(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@pytest.mark.parametrize("layout", [_misaligned, _row_strided], ids=["misaligned-base", "row-strided"])
-@pytest.mark.parametrize("dtype", ["float16", "float32"])
-@pytest.mark.parametrize("task", sorted(WIDE))
-def test_wide_rows_in_awkward_layouts_match_the_reference(task, dtype, layout):
+def _contiguous(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+class Spy:
+    """Stands in for a Triton kernel: records which one launched and with what, then runs it."""
+
+    def __init__(self, kernel, name, calls):
+        self.kernel, self.name, self.calls = kernel, name, calls
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.calls.append((self.name, kwargs))
+            return self.kernel[grid](*args, **kwargs)
+        return launch
+
+
+def _spied(ker, task, monkeypatch):
+    """Spies on the task's launched kernels (not the helpers they call)."""
+    calls = []
+    for name in (f"{TASKS[task]}_rows", f"{TASKS[task]}_resident", LOOPED[task], "_softmax_online"):
+        if hasattr(ker, name):
+            monkeypatch.setattr(ker, name, Spy(getattr(ker, name), name, calls))
+    return calls
+
+
+def _check(task, dtype, m, n, layout, monkeypatch, **knobs):
+    """Run kernel_fn on an [m, n] input in the given layout; return the kernels it launched."""
     spec = load_spec(REPO / "kernels" / task)
-    shape = next(s for s in spec.test_shapes if s.name == WIDE[task])
     ref = sc.load_module(spec.path / "reference.py", "align")
     ker = sc.load_module(spec.path / "kernel.py", "align")
-    inputs = ref.make_inputs(dict(shape.dims), getattr(torch, dtype), "cpu", 7)
+    for name, value in knobs.items():
+        monkeypatch.setattr(ker, name, value)
+    calls = _spied(ker, task, monkeypatch)
+    inputs = ref.make_inputs({"M": m, "N": n}, getattr(torch, dtype), "cpu", 7)
     odd = (layout(inputs[0]),) + tuple(inputs[1:])
-    assert shape.dims["N"] % 8 and shape.dims["N"] > ker.MAX_FUSED_N  # the looped path, odd width
     verdict = sc.compare(ker.kernel_fn(*odd), ref.reference(*inputs), sc.precise_reference(ref, inputs),
                          spec.tolerances[dtype])
     assert verdict["passed"], verdict["why"]
+    return calls
+
+
+# Widths (fp16, parts of 1 KB = 512 elements): a tail alone, one vector or less, parts and a tail,
+# exactly four parts, and 1001 (every row a different shift).
+@pytest.mark.parametrize("n", [3, 8, 37, 1001, 2001, 2041])
+@pytest.mark.parametrize("layout", [_contiguous, _misaligned, _row_strided],
+                         ids=["contiguous", "misaligned-base", "row-strided"])
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_resident_rows_in_every_layout_match_the_reference(task, layout, n, monkeypatch):
+    calls = _check(task, "float16", 9, n, layout, monkeypatch, RESIDENT_PART_KB=1, MAX_FUSED_N=0)
+    (name, kwargs), *_ = calls
+    if task == "add_rmsnorm" and layout is not _contiguous:
+        assert name == LOOPED[task]  # its four tensors cannot share one stride here: the looped path
+        return
+    assert name == f"{TASKS[task]}_resident"
+    parts, tail, vec = kwargs["PARTS"], kwargs["TAIL"], kwargs["VEC"]
+    assert vec == (8 if layout is _contiguous else 1)
+    slack = vec - 1 if n % vec else 0  # rows of a stride that is not whole vectors start anywhere
+    assert parts * kwargs["PART"] + tail >= n + slack and 0 <= parts <= 4 and tail <= kwargs["PART"]
+    assert kwargs["SHIFTED"] == bool(slack)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_resident_rows_in_other_dtypes(task, dtype, monkeypatch):
+    calls = _check(task, dtype, 11, 1001, _contiguous, monkeypatch, RESIDENT_PART_KB=1)
+    assert calls[0][0] == f"{TASKS[task]}_resident" and calls[0][1]["PARTS"] >= 1
+
+
+@pytest.mark.parametrize("layout", [_contiguous, _misaligned, _row_strided],
+                         ids=["contiguous", "misaligned-base", "row-strided"])
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_looped_rows_in_every_layout_match_the_reference(task, dtype, layout, monkeypatch):
+    calls = _check(task, dtype, 3, 20011, layout, monkeypatch, RESIDENT_MAX_KB=0)
+    looped = LOOPED[task] if not (task == "softmax" and layout is not _contiguous) else "_softmax_online"
+    assert calls[0][0] == looped
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_paths_by_width(task):
+    """Aligned short rows take the rows path, odd widths the resident one, the widest loop."""
+    ker = sc.load_module(REPO / "kernels" / task / "kernel.py", "align")
+    x = torch.empty(4, 768, dtype=torch.bfloat16)
+    assert ker._rows_aligned(768, x, torch.empty_like(x))
+    assert not ker._rows_aligned(1000, torch.empty(4, 1000, dtype=torch.bfloat16))
+    assert ker._resident_layout(50257, 8, 50257, 2) == (16384, 3, 2048, 32)  # 51200 elements held
+    assert ker._resident_layout(32000, 8, 32000, 2)[:3] == (16384, 1, 16384)  # aligned: no slack
+    assert ker._resident_layout(50257, 4, 50257, 4) is None  # 201 KB of fp32: looped
+    assert ker._resident_layout(65536, 8, 65536, 2) == (16384, 4, 0, 32)  # exactly 128 KB: four parts
+    assert ker._resident_layout(65529, 8, 65529, 2) == (16384, 4, 0, 32)  # the same with its shift slack
+    assert ker._resident_layout(65537, 8, 65537, 2) is None  # one element more: looped
 
 
 def test_the_vector_width_follows_the_layout():
@@ -61,21 +147,22 @@ def test_the_vector_width_follows_the_layout():
     assert ker._vector_width(_row_strided(x), y) == 1
 
 
-def test_softmax_sends_only_unaligned_widths_to_the_vector_kernel(monkeypatch):
+def test_softmax_online_sends_only_unaligned_widths_to_the_vector_kernel(monkeypatch):
     # Widths Triton proves 16-byte aligned already get vector loads from the plain online
     # kernel, which measured faster there (H200: 148 vs 188 us at 4096x32000).
     ker = sc.load_module(REPO / "kernels" / "softmax" / "kernel.py", "align")
+    monkeypatch.setattr(ker, "RESIDENT_MAX_KB", 0)
     calls = []
 
-    class Spy:
+    class Recorder:
         def __init__(self, name):
             self.name = name
 
         def __getitem__(self, grid):
             return lambda *args, **kwargs: calls.append((self.name, kwargs.get("VEC")))
 
-    monkeypatch.setattr(ker, "_softmax_online", Spy("plain"))
-    monkeypatch.setattr(ker, "_softmax_online_vec", Spy("vec"))
+    monkeypatch.setattr(ker, "_softmax_online", Recorder("plain"))
+    monkeypatch.setattr(ker, "_softmax_online_vec", Recorder("vec"))
     for n in (16400, 20011):
         ker.kernel_fn(torch.zeros(2, n, dtype=torch.float16))
     ker.kernel_fn(_misaligned(torch.zeros(2, 20011, dtype=torch.float16)))
