@@ -12,9 +12,12 @@
 #   run3b (same warm machine, after run3a): kernel quality with the tuned kernels, Nsight Compute probes
 #   run3c: wide-row sweeps (best combination written into kernel.py), then those starters' correctness
 #          and quality, harness speed/A-A/detection, GPU tests, a matmul sweep at the odd shapes
+#   run4a: sweeps of the register-resident row path and the rows path (norms, softmax) and of
+#          cross-entropy's chunking, winners written into kernel.py (copies kept in applied/); those
+#          starters' correctness at full shapes and quality (no compile); GPU tests; Nsight probes
 #
 # Usage on the device (carry .whl):
-#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -96,6 +99,39 @@ run3c)  # wide-row sweeps (best written into kernel.py), then correctness and qu
     step kernel_quality 90 python3 benchmarks/kernel_quality.py --tasks softmax,rmsnorm,layernorm,add_rmsnorm \
         --no-compile --max-seconds 70 --json "$R/kernel_quality.json"
     step harness_speed 150 python3 benchmarks/harness_speed.py --tasks rmsnorm --json "$R/harness_speed.json"
+    ;;
+run4a)
+    sw() { local name=$1 limit=$2; shift 2; step "sweep_$name" "$limit" python3 benchmarks/knob_sweep.py \
+        --max-seconds $((limit - 15)) --dtypes bfloat16 --apply-best --json "$R/sweep_$name.json" "$@"; }
+    res=(--grid RESIDENT_BYTES_PER_THREAD=32,64,128 --grid MAX_FUSED_N=2048,16384)
+    rows=(--grid ROW_BLOCK_ELEMS=2048,4096,8192,16384 --grid NUM_WARPS=4,8,16)
+    sw softmax_res 70 --task softmax --shapes gpt2-vocab,llama7b-vocab,odd,llama7b-attn "${res[@]}"
+    sw rmsnorm_res 60 --task rmsnorm --shapes wide,large,odd,llama7b-layer "${res[@]}"
+    sw layernorm_res 60 --task layernorm --shapes wide,large,odd,llama7b-layer "${res[@]}"
+    sw add_rmsnorm_res 60 --task add_rmsnorm --shapes wide,odd,llama7b-layer,llama7b-b4 "${res[@]}"
+    sw cross_entropy 80 --task cross_entropy --shapes llama7b,llama7b-short,gpt2-b1,odd,llama3-vocab \
+        --grid BLOCK_V=4096,8192,16384 --grid NUM_WARPS=8,16,32
+    # The rows path at the aligned shapes it still takes after the sweeps above.
+    sw softmax_rows 60 --task softmax --shapes gpt2-small-hidden,gpt2-attn-scores,llama7b-attn "${rows[@]}"
+    sw rmsnorm_rows 50 --task rmsnorm --shapes gpt2-small,llama7b-layer,large "${rows[@]}"
+    sw layernorm_rows 60 --task layernorm --shapes gpt2-small,gpt2-small-b32,llama7b-layer,large "${rows[@]}"
+    sw add_rmsnorm_rows 50 --task add_rmsnorm --shapes gpt2-small,llama7b-layer,llama7b-b4 "${rows[@]}"
+    mkdir -p "$R/applied"
+    for t in softmax rmsnorm layernorm add_rmsnorm cross_entropy; do cp "kernels/$t/kernel.py" "$R/applied/$t.kernel.py.txt"; done
+    changed=softmax,rmsnorm,layernorm,add_rmsnorm,cross_entropy
+    step starters 120 python3 benchmarks/starters_check.py --tasks "$changed" --json "$R/starters.json"
+    step kernel_quality 120 python3 benchmarks/kernel_quality.py --tasks "$changed" --no-compile --max-seconds 100 \
+        --json "$R/kernel_quality.json"
+    step gpu_tests 100 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py \
+        tests/engine/test_gpu_run.py -q -p no:cacheprovider
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    for probe in "softmax gpt2-vocab _softmax" "rmsnorm wide _rmsnorm" "layernorm wide _layernorm" \
+                 "cross_entropy llama7b-short _row_loss"; do
+        set -- $probe
+        step "ncu_$1_$2" 40 "$ncu" --clock-control none -k "regex:$3" --launch-skip 2 --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+            --section MemoryWorkloadAnalysis python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16
+    done
     ;;
 sweeps)
     sw() { local name=$1 limit=$2; shift 2; step "sweep_$name" "$limit" python3 benchmarks/knob_sweep.py \
