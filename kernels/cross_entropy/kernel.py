@@ -4,9 +4,9 @@ Pass 1, one program per row: an online logsumexp over the row in BLOCK_V
 chunks (running max and rescaled sum, base-2 exponentials), so the softmax is
 never materialised and the logits are read exactly once; the row's loss
 (lse - logit[target], 0 for ignored rows) goes to an fp32 buffer.
-Each row is read from the 16-byte boundary at or before its start, so every
-load moves whole 16-byte vectors even when V is odd (e.g. 50257): the few
-logits outside the row count as -inf.
+Each row is split into a short head up to the first 16-byte boundary, full
+unmasked chunks whose address the compiler knows is aligned (vector loads even
+when V is odd, e.g. 50257), and a masked tail.
 Pass 2, one program: sums the row losses and counts the rows in a fixed order,
 so the result is bitwise deterministic (no atomics).
 """
@@ -35,28 +35,34 @@ def _online_update(m, s, x):
 
 @triton.jit
 def _row_loss(LOGITS, TARGETS, LOSS, V, stride_row, ignore_index,
-              BLOCK: tl.constexpr, VEC: tl.constexpr, SHIFTED: tl.constexpr):
+              BLOCK: tl.constexpr, ALIGN: tl.constexpr):
     row = tl.program_id(0)
     row_start = row.to(tl.int64) * stride_row
-    # c counts logits from the row's 16-byte-aligned base; the row is c in [shift, shift + V).
-    if SHIFTED:
-        shift = row_start % VEC
-    else:
-        shift = 0
-    base = row_start - shift
-    n_vec = (shift + V + VEC - 1) // VEC
-    m = float("-inf")
-    s = 0.0
-    for start in range(0, shift + V, BLOCK):
-        c = start + tl.arange(0, BLOCK)
-        offs = tl.max_contiguous(tl.multiple_of(base + c, VEC), BLOCK)
-        x = tl.load(LOGITS + offs, mask=c // VEC < n_vec, other=0.0, eviction_policy="evict_first")
-        m, s = _online_update(m, s, tl.where((c >= shift) & (c < shift + V), x.to(tl.float32), float("-inf")))
+    row_ptr = LOGITS + row_start
+    # Head: elements before the first ALIGN-element (16-byte) boundary of this row.
+    head = tl.minimum((ALIGN - row_start % ALIGN) % ALIGN, V).to(tl.int32)
+    cols = tl.arange(0, ALIGN)
+    x_head = tl.load(row_ptr + cols, mask=cols < head, other=-float("inf")).to(tl.float32)
+    m = tl.max(x_head, axis=0)  # -inf when the head is empty
+    s = tl.sum(tl.where(cols < head, tl.exp2((x_head - m) * 1.4426950408889634), 0.0), axis=0)
+    # Body: full chunks from an aligned address, no mask.
+    n_full = (V - head) // BLOCK
+    body = LOGITS + tl.multiple_of(row_start + head, ALIGN)
+    offs = tl.arange(0, BLOCK)
+    for i in range(0, n_full):
+        x_body = tl.load(body + i * BLOCK + offs).to(tl.float32)
+        m, s = _online_update(m, s, x_body)
+    # Tail: what is left, masked.
+    tail = head + n_full * BLOCK
+    cols = tail + offs
+    x_tail = tl.load(row_ptr + cols, mask=cols < V, other=-float("inf")).to(tl.float32)
+    if tail < V:
+        m, s = _online_update(m, s, x_tail)
     lse = m + tl.log2(s) * 0.6931471805599453
     target = tl.load(TARGETS + row)
     valid = target != ignore_index
     safe = tl.minimum(tl.maximum(target, 0), V - 1)  # never read outside the row
-    x_t = tl.load(LOGITS + row_start + safe).to(tl.float32)
+    x_t = tl.load(row_ptr + safe).to(tl.float32)
     tl.store(LOSS + row, tl.where(valid, lse - x_t, 0.0))
 
 
@@ -85,8 +91,7 @@ def kernel_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     m, v = logits.shape
     row_loss = torch.empty(m, dtype=torch.float32, device=logits.device)
     out = torch.empty((), dtype=logits.dtype, device=logits.device)
-    vec = 16 // logits.element_size() if logits.data_ptr() % 16 == 0 else 1
     _row_loss[(m,)](logits, targets, row_loss, v, logits.stride(0), _IGNORE_INDEX,
-                    BLOCK=BLOCK_V, VEC=vec, SHIFTED=logits.stride(0) % vec != 0, num_warps=NUM_WARPS)
+                    BLOCK=BLOCK_V, ALIGN=16 // logits.element_size(), num_warps=NUM_WARPS)
     _mean_loss[(1,)](row_loss, targets, out, m, _IGNORE_INDEX, BLOCK=REDUCE_BLOCK, num_warps=4)
     return out

@@ -1,5 +1,5 @@
 """cross_entropy checks beyond the generic starter tests: rows that start off a
-16-byte boundary (read from their aligned base), rows strided wider than the
+16-byte boundary (the aligned-body split), rows strided wider than the
 vocabulary, chunk sizes the tuner may pick, bitwise determinism, and the
 all-ignored batch."""
 
