@@ -15,9 +15,11 @@
 #   run4a: sweeps of the register-resident row path and the rows path (norms, softmax) and of
 #          cross-entropy's chunking, winners written into kernel.py (copies kept in applied/); those
 #          starters' correctness at full shapes and quality (no compile); GPU tests; Nsight probes
+#   run4b: the looped/online row kernels and cross-entropy with software-pipelined chunks (cp.async
+#          prefetch, *NUM_STAGES knobs) against the resident path, winners applied; then as run4a
 #
 # Usage on the device (carry .whl):
-#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -132,6 +134,25 @@ run4a)
             --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
             --section MemoryWorkloadAnalysis python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16
     done
+    ;;
+run4b)
+    sw() { local name=$1 limit=$2; shift 2; step "sweep_$name" "$limit" python3 benchmarks/knob_sweep.py \
+        --max-seconds $((limit - 15)) --dtypes bfloat16 --apply-best --json "$R/sweep_$name.json" "$@"; }
+    loop=(--grid LOOP_NUM_STAGES=1,3,4 --grid LOOP_BLOCK_N=2048,4096,8192 --grid LOOP_NUM_WARPS=8,16)
+    sw rmsnorm_loop 60 --task rmsnorm --shapes wide --grid RESIDENT_MAX_KB=32 "${loop[@]}"
+    sw layernorm_loop 60 --task layernorm --shapes wide --grid RESIDENT_MAX_KB=32 "${loop[@]}"
+    sw add_rmsnorm_loop 60 --task add_rmsnorm --shapes wide --grid RESIDENT_MAX_KB=32 "${loop[@]}"
+    sw softmax_vec 60 --task softmax --shapes gpt2-vocab --grid RESIDENT_MAX_KB=64 --grid VEC_LOOP_NUM_STAGES=1,3,4 \
+        --grid VEC_LOOP_BLOCK_N=2048,4096,8192 --grid VEC_LOOP_NUM_WARPS=8,16
+    sw softmax_loop 60 --task softmax --shapes llama7b-vocab --grid RESIDENT_MAX_KB=32 "${loop[@]}"
+    sw cross_entropy 100 --task cross_entropy --shapes llama7b,llama7b-short,gpt2-b1,llama3-vocab \
+        --grid NUM_STAGES=1,3,4 --grid BLOCK_V=4096,8192 --grid NUM_WARPS=4,8,16
+    mkdir -p "$R/applied"
+    changed=softmax,rmsnorm,layernorm,add_rmsnorm,cross_entropy
+    for t in ${changed//,/ }; do cp "kernels/$t/kernel.py" "$R/applied/$t.kernel.py.txt"; done
+    step starters 120 python3 benchmarks/starters_check.py --tasks "$changed" --json "$R/starters.json"
+    step kernel_quality 120 python3 benchmarks/kernel_quality.py --tasks "$changed" --no-compile --max-seconds 100 \
+        --json "$R/kernel_quality.json"
     ;;
 sweeps)
     sw() { local name=$1 limit=$2; shift 2; step "sweep_$name" "$limit" python3 benchmarks/knob_sweep.py \

@@ -29,6 +29,7 @@ RESIDENT_PART_KB = 32  # a resident row is held as up to four parts of this size
 RESIDENT_BYTES_PER_THREAD = 128  # resident path warps = row bytes / this / 32, within 4..32
 LOOP_BLOCK_N = 2048  # chunk width of the looped path
 LOOP_NUM_WARPS = 8
+LOOP_NUM_STAGES = 1  # software-pipelined chunks of the looped path (1: none; more: cp.async prefetch into shared memory)
 
 
 @triton.jit
@@ -180,7 +181,7 @@ def _norm_piece(RO, W, Y, ro_offs, y_offs, cols, mask, rstd):
 
 @triton.jit
 def _add_rmsnorm_looped(X, R, W, Y, RO, N, stride_x, stride_r, stride_y, stride_ro, eps,
-                        BLOCK_N: tl.constexpr, VEC: tl.constexpr):
+                        BLOCK_N: tl.constexpr, VEC: tl.constexpr, NUM_STAGES: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_off = row * stride_x
     r_off = row * stride_r
@@ -198,7 +199,7 @@ def _add_rmsnorm_looped(X, R, W, Y, RO, N, stride_x, stride_r, stride_y, stride_
     tcols = head + n_body + ar
     tmask = tcols < N
     acc = _add_piece(X, R, RO, x_off + ar, r_off + ar, ro_off + ar, hmask)
-    for start in range(0, n_body, BLOCK_N):
+    for start in tl.range(0, n_body, BLOCK_N, num_stages=NUM_STAGES):
         cols = head + start + ar
         x = tl.load(X + _vec_offs(x_off, cols, VEC, BLOCK_N)).to(tl.float32)
         r = tl.load(R + _vec_offs(r_off, cols, VEC, BLOCK_N)).to(tl.float32)
@@ -210,7 +211,7 @@ def _add_rmsnorm_looped(X, R, W, Y, RO, N, stride_x, stride_r, stride_y, stride_
     rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
     tl.debug_barrier()  # make this program's new_residual stores visible to all its threads
     _norm_piece(RO, W, Y, ro_off + ar, y_off + ar, ar, hmask, rstd)
-    for start in range(0, n_body, BLOCK_N):
+    for start in tl.range(0, n_body, BLOCK_N, num_stages=NUM_STAGES):
         cols = head + start + ar
         h = tl.load(RO + _vec_offs(ro_off, cols, VEC, BLOCK_N), eviction_policy="evict_first").to(tl.float32)
         w = tl.load(W + cols).to(tl.float32)
@@ -246,7 +247,7 @@ def kernel_fn(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps
         _add_rmsnorm_looped[(m,)](
             x2, r2, weight, y, new_residual, n,
             x2.stride(0), r2.stride(0), y.stride(0), new_residual.stride(0), eps,
-            BLOCK_N=LOOP_BLOCK_N, VEC=vec, num_warps=LOOP_NUM_WARPS)
+            BLOCK_N=LOOP_BLOCK_N, VEC=vec, NUM_STAGES=LOOP_NUM_STAGES, num_warps=LOOP_NUM_WARPS)
     return y.view(x.shape), new_residual.view(x.shape)
 
 

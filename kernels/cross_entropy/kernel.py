@@ -18,6 +18,7 @@ import triton.language as tl
 # Tunable knobs: module-level constants the offline tuner rewrites.
 BLOCK_V = 4096  # logits per chunk of the row loop
 NUM_WARPS = 8
+NUM_STAGES = 1  # software-pipelined chunks of the row loop (1: none; more: cp.async prefetch into shared memory)
 REDUCE_BLOCK = 1024  # row losses per step of the final reduction
 
 _IGNORE_INDEX = -100  # F.cross_entropy's default (lower-case-prefixed: not a knob)
@@ -35,7 +36,7 @@ def _online_update(m, s, x):
 
 @triton.jit
 def _row_loss(LOGITS, TARGETS, LOSS, V, stride_row, ignore_index,
-              BLOCK: tl.constexpr, ALIGN: tl.constexpr):
+              BLOCK: tl.constexpr, ALIGN: tl.constexpr, STAGES: tl.constexpr):
     row = tl.program_id(0)
     row_start = row.to(tl.int64) * stride_row
     row_ptr = LOGITS + row_start
@@ -49,7 +50,7 @@ def _row_loss(LOGITS, TARGETS, LOSS, V, stride_row, ignore_index,
     n_full = (V - head) // BLOCK
     body = LOGITS + tl.multiple_of(row_start + head, ALIGN)
     offs = tl.arange(0, BLOCK)
-    for i in range(0, n_full):
+    for i in tl.range(0, n_full, num_stages=STAGES):
         x_body = tl.load(body + i * BLOCK + offs).to(tl.float32)
         m, s = _online_update(m, s, x_body)
     # Tail: what is left, masked.
@@ -92,6 +93,7 @@ def kernel_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     row_loss = torch.empty(m, dtype=torch.float32, device=logits.device)
     out = torch.empty((), dtype=logits.dtype, device=logits.device)
     _row_loss[(m,)](logits, targets, row_loss, v, logits.stride(0), _IGNORE_INDEX,
-                    BLOCK=BLOCK_V, ALIGN=16 // logits.element_size(), num_warps=NUM_WARPS)
+                    BLOCK=BLOCK_V, ALIGN=16 // logits.element_size(), STAGES=NUM_STAGES,
+                    num_warps=NUM_WARPS)
     _mean_loss[(1,)](row_loss, targets, out, m, _IGNORE_INDEX, BLOCK=REDUCE_BLOCK, num_warps=4)
     return out

@@ -33,6 +33,7 @@ RESIDENT_PART_KB = 32  # a resident row is held as up to four parts of this size
 RESIDENT_BYTES_PER_THREAD = 128  # resident path warps = row bytes / this / 32, within 4..32
 LOOP_BLOCK_N = 2048  # chunk width of the looped path
 LOOP_NUM_WARPS = 16
+LOOP_NUM_STAGES = 1  # software-pipelined chunks of the looped path (1: none; more: cp.async prefetch into shared memory)
 
 
 @triton.jit
@@ -177,7 +178,8 @@ def _layernorm_write(X, W, B, Y, x_offs, y_offs, cols, mask, mean, rstd):
 
 
 @triton.jit
-def _layernorm_looped(X, W, B, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr, VEC: tl.constexpr):
+def _layernorm_looped(X, W, B, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr, VEC: tl.constexpr,
+                      NUM_STAGES: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_off = row * stride_x
     y_off = row * stride_y
@@ -203,7 +205,7 @@ def _layernorm_looped(X, W, B, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.conste
     dt = tl.where(tmask, xt - shift, 0.0)
     s1 = dh + dt
     s2 = dh * dh + dt * dt
-    for start in range(0, n_body, BLOCK_N):
+    for start in tl.range(0, n_body, BLOCK_N, num_stages=NUM_STAGES):
         offs = tl.max_contiguous(tl.multiple_of(x_off + head + start + ar, VEC), BLOCK_N)
         d = tl.load(X + offs, eviction_policy="evict_last").to(tl.float32) - shift  # kept in L2 for pass 2
         s1 += d
@@ -213,7 +215,7 @@ def _layernorm_looped(X, W, B, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.conste
     mean = shift + mean_d
     rstd = 1.0 / tl.sqrt(var + eps)
     _layernorm_write(X, W, B, Y, x_off + ar, y_off + ar, ar, hmask, mean, rstd)
-    for start in range(0, n_body, BLOCK_N):
+    for start in tl.range(0, n_body, BLOCK_N, num_stages=NUM_STAGES):
         cols = head + start + ar
         offs_x = tl.max_contiguous(tl.multiple_of(x_off + cols, VEC), BLOCK_N)
         offs_y = tl.max_contiguous(tl.multiple_of(y_off + cols, VEC), BLOCK_N)
@@ -247,7 +249,7 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
                                   TAIL=tail, VEC=vec, SHIFTED=x2.stride(0) % vec != 0, num_warps=warps)
     else:
         _layernorm_looped[(m,)](x2, weight, bias, y, n, x2.stride(0), y.stride(0), eps, BLOCK_N=LOOP_BLOCK_N,
-                                VEC=vec, num_warps=LOOP_NUM_WARPS)
+                                VEC=vec, NUM_STAGES=LOOP_NUM_STAGES, num_warps=LOOP_NUM_WARPS)
     return y.view(x.shape)
 
 

@@ -35,8 +35,10 @@ RESIDENT_PART_KB = 32  # a resident row is held as up to four parts of this size
 RESIDENT_BYTES_PER_THREAD = 128  # resident path warps = row bytes / this / 32, within 4..32
 LOOP_BLOCK_N = 8192  # chunk width of the online path, aligned widths
 LOOP_NUM_WARPS = 16
+LOOP_NUM_STAGES = 1  # software-pipelined chunks of the online paths (1: none; more: cp.async prefetch into shared memory)
 VEC_LOOP_BLOCK_N = 4096  # the same for other widths (H200 sweep, run 3c: 4096 x 8 warps best)
 VEC_LOOP_NUM_WARPS = 8
+VEC_LOOP_NUM_STAGES = 1
 
 LOG2E = 1.4426950408889634
 
@@ -183,7 +185,7 @@ def _online_update(m_run, s_vec, x):
 
 
 @triton.jit
-def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr):
+def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x
     y_row = Y + row * stride_y
@@ -191,7 +193,7 @@ def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr):
     # rescaled by one scalar exp when the max grows: one exp per element.
     m_run = tl.max(tl.full([BLOCK_N], float("-inf"), dtype=tl.float32), axis=0)
     s_vec = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):
+    for start in tl.range(0, N, BLOCK_N, num_stages=NUM_STAGES):
         cols = start + tl.arange(0, BLOCK_N)
         cmask = cols < N
         # Keep the row in L2 for the second pass.
@@ -199,7 +201,7 @@ def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr):
         m_run, s_vec = _online_update(m_run, s_vec, tl.where(cmask, x.to(tl.float32), float("-inf")))
     row_max = m_run
     inv = 1.0 / tl.sum(s_vec, axis=0)
-    for start in range(0, N, BLOCK_N):
+    for start in tl.range(0, N, BLOCK_N, num_stages=NUM_STAGES):
         cols = start + tl.arange(0, BLOCK_N)
         cmask = cols < N
         x = tl.load(x_row + cols, mask=cmask, other=0.0, eviction_policy="evict_first").to(tl.float32)
@@ -208,7 +210,8 @@ def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _softmax_online_vec(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, VEC: tl.constexpr):
+def _softmax_online_vec(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, VEC: tl.constexpr,
+                        NUM_STAGES: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_off = row * stride_x
     y_off = row * stride_y
@@ -227,7 +230,7 @@ def _softmax_online_vec(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, VEC:
     hmask = ar < head
     xh = tl.load(X + x_off + ar, mask=hmask, other=0.0)
     m_run, s_vec = _online_update(m_run, s_vec, tl.where(hmask, xh.to(tl.float32), float("-inf")))
-    for start in range(0, n_body, BLOCK_N):
+    for start in tl.range(0, n_body, BLOCK_N, num_stages=NUM_STAGES):
         offs = tl.max_contiguous(tl.multiple_of(x_off + head + start + ar, VEC), BLOCK_N)
         # Keep the row in L2 for the second pass.
         xb = tl.load(X + offs, eviction_policy="evict_last").to(tl.float32)
@@ -242,7 +245,7 @@ def _softmax_online_vec(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, VEC:
     xh = tl.load(X + x_off + ar, mask=hmask, other=0.0).to(tl.float32)
     yh = tl.exp2((xh - row_max) * 1.4426950408889634) * inv
     tl.store(Y + y_off + ar, yh.to(Y.dtype.element_ty), mask=hmask)
-    for start in range(0, n_body, BLOCK_N):
+    for start in tl.range(0, n_body, BLOCK_N, num_stages=NUM_STAGES):
         offs_x = tl.max_contiguous(tl.multiple_of(x_off + head + start + ar, VEC), BLOCK_N)
         offs_y = tl.max_contiguous(tl.multiple_of(y_off + head + start + ar, VEC), BLOCK_N)
         xb = tl.load(X + offs_x, eviction_policy="evict_first").to(tl.float32)
@@ -274,10 +277,10 @@ def kernel_fn(x: torch.Tensor) -> torch.Tensor:
                                 VEC=vec, SHIFTED=x2.stride(0) % vec != 0, num_warps=warps)
     elif vec == 1 or (n % 16 == 0 and x2.stride(0) % 16 == 0 and y.stride(0) % 16 == 0):
         _softmax_online[(m,)](x2, y, n, x2.stride(0), y.stride(0), BLOCK_N=LOOP_BLOCK_N,
-                              num_warps=LOOP_NUM_WARPS)
+                              NUM_STAGES=LOOP_NUM_STAGES, num_warps=LOOP_NUM_WARPS)
     else:
         _softmax_online_vec[(m,)](x2, y, n, x2.stride(0), y.stride(0), BLOCK_N=VEC_LOOP_BLOCK_N,
-                                  VEC=vec, num_warps=VEC_LOOP_NUM_WARPS)
+                                  VEC=vec, NUM_STAGES=VEC_LOOP_NUM_STAGES, num_warps=VEC_LOOP_NUM_WARPS)
     return y.view(x.shape)
 
 
