@@ -30,15 +30,18 @@ import triton.language as tl
 ROW_BLOCK_ELEMS = 2048  # elements each program holds (rows x padded row width)
 NUM_WARPS = 4
 MAX_FUSED_N = 16384  # widest (aligned) row the rows path takes
-RESIDENT_MAX_KB = 128  # widest row, alignment slack included, held in registers by one program
+# Rows held in registers: up to 32 KB. Wider ones measured faster in the online kernels (H200, run 4b,
+# bf16: 4096x32000 146 vs 206 us, 4096x50257 310 vs 354 us): a program holding 64-100 KB fills the
+# register file alone, and its loads stand idle while it reduces.
+RESIDENT_MAX_KB = 32  # widest row, alignment slack included, held in registers by one program
 RESIDENT_PART_KB = 32  # a resident row is held as up to four parts of this size plus a tail
 RESIDENT_BYTES_PER_THREAD = 128  # resident path warps = row bytes / this / 32, within 4..32
 LOOP_BLOCK_N = 8192  # chunk width of the online path, aligned widths
-LOOP_NUM_WARPS = 16
+LOOP_NUM_WARPS = 8
 LOOP_NUM_STAGES = 1  # software-pipelined chunks of the online paths (1: none; more: cp.async prefetch into shared memory)
-VEC_LOOP_BLOCK_N = 4096  # the same for other widths (H200 sweep, run 3c: 4096 x 8 warps best)
+VEC_LOOP_BLOCK_N = 2048  # the same for other widths (H200 sweep, run 4b: 2048 x 8 warps, 4 stages)
 VEC_LOOP_NUM_WARPS = 8
-VEC_LOOP_NUM_STAGES = 1
+VEC_LOOP_NUM_STAGES = 4
 
 LOG2E = 1.4426950408889634
 

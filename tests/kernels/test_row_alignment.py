@@ -123,9 +123,11 @@ def test_looped_rows_in_every_layout_match_the_reference(task, dtype, layout, mo
 
 
 @pytest.mark.parametrize("task", sorted(TASKS))
-def test_paths_by_width(task):
+def test_paths_by_width(task, monkeypatch):
     """Aligned short rows take the rows path, odd widths the resident one, the widest loop."""
     ker = sc.load_module(REPO / "kernels" / task / "kernel.py", "align")
+    monkeypatch.setattr(ker, "RESIDENT_MAX_KB", 128)
+    monkeypatch.setattr(ker, "RESIDENT_PART_KB", 32)
     x = torch.empty(4, 768, dtype=torch.bfloat16)
     assert ker._rows_aligned(768, x, torch.empty_like(x))
     assert not ker._rows_aligned(1000, torch.empty(4, 1000, dtype=torch.bfloat16))
