@@ -17,9 +17,14 @@
 #          starters' correctness at full shapes and quality (no compile); GPU tests; Nsight probes
 #   run4b: the looped/online row kernels and cross-entropy with software-pipelined chunks (cp.async
 #          prefetch, *NUM_STAGES knobs) against the resident path, winners applied; then as run4a
+#   run4c: bounded grids for the looped/online kernels (*PROGRAMS_PER_SM: fewer rows in flight, so
+#          their second read hits L2) crossed with pipelining depth; cross-entropy rows split into
+#          segments; winners applied; those starters' correctness and quality (no compile)
+#   run4d: the final side-by-side: offline tuner under a budget, then kernel quality of all ten tasks
+#          (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
 # Usage on the device (carry .whl):
-#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -153,6 +158,33 @@ run4b)
     step starters 120 python3 benchmarks/starters_check.py --tasks "$changed" --json "$R/starters.json"
     step kernel_quality 120 python3 benchmarks/kernel_quality.py --tasks "$changed" --no-compile --max-seconds 100 \
         --json "$R/kernel_quality.json"
+    ;;
+run4c)
+    sw() { local name=$1 limit=$2; shift 2; step "sweep_$name" "$limit" python3 benchmarks/knob_sweep.py \
+        --max-seconds $((limit - 15)) --dtypes bfloat16 --apply-best --json "$R/sweep_$name.json" "$@"; }
+    sw softmax_vec 90 --task softmax --shapes gpt2-vocab --grid VEC_LOOP_PROGRAMS_PER_SM=0,1,2,3 \
+        --grid VEC_LOOP_NUM_STAGES=3,4,6 --grid VEC_LOOP_BLOCK_N=2048,4096 --grid VEC_LOOP_NUM_WARPS=8
+    sw softmax_loop 80 --task softmax --shapes llama7b-vocab --grid LOOP_PROGRAMS_PER_SM=0,1,2,3 \
+        --grid LOOP_NUM_STAGES=1,3,4 --grid LOOP_BLOCK_N=4096,8192 --grid LOOP_NUM_WARPS=8
+    for t in rmsnorm layernorm; do
+        sw "${t}_loop" 80 --task "$t" --shapes wide --grid LOOP_PROGRAMS_PER_SM=0,1,2,3 --grid LOOP_NUM_STAGES=1,3,4 \
+            --grid LOOP_BLOCK_N=2048,4096 --grid LOOP_NUM_WARPS=16
+    done
+    sw cross_entropy 90 --task cross_entropy --shapes llama7b,llama7b-short,gpt2-b1,odd,llama3-vocab \
+        --grid SEGMENT_PROGRAMS_PER_SM=0,16,32 --grid NUM_WARPS=4,8 --grid BLOCK_V=4096,8192
+    mkdir -p "$R/applied"
+    changed=softmax,rmsnorm,layernorm,cross_entropy
+    for t in ${changed//,/ }; do cp "kernels/$t/kernel.py" "$R/applied/$t.kernel.py.txt"; done
+    step starters 120 python3 benchmarks/starters_check.py --tasks "$changed" --json "$R/starters.json"
+    step kernel_quality 120 python3 benchmarks/kernel_quality.py --tasks "$changed" --no-compile --max-seconds 100 \
+        --json "$R/kernel_quality.json"
+    ;;
+run4d)
+    step tuner 170 python3 benchmarks/tuner_budget.py --tasks rmsnorm softmax cross_entropy --total-seconds 150 \
+        --save-kernels /tmp/res/tuned --json "$R/tuner_budget.json"
+    kd=(); [ -d /tmp/res/tuned ] && kd=(--kernel-dir /tmp/res/tuned) && cp -r /tmp/res/tuned "$R/tuned"
+    step kernel_quality 400 python3 benchmarks/kernel_quality.py --max-seconds 370 --compile-dtypes float16,bfloat16 \
+        "${kd[@]}" --json "$R/kernel_quality.json"
     ;;
 sweeps)
     sw() { local name=$1 limit=$2; shift 2; step "sweep_$name" "$limit" python3 benchmarks/knob_sweep.py \
