@@ -19,10 +19,10 @@
 #          prefetch, *NUM_STAGES knobs) against the resident path, winners applied; then as run4a
 #   run4c: bounded grids for the looped/online kernels (*PROGRAMS_PER_SM: fewer rows in flight, so
 #          their second read hits L2) crossed with pipelining depth; cross-entropy rows split into
-#          segments; winners applied; those starters' correctness at full shapes; the offline tuner
-#          under a budget on rmsnorm, softmax, cross_entropy (tuned kernels kept)
-#   run4d: the final side-by-side: kernel quality of all ten tasks (starter, run4c's tuned kernels,
-#          eager, torch.compile in fp16 and bf16)
+#          segments; winners applied; correctness; the offline tuner. (Both ideas measured no better
+#          and were reverted: tree 7091059, results in h200-run4/run4c.)
+#   run4d: the final side by side: the offline tuner under a budget (rmsnorm, softmax, cross_entropy),
+#          then kernel quality of all ten tasks (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
 # Usage on the device (carry .whl):
 #   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d
@@ -180,9 +180,11 @@ run4c)
     step tuner 170 python3 benchmarks/tuner_budget.py --tasks rmsnorm softmax cross_entropy --total-seconds 150 \
         --save-kernels "$R/tuned" --json "$R/tuner_budget.json"
     ;;
-run4d)  # the tuned kernels: run4c's tuner output, committed under benchmarks/results/h200-run4/run4c/tuned
-    kd=(); tuned=benchmarks/results/h200-run4/run4c/tuned; [ -d "$tuned" ] && kd=(--kernel-dir "$tuned")
-    step kernel_quality 420 python3 benchmarks/kernel_quality.py --max-seconds 330 --compile-dtypes float16,bfloat16 \
+run4d)  # the final side by side, on the committed starters
+    step tuner 130 python3 benchmarks/tuner_budget.py --tasks rmsnorm softmax cross_entropy --total-seconds 110 \
+        --save-kernels "$R/tuned" --json "$R/tuner_budget.json"
+    kd=(); [ -d "$R/tuned" ] && kd=(--kernel-dir "$R/tuned")
+    step kernel_quality 400 python3 benchmarks/kernel_quality.py --max-seconds 330 --compile-dtypes float16,bfloat16 \
         "${kd[@]}" --json "$R/kernel_quality.json"
     ;;
 sweeps)

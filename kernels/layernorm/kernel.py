@@ -34,7 +34,6 @@ RESIDENT_PART_KB = 32  # a resident row is held as up to four parts of this size
 RESIDENT_BYTES_PER_THREAD = 128  # resident path warps = row bytes / this / 32, within 4..32
 LOOP_BLOCK_N = 2048  # chunk width of the looped path
 LOOP_NUM_WARPS = 16
-LOOP_PROGRAMS_PER_SM = 0  # 0: one program per row; else a bounded grid of this many programs per SM
 LOOP_NUM_STAGES = 1  # software-pipelined chunks of the looped path (1: none; more: cp.async prefetch into shared memory)
 
 
@@ -180,8 +179,9 @@ def _layernorm_write(X, W, B, Y, x_offs, y_offs, cols, mask, mean, rstd):
 
 
 @triton.jit
-def _layernorm_looped_row(row, X, W, B, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr, VEC: tl.constexpr,
-                          NUM_STAGES: tl.constexpr):
+def _layernorm_looped(X, W, B, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr, VEC: tl.constexpr,
+                      NUM_STAGES: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
     x_off = row * stride_x
     y_off = row * stride_y
     # A row of odd width starts anywhere. Its first `head` elements (< VEC) take it to a
@@ -227,17 +227,6 @@ def _layernorm_looped_row(row, X, W, B, Y, N, stride_x, stride_y, eps, BLOCK_N: 
     _layernorm_write(X, W, B, Y, x_off + tcols, y_off + tcols, tcols, tmask, mean, rstd)
 
 
-@triton.jit
-def _layernorm_looped(X, W, B, Y, M, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr, VEC: tl.constexpr,
-                      NUM_STAGES: tl.constexpr):
-    # One row per program, or a bounded grid walking rows (fewer rows in flight: their second
-    # read is likelier to hit L2; the pipelined chunks keep the loads in flight).
-    first = tl.program_id(0).to(tl.int64)
-    step = tl.num_programs(0)
-    for i in range(0, tl.cdiv(M - first, step)):
-        _layernorm_looped_row(first + i * step, X, W, B, Y, N, stride_x, stride_y, eps, BLOCK_N, VEC, NUM_STAGES)
-
-
 def kernel_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
     n = x.shape[-1]
     x2 = x.reshape(-1, n)
@@ -260,8 +249,7 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
         _layernorm_resident[(m,)](x2, weight, bias, y, n, x2.stride(0), y.stride(0), eps, PART=part, PARTS=parts,
                                   TAIL=tail, VEC=vec, SHIFTED=x2.stride(0) % vec != 0, num_warps=warps)
     else:
-        _layernorm_looped[(_programs(m, LOOP_PROGRAMS_PER_SM, x.device),)](
-            x2, weight, bias, y, m, n, x2.stride(0), y.stride(0), eps, BLOCK_N=LOOP_BLOCK_N,
+        _layernorm_looped[(m,)](x2, weight, bias, y, n, x2.stride(0), y.stride(0), eps, BLOCK_N=LOOP_BLOCK_N,
                                 VEC=vec, NUM_STAGES=LOOP_NUM_STAGES, num_warps=LOOP_NUM_WARPS)
     return y.view(x.shape)
 
@@ -289,11 +277,3 @@ def _resident_layout(n: int, vec: int, stride: int, elem_size: int):
     row_bytes = (parts * part + tail) * elem_size
     warps = min(32, max(4, triton.next_power_of_2(max(1, row_bytes // (32 * RESIDENT_BYTES_PER_THREAD)))))
     return part, parts, tail, warps
-
-
-def _programs(m: int, per_sm: int, device) -> int:
-    """Grid of a looped kernel: one program per row, or per_sm programs per SM walking the rows."""
-    if not per_sm:
-        return m
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
-    return min(m, per_sm * sms)

@@ -38,12 +38,10 @@ RESIDENT_PART_KB = 32  # a resident row is held as up to four parts of this size
 RESIDENT_BYTES_PER_THREAD = 128  # resident path warps = row bytes / this / 32, within 4..32
 LOOP_BLOCK_N = 8192  # chunk width of the online path, aligned widths
 LOOP_NUM_WARPS = 8
-LOOP_PROGRAMS_PER_SM = 0  # 0: one program per row; else a bounded grid of this many programs per SM
 LOOP_NUM_STAGES = 1  # software-pipelined chunks of the online paths (1: none; more: cp.async prefetch into shared memory)
 VEC_LOOP_BLOCK_N = 2048  # the same for other widths (H200 sweep, run 4b: 2048 x 8 warps, 4 stages)
 VEC_LOOP_NUM_WARPS = 8
 VEC_LOOP_NUM_STAGES = 4
-VEC_LOOP_PROGRAMS_PER_SM = 0
 
 LOG2E = 1.4426950408889634
 
@@ -190,7 +188,8 @@ def _online_update(m_run, s_vec, x):
 
 
 @triton.jit
-def _softmax_online_row(row, X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr):
+def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x
     y_row = Y + row * stride_y
     # A running row max (one scalar per chunk) and per-lane sums of exp(x - max),
@@ -214,18 +213,9 @@ def _softmax_online_row(row, X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr,
 
 
 @triton.jit
-def _softmax_online(X, Y, M, N, stride_x, stride_y, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr):
-    # One row per program, or a bounded grid walking rows (fewer rows in flight: their second
-    # read is likelier to hit L2; the pipelined chunks keep the loads in flight).
-    first = tl.program_id(0).to(tl.int64)
-    step = tl.num_programs(0)
-    for i in range(0, tl.cdiv(M - first, step)):
-        _softmax_online_row(first + i * step, X, Y, N, stride_x, stride_y, BLOCK_N, NUM_STAGES)
-
-
-@triton.jit
-def _softmax_online_vec_row(row, X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, VEC: tl.constexpr,
-                            NUM_STAGES: tl.constexpr):
+def _softmax_online_vec(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, VEC: tl.constexpr,
+                        NUM_STAGES: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
     x_off = row * stride_x
     y_off = row * stride_y
     # A row of odd width starts anywhere. Its first `head` elements (< VEC) take it to a
@@ -269,17 +259,6 @@ def _softmax_online_vec_row(row, X, Y, N, stride_x, stride_y, BLOCK_N: tl.conste
     tl.store(Y + y_off + tcols, yt.to(Y.dtype.element_ty), mask=tmask)
 
 
-@triton.jit
-def _softmax_online_vec(X, Y, M, N, stride_x, stride_y, BLOCK_N: tl.constexpr, VEC: tl.constexpr,
-                        NUM_STAGES: tl.constexpr):
-    # One row per program, or a bounded grid walking rows (fewer rows in flight: their second
-    # read is likelier to hit L2; the pipelined chunks keep the loads in flight).
-    first = tl.program_id(0).to(tl.int64)
-    step = tl.num_programs(0)
-    for i in range(0, tl.cdiv(M - first, step)):
-        _softmax_online_vec_row(first + i * step, X, Y, N, stride_x, stride_y, BLOCK_N, VEC, NUM_STAGES)
-
-
 def kernel_fn(x: torch.Tensor) -> torch.Tensor:
     n = x.shape[-1]
     x2 = x.reshape(-1, n)
@@ -300,12 +279,10 @@ def kernel_fn(x: torch.Tensor) -> torch.Tensor:
         _softmax_resident[(m,)](x2, y, n, x2.stride(0), y.stride(0), PART=part, PARTS=parts, TAIL=tail,
                                 VEC=vec, SHIFTED=x2.stride(0) % vec != 0, num_warps=warps)
     elif vec == 1 or (n % 16 == 0 and x2.stride(0) % 16 == 0 and y.stride(0) % 16 == 0):
-        _softmax_online[(_programs(m, LOOP_PROGRAMS_PER_SM, x.device),)](
-            x2, y, m, n, x2.stride(0), y.stride(0), BLOCK_N=LOOP_BLOCK_N,
+        _softmax_online[(m,)](x2, y, n, x2.stride(0), y.stride(0), BLOCK_N=LOOP_BLOCK_N,
                               NUM_STAGES=LOOP_NUM_STAGES, num_warps=LOOP_NUM_WARPS)
     else:
-        _softmax_online_vec[(_programs(m, VEC_LOOP_PROGRAMS_PER_SM, x.device),)](
-            x2, y, m, n, x2.stride(0), y.stride(0), BLOCK_N=VEC_LOOP_BLOCK_N,
+        _softmax_online_vec[(m,)](x2, y, n, x2.stride(0), y.stride(0), BLOCK_N=VEC_LOOP_BLOCK_N,
                                   VEC=vec, NUM_STAGES=VEC_LOOP_NUM_STAGES, num_warps=VEC_LOOP_NUM_WARPS)
     return y.view(x.shape)
 
@@ -333,11 +310,3 @@ def _resident_layout(n: int, vec: int, stride: int, elem_size: int):
     row_bytes = (parts * part + tail) * elem_size
     warps = min(32, max(4, triton.next_power_of_2(max(1, row_bytes // (32 * RESIDENT_BYTES_PER_THREAD)))))
     return part, parts, tail, warps
-
-
-def _programs(m: int, per_sm: int, device) -> int:
-    """Grid of a looped kernel: one program per row, or per_sm programs per SM walking the rows."""
-    if not per_sm:
-        return m
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
-    return min(m, per_sm * sms)
