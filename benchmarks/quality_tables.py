@@ -4,7 +4,8 @@
     python3 benchmarks/quality_tables.py RUN.json --shapes --tasks matmul,softmax --dtypes bfloat16
 
 Summary: one row per task and dtype (geomean over the task's shapes). --shapes: one
-row per shape with every path's median latency and % of roofline.
+row per shape with every path's median latency and % of roofline, and the rate of
+the faster of starter and tuned (GB/s for memory-bound tasks, TFLOP/s for compute-bound).
 """
 
 from __future__ import annotations
@@ -35,18 +36,20 @@ def summary(data: dict, tasks: set[str], dtypes: set[str]) -> list[str]:
 
 
 def shapes(data: dict, tasks: set[str], dtypes: set[str]) -> list[str]:
-    lines = ["| task | dtype | shape | MB | " + " | ".join(f"{p} µs (%)" for p in PATHS) + " | best vs eager | vs compile |",
-             "| --- | --- | --- | ---: | " + " | ".join("---:" for _ in PATHS) + " | ---: | ---: |"]
+    lines = ["| task | dtype | shape | MB | " + " | ".join(f"{p} µs (%)" for p in PATHS) + " | best rate | best vs eager | vs compile |",
+             "| --- | --- | --- | ---: | " + " | ".join("---:" for _ in PATHS) + " | ---: | ---: | ---: |"]
     for r in data["rows"]:
         if (tasks and r["task"] not in tasks) or (dtypes and r["dtype"] not in dtypes):
             continue
         t = r["times"]
         cells = [f"{t[p]['median_us']:.1f} ({t[p]['pct_roofline']:.0f})" if p in t else "—" for p in PATHS]
         ours = min((t[p]["median_us"] for p in ("starter", "tuned") if p in t), default=None)
+        rate = "—" if ours is None else (f"{r['flops'] / ours / 1e6:.0f} TF/s" if r["bound"] == "compute"
+                                         else f"{r['bytes'] / ours / 1e3:.0f} GB/s")
         vs_c = t["compile"]["median_us"] / ours if ours and "compile" in t else None
         vs_e = t["eager"]["median_us"] / ours if ours and "eager" in t else None
         lines.append(f"| {r['task']} | {r['dtype']} | {r['shape']} | {r['bytes'] / 1e6:.0f} | " + " | ".join(cells)
-                     + f" | {_x(vs_e)} | {_x(vs_c)} |")
+                     + f" | {rate} | {_x(vs_e)} | {_x(vs_c)} |")
     return lines
 
 
