@@ -27,7 +27,8 @@ class _Client:
         self.server, self.conn = server, conn
         self.out: queue.Queue[bytes | None] = queue.Queue(QUEUE_LIMIT)
         self.alive = True
-        threading.Thread(target=self._writer, daemon=True, name="control-writer").start()
+        self._writer_thread = threading.Thread(target=self._writer, daemon=True, name="control-writer")
+        self._writer_thread.start()
         threading.Thread(target=self._reader, daemon=True, name="control-reader").start()
 
     def send(self, obj: dict[str, Any]) -> None:
@@ -82,6 +83,16 @@ class _Client:
             return
         reply = self.server.engine.command(cmd, **msg)
         self.send({"id": rid, **reply})
+
+    def finish(self, timeout: float = 2.0) -> None:
+        """Send what is already queued (the engine's last events), then close: for a shutdown."""
+        if self.alive and threading.current_thread() is not self._writer_thread:
+            try:
+                self.out.put(None, timeout=timeout)  # the writer stops after everything queued before it
+                self._writer_thread.join(timeout)
+            except queue.Full:
+                pass
+        self.close()
 
     def close(self) -> None:
         if not self.alive:
@@ -159,4 +170,4 @@ class ControlServer:
             sock.close()
             self.path.unlink(missing_ok=True)
         for c in list(self.clients):
-            c.close()
+            c.finish()

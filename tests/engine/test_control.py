@@ -5,6 +5,7 @@ import json
 import queue
 import stat
 import subprocess
+import threading
 import time
 
 from autokernel_tui.engine.client import SocketClient, connect
@@ -78,3 +79,43 @@ def test_attach_approve_veto_pause_resume(workspace):
         "exp 4: latency 70us", "exp 1: latency 90us"]
     assert git(workspace, "rev-parse", "refs/autokernel/live/exp-2").strip() == rows[1]["commit"]
     assert not (workspace / ".autokernel" / "control.sock").exists()
+
+
+def test_the_last_events_reach_clients_when_the_server_closes(tmp_path):
+    # The engine's final events (run_finished) are broadcast just before it shuts the channel:
+    # closing must flush what is queued, not cut it off.
+    import socket
+
+    from autokernel_tui.engine.control import ControlServer
+
+    class Engine:
+        def subscribe(self, fn):
+            self.fn = fn
+            return lambda: None
+
+        def command(self, cmd, **kw):
+            return {"ok": True}
+
+    engine = Engine()
+    server = ControlServer(engine, tmp_path / "c.sock").start()
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(str(tmp_path / "c.sock"))
+    end = time.time() + 5
+    while not server.clients and time.time() < end:
+        time.sleep(0.01)
+    received = []
+
+    def read():  # a client reading as it goes, as the app does
+        data = b""
+        while chunk := conn.recv(1 << 16):
+            data += chunk
+        received.extend(json.loads(x)["event"] for x in data.decode().splitlines())
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    for i in range(2000):
+        engine.fn({"type": "result", "n": i})
+    engine.fn({"type": "run_finished"})
+    server.close()
+    reader.join(10)
+    assert len(received) == 2001 and received[-1] == {"type": "run_finished"}
