@@ -42,6 +42,11 @@ step() {  # step NAME SECONDS CMD...: run with a hard limit, log to $R/NAME.log,
     echo "$name rc=$rc $((SECONDS - t0))s" >> "$R/steps.txt"
     tar czf "$OUT/$part.tgz" -C "$R" .  # after every step: a call cut short keeps what it finished
 }
+sw() {  # sw NAME SECONDS ARGS...: a knob sweep as a step, starting no combination in its last 15 s
+    local name=$1 limit=$2; shift 2
+    step "sweep_$name" "$limit" python3 benchmarks/knob_sweep.py --max-seconds $((limit - 15)) \
+        --json "$R/sweep_$name.json" "$@"
+}
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
   python3 -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
   git log -1 --format='commit %H %s' 2>/dev/null  # the copy's git metadata can lag its files:
@@ -93,8 +98,6 @@ run3b)
     done
     ;;
 run3c)  # wide-row sweeps (best written into kernel.py), then correctness and quality of those starters
-    sw() { local name=$1 limit=$2; shift 2; step "sweep_$name" "$limit" python3 benchmarks/knob_sweep.py \
-        --max-seconds $((limit - 20)) --json "$R/sweep_$name.json" "$@"; }
     sw softmax 45 --task softmax --shapes gpt2-vocab,llama7b-vocab --dtypes bfloat16 --apply-best \
         --grid LOOP_BLOCK_N=2048,4096,8192 --grid LOOP_NUM_WARPS=4,8,16
     for t in rmsnorm layernorm add_rmsnorm; do
@@ -109,21 +112,20 @@ run3c)  # wide-row sweeps (best written into kernel.py), then correctness and qu
     step harness_speed 150 python3 benchmarks/harness_speed.py --tasks rmsnorm --json "$R/harness_speed.json"
     ;;
 run4a)
-    sw() { local name=$1 limit=$2; shift 2; step "sweep_$name" "$limit" python3 benchmarks/knob_sweep.py \
-        --max-seconds $((limit - 15)) --dtypes bfloat16 --apply-best --json "$R/sweep_$name.json" "$@"; }
+    b4=(--dtypes bfloat16 --apply-best)
     res=(--grid RESIDENT_BYTES_PER_THREAD=32,64,128 --grid MAX_FUSED_N=2048,16384)
     rows=(--grid ROW_BLOCK_ELEMS=2048,4096,8192,16384 --grid NUM_WARPS=4,8,16)
-    sw softmax_res 70 --task softmax --shapes gpt2-vocab,llama7b-vocab,odd,llama7b-attn "${res[@]}"
-    sw rmsnorm_res 60 --task rmsnorm --shapes wide,large,odd,llama7b-layer "${res[@]}"
-    sw layernorm_res 60 --task layernorm --shapes wide,large,odd,llama7b-layer "${res[@]}"
-    sw add_rmsnorm_res 60 --task add_rmsnorm --shapes wide,odd,llama7b-layer,llama7b-b4 "${res[@]}"
-    sw cross_entropy 80 --task cross_entropy --shapes llama7b,llama7b-short,gpt2-b1,odd,llama3-vocab \
+    sw softmax_res 70 "${b4[@]}" --task softmax --shapes gpt2-vocab,llama7b-vocab,odd,llama7b-attn "${res[@]}"
+    sw rmsnorm_res 60 "${b4[@]}" --task rmsnorm --shapes wide,large,odd,llama7b-layer "${res[@]}"
+    sw layernorm_res 60 "${b4[@]}" --task layernorm --shapes wide,large,odd,llama7b-layer "${res[@]}"
+    sw add_rmsnorm_res 60 "${b4[@]}" --task add_rmsnorm --shapes wide,odd,llama7b-layer,llama7b-b4 "${res[@]}"
+    sw cross_entropy 80 "${b4[@]}" --task cross_entropy --shapes llama7b,llama7b-short,gpt2-b1,odd,llama3-vocab \
         --grid BLOCK_V=4096,8192,16384 --grid NUM_WARPS=8,16,32
     # The rows path at the aligned shapes it still takes after the sweeps above.
-    sw softmax_rows 60 --task softmax --shapes gpt2-small-hidden,gpt2-attn-scores,llama7b-attn "${rows[@]}"
-    sw rmsnorm_rows 50 --task rmsnorm --shapes gpt2-small,llama7b-layer,large "${rows[@]}"
-    sw layernorm_rows 60 --task layernorm --shapes gpt2-small,gpt2-small-b32,llama7b-layer,large "${rows[@]}"
-    sw add_rmsnorm_rows 50 --task add_rmsnorm --shapes gpt2-small,llama7b-layer,llama7b-b4 "${rows[@]}"
+    sw softmax_rows 60 "${b4[@]}" --task softmax --shapes gpt2-small-hidden,gpt2-attn-scores,llama7b-attn "${rows[@]}"
+    sw rmsnorm_rows 50 "${b4[@]}" --task rmsnorm --shapes gpt2-small,llama7b-layer,large "${rows[@]}"
+    sw layernorm_rows 60 "${b4[@]}" --task layernorm --shapes gpt2-small,gpt2-small-b32,llama7b-layer,large "${rows[@]}"
+    sw add_rmsnorm_rows 50 "${b4[@]}" --task add_rmsnorm --shapes gpt2-small,llama7b-layer,llama7b-b4 "${rows[@]}"
     mkdir -p "$R/applied"
     for t in softmax rmsnorm layernorm add_rmsnorm cross_entropy; do cp "kernels/$t/kernel.py" "$R/applied/$t.kernel.py.txt"; done
     changed=softmax,rmsnorm,layernorm,add_rmsnorm,cross_entropy
@@ -142,16 +144,15 @@ run4a)
     done
     ;;
 run4b)
-    sw() { local name=$1 limit=$2; shift 2; step "sweep_$name" "$limit" python3 benchmarks/knob_sweep.py \
-        --max-seconds $((limit - 15)) --dtypes bfloat16 --apply-best --json "$R/sweep_$name.json" "$@"; }
+    b4=(--dtypes bfloat16 --apply-best)
     loop=(--grid LOOP_NUM_STAGES=1,3,4 --grid LOOP_BLOCK_N=2048,4096,8192 --grid LOOP_NUM_WARPS=8,16)
-    sw rmsnorm_loop 60 --task rmsnorm --shapes wide --grid RESIDENT_MAX_KB=32 "${loop[@]}"
-    sw layernorm_loop 60 --task layernorm --shapes wide --grid RESIDENT_MAX_KB=32 "${loop[@]}"
-    sw add_rmsnorm_loop 60 --task add_rmsnorm --shapes wide --grid RESIDENT_MAX_KB=32 "${loop[@]}"
-    sw softmax_vec 60 --task softmax --shapes gpt2-vocab --grid RESIDENT_MAX_KB=64 --grid VEC_LOOP_NUM_STAGES=1,3,4 \
+    sw rmsnorm_loop 60 "${b4[@]}" --task rmsnorm --shapes wide --grid RESIDENT_MAX_KB=32 "${loop[@]}"
+    sw layernorm_loop 60 "${b4[@]}" --task layernorm --shapes wide --grid RESIDENT_MAX_KB=32 "${loop[@]}"
+    sw add_rmsnorm_loop 60 "${b4[@]}" --task add_rmsnorm --shapes wide --grid RESIDENT_MAX_KB=32 "${loop[@]}"
+    sw softmax_vec 60 "${b4[@]}" --task softmax --shapes gpt2-vocab --grid RESIDENT_MAX_KB=64 --grid VEC_LOOP_NUM_STAGES=1,3,4 \
         --grid VEC_LOOP_BLOCK_N=2048,4096,8192 --grid VEC_LOOP_NUM_WARPS=8,16
-    sw softmax_loop 60 --task softmax --shapes llama7b-vocab --grid RESIDENT_MAX_KB=32 "${loop[@]}"
-    sw cross_entropy 100 --task cross_entropy --shapes llama7b,llama7b-short,gpt2-b1,llama3-vocab \
+    sw softmax_loop 60 "${b4[@]}" --task softmax --shapes llama7b-vocab --grid RESIDENT_MAX_KB=32 "${loop[@]}"
+    sw cross_entropy 100 "${b4[@]}" --task cross_entropy --shapes llama7b,llama7b-short,gpt2-b1,llama3-vocab \
         --grid NUM_STAGES=1,3,4 --grid BLOCK_V=4096,8192 --grid NUM_WARPS=4,8,16
     mkdir -p "$R/applied"
     changed=softmax,rmsnorm,layernorm,add_rmsnorm,cross_entropy
@@ -161,17 +162,16 @@ run4b)
         --json "$R/kernel_quality.json"
     ;;
 run4c)
-    sw() { local name=$1 limit=$2; shift 2; step "sweep_$name" "$limit" python3 benchmarks/knob_sweep.py \
-        --max-seconds $((limit - 15)) --dtypes bfloat16 --apply-best --json "$R/sweep_$name.json" "$@"; }
-    sw softmax_vec 90 --task softmax --shapes gpt2-vocab --grid VEC_LOOP_PROGRAMS_PER_SM=0,1,2,3 \
+    b4=(--dtypes bfloat16 --apply-best)
+    sw softmax_vec 90 "${b4[@]}" --task softmax --shapes gpt2-vocab --grid VEC_LOOP_PROGRAMS_PER_SM=0,1,2,3 \
         --grid VEC_LOOP_NUM_STAGES=3,4,6 --grid VEC_LOOP_BLOCK_N=2048,4096 --grid VEC_LOOP_NUM_WARPS=8
-    sw softmax_loop 80 --task softmax --shapes llama7b-vocab --grid LOOP_PROGRAMS_PER_SM=0,1,2,3 \
+    sw softmax_loop 80 "${b4[@]}" --task softmax --shapes llama7b-vocab --grid LOOP_PROGRAMS_PER_SM=0,1,2,3 \
         --grid LOOP_NUM_STAGES=1,3,4 --grid LOOP_BLOCK_N=4096,8192 --grid LOOP_NUM_WARPS=8
     for t in rmsnorm layernorm; do
-        sw "${t}_loop" 80 --task "$t" --shapes wide --grid LOOP_PROGRAMS_PER_SM=0,1,2,3 --grid LOOP_NUM_STAGES=1,3,4 \
+        sw "${t}_loop" 80 "${b4[@]}" --task "$t" --shapes wide --grid LOOP_PROGRAMS_PER_SM=0,1,2,3 --grid LOOP_NUM_STAGES=1,3,4 \
             --grid LOOP_BLOCK_N=2048,4096 --grid LOOP_NUM_WARPS=16
     done
-    sw cross_entropy 90 --task cross_entropy --shapes llama7b,llama7b-short,gpt2-b1,odd,llama3-vocab \
+    sw cross_entropy 90 "${b4[@]}" --task cross_entropy --shapes llama7b,llama7b-short,gpt2-b1,odd,llama3-vocab \
         --grid SEGMENT_PROGRAMS_PER_SM=0,16,32 --grid NUM_WARPS=4,8 --grid BLOCK_V=4096,8192
     mkdir -p "$R/applied"
     changed=softmax,rmsnorm,layernorm,cross_entropy
@@ -188,8 +188,6 @@ run4d)  # the final side by side, on the committed starters
         "${kd[@]}" --json "$R/kernel_quality.json"
     ;;
 sweeps)
-    sw() { local name=$1 limit=$2; shift 2; step "sweep_$name" "$limit" python3 benchmarks/knob_sweep.py \
-        --max-seconds $((limit - 20)) --json "$R/sweep_$name.json" "$@"; }
     sw matmul 150 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \
         --grid SMALL_BLOCK_N=128,256 --grid SMALL_NUM_STAGES=3,4 --grid SMALL_PROGRAMS_PER_SM=0,1,2
     sw rmsnorm 50 --task rmsnorm --shapes wide --dtypes bfloat16 \
