@@ -5,8 +5,8 @@ Three paths, by row width:
     pass (narrow rows still keep enough bytes in flight), for widths Triton can
     prove 16-byte aligned;
   * resident: one program per row holds the whole row in registers (up to
-    RESIDENT_MAX_KB, a 50257-entry vocabulary included), so x is read from
-    memory exactly once: row max, sum of exponentials, then the probabilities.
+    RESIDENT_MAX_KB; it could hold a 50257-entry vocabulary, but measured slower
+    there than the online path), so x is read from memory exactly once: row max, sum of exponentials, then the probabilities.
     A row of odd width starts anywhere, so the program loads from the 16-byte
     boundary at or before the row's start: every load moves whole 16-byte
     vectors (the few elements outside the row stay out of the max and sum),
@@ -38,7 +38,7 @@ RESIDENT_PART_KB = 32  # a resident row is held as up to four parts of this size
 RESIDENT_BYTES_PER_THREAD = 128  # resident path warps = row bytes / this / 32, within 4..32
 LOOP_BLOCK_N = 8192  # chunk width of the online path, aligned widths
 LOOP_NUM_WARPS = 8
-LOOP_NUM_STAGES = 1  # software-pipelined chunks of the online paths (1: none; more: cp.async prefetch into shared memory)
+LOOP_NUM_STAGES = 1  # software-pipelined chunks (1: none; more: cp.async prefetch into shared memory)
 VEC_LOOP_BLOCK_N = 2048  # the same for other widths (H200 sweep, run 4b: 2048 x 8 warps, 4 stages)
 VEC_LOOP_NUM_WARPS = 8
 VEC_LOOP_NUM_STAGES = 4
