@@ -57,8 +57,7 @@ def _add_rmsnorm_rows(X, R, W, Y, RO, M, N, stride_x, stride_r, stride_y, stride
 def _load_part(X, base, start, n_vec, VEC: tl.constexpr, SIZE: tl.constexpr):
     """SIZE elements from X + base + start as whole VEC-element vectors; vectors past the row's last are masked."""
     c = start + tl.arange(0, SIZE)
-    offs = tl.max_contiguous(tl.multiple_of(base + c, VEC), SIZE)
-    return tl.load(X + offs, mask=c // VEC < n_vec, other=0.0, eviction_policy="evict_first")
+    return tl.load(X + _vec_offs(base, c, VEC, SIZE), mask=c // VEC < n_vec, other=0.0, eviction_policy="evict_first")
 
 
 @triton.jit
@@ -68,7 +67,7 @@ def _add_part(X, R, RO, base, start, n_vec, first, last, VEC: tl.constexpr, SIZE
          + _load_part(R, base, start, n_vec, VEC, SIZE).to(tl.float32)).to(RO.dtype.element_ty)
     c = start + tl.arange(0, SIZE)
     v = c // VEC
-    tl.store(RO + tl.max_contiguous(tl.multiple_of(base + c, VEC), SIZE), h, mask=(v >= first) & (v < last))
+    tl.store(RO + _vec_offs(base, c, VEC, SIZE), h, mask=(v >= first) & (v < last))
     return h
 
 
@@ -86,8 +85,7 @@ def _norm_part(W, Y, h, base, start, shift, first, last, rstd, VEC: tl.constexpr
     v = c // VEC
     body = (v >= first) & (v < last)
     w = tl.load(W + (c - shift), mask=body, other=0.0).to(tl.float32)
-    offs = tl.max_contiguous(tl.multiple_of(base + c, VEC), SIZE)
-    tl.store(Y + offs, (h.to(tl.float32) * rstd * w).to(Y.dtype.element_ty), mask=body)
+    tl.store(Y + _vec_offs(base, c, VEC, SIZE), (h.to(tl.float32) * rstd * w).to(Y.dtype.element_ty), mask=body)
 
 
 @triton.jit
@@ -157,7 +155,7 @@ def _add_rmsnorm_resident(X, R, W, Y, RO, N, stride, eps, PART: tl.constexpr, PA
 
 @triton.jit
 def _vec_offs(base, cols, VEC: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Offsets of a whole chunk past the alignment head: 16-byte aligned and contiguous."""
+    """Offsets of whole 16-byte vectors from an aligned base: aligned and contiguous (both paths)."""
     return tl.max_contiguous(tl.multiple_of(base + cols, VEC), BLOCK_N)
 
 

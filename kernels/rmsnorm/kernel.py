@@ -78,10 +78,7 @@ def _store_part(W, Y, x, y_base, start, shift, first, last, rstd, VEC: tl.conste
 def _store_edge(X, W, Y, x_base, y_base, lo, hi, shift, rstd, VEC: tl.constexpr):
     """Elements [lo, hi) (within one vector) recomputed from a reload and stored one by one."""
     c = (lo // VEC) * VEC + tl.arange(0, VEC)
-    mask = (c >= lo) & (c < hi)
-    x = tl.load(X + x_base + c, mask=mask, other=0.0).to(tl.float32)
-    w = tl.load(W + (c - shift), mask=mask, other=0.0).to(tl.float32)
-    tl.store(Y + y_base + c, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+    _rmsnorm_write(X, W, Y, x_base + c, y_base + c, c - shift, (c >= lo) & (c < hi), rstd)
 
 
 @triton.jit
@@ -140,7 +137,7 @@ def _rmsnorm_resident(X, W, Y, N, stride_x, stride_y, eps, PART: tl.constexpr, P
 
 @triton.jit
 def _rmsnorm_write(X, W, Y, x_offs, y_offs, cols, mask, rstd):
-    """One masked piece of a row (its unaligned head or its tail): y = x * rstd * w."""
+    """One masked piece of a row (an unaligned head or a tail): y = x * rstd * w."""
     x = tl.load(X + x_offs, mask=mask, other=0.0).to(tl.float32)
     w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(Y + y_offs, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
