@@ -66,6 +66,7 @@ class AgentSettings:
 class HarnessSettings:
     timeout_s: float = 180.0  # hard limit per evaluation, the worker is killed after it
     keep_margin: float = 1.01  # "faster" = lower CI bound of the speedup clears this
+    confirm_keeps: bool = True  # a "faster" must hold in a second comparison, roles swapped
     quick: bool = False
 
 

@@ -95,14 +95,18 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
 
     log(f"  {task_dir.name}: {ab_runs} A/A comparisons, then {detect_runs} against each planted slowdown")
     aa = [harness.compare(task_dir, source, source, quick=quick) for _ in range(ab_runs)]
+    # c.screen is set when the first comparison called it faster and a confirming one ran.
     result["aa"] = {"n": len(aa), "false_keeps": sum(c.faster for c in aa),
+                    "first_pass_keeps": sum(c.screen is not None for c in aa),
                     "speedups": [c.speedup for c in aa], "ci": [(c.ci_low, c.ci_high) for c in aa],
                     "statuses": [c.status for c in aa], "keep_margin": harness.keep_margin}
     result["variants"] = []
     variant = lambda f: slower_variant(source, f) if f else source  # noqa: E731
     for fast, slow in pairs:
         det = [harness.compare(task_dir, variant(fast), variant(slow), quick=quick) for _ in range(detect_runs)]
-        result["variants"].append({"n": len(det), "detected": sum(c.faster for c in det), "pair": [fast, slow], "label": f"+{fast:.1%} vs +{slow:.1%}",
+        result["variants"].append({"n": len(det), "detected": sum(c.faster for c in det),
+                                   "first_pass_detected": sum(c.screen is not None for c in det),
+                                   "pair": [fast, slow], "label": f"+{fast:.1%} vs +{slow:.1%}",
                                    "speedups": [c.speedup for c in det], "ci": [(c.ci_low, c.ci_high) for c in det],
                                    "statuses": [c.status for c in det],
                                    "change": f"extra copy kernel: +{fast:.1%} vs +{slow:.1%} bytes"})
@@ -112,8 +116,10 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
 
 def table(results: list[dict], device: str) -> str:
     lines = [f"harness_speed on {device}",
+             "(false keeps and detections: confirmed by a second, role-swapped comparison; "
+             "the first comparison's count in parentheses)",
              f"{'task':<14}{'eval wall s (ex JIT) med [p20-p80]':>36}{'JIT s':>8}{'A/A false keeps':>17}"
-             f"{'planted change':>18}{'detected':>10}{'ratio':>8}"]
+             f"{'planted change':>18}{'detected':>14}{'ratio':>8}"]
     for r in results:
         if "eval_wall_ex_jit_s" not in r:
             lines.append(f"{r['task']:<14} starter failed: {r['first_eval']['reason']}")
@@ -121,10 +127,12 @@ def table(results: list[dict], device: str) -> str:
         w, aa = r["eval_wall_ex_jit_s"], r["aa"]
         for i, d in enumerate(r["variants"]):
             ratio = stats.median(d["speedups"]) if d["speedups"] else float("nan")
-            head = (f"{r['task']:<14}{w['median']:>14.2f} [{w['p20']:.2f}-{w['p80']:.2f}]{'':>12}"
-                    f"{r['eval_jit_s']['median']:>8.2f}{aa['false_keeps']:>9}/{aa['n']:<7}") if i == 0 else " " * 89
-            lines.append(f"{head}{d['label']:>18}"
-                         f"{d['detected']:>6}/{d['n']:<3}{ratio:>8.3f}")
+            wall = f"{w['median']:.2f} [{w['p20']:.2f}-{w['p80']:.2f}]"
+            keeps = f"{aa['false_keeps']}/{aa['n']} ({aa['first_pass_keeps']})"
+            head = (f"{r['task']:<14}{wall:>36}{r['eval_jit_s']['median']:>8.2f}{keeps:>17}" if i == 0
+                    else " " * 75)
+            found = f"{d['detected']}/{d['n']} ({d['first_pass_detected']})"
+            lines.append(f"{head}{d['label']:>18}{found:>14}{ratio:>8.3f}")
     return "\n".join(lines)
 
 

@@ -4,7 +4,8 @@ For each task (default: rmsnorm, softmax, matmul) the tuner runs up to --budget
 experiments (and at most --max-seconds of loop time) through the real harness,
 the way the engine does: evaluate the candidate (correctness + timing), compare
 it with the incumbent (interleaved timing, bootstrap CI), keep it when the lower
-CI bound clears the harness's keep margin. Candidates whose evaluated latency
+CI bound clears the harness's keep margin and does again in a second comparison
+with the roles swapped (the harness's confirmation). Candidates whose evaluated latency
 is already clearly slower than the incumbent's (> --prescreen) are discarded
 without the paired comparison, to spend the budget on promising ones.
 
@@ -92,6 +93,9 @@ def tune_task(harness, task_dir: Path, budget: int, max_seconds: float, quick: b
                 row["status"] = "keep" if cmp.status == "PASS" and cmp.faster else "discard"
                 if cmp.status != "PASS":
                     row["reason"] = f"compare: {cmp.status} {cmp.reason}"
+                elif cmp.screen:  # called faster once; the row shows the confirming comparison
+                    row["screen"] = cmp.screen
+                    row["reason"] = "" if cmp.faster else f"not confirmed: {cmp.reason}"
         row["wall_s"] = round(time.monotonic() - t1, 2)
         history.append(row)
         log(f"  {spec.name} exp {n:2d} {row['status']:8s} {prop.description:40s} "
@@ -103,7 +107,7 @@ def tune_task(harness, task_dir: Path, budget: int, max_seconds: float, quick: b
         result["stopped"] = f"budget of {budget} experiments used"
     after = inc_report if inc_src == start_src else harness.evaluate(task_dir, inc_src, quick=quick)
     if inc_src != start_src and after.status == "PASS":
-        final = harness.compare(task_dir, inc_src, start_src, quick=quick)
+        final = harness.compare(task_dir, inc_src, start_src, quick=quick, confirm=False)  # a report, not a decision
         result["final_vs_start"] = final.to_dict()
     start_knobs = {k: v.value for k, v in parse_knobs(start_src).items()}
     end_knobs = {k: v.value for k, v in parse_knobs(inc_src).items()}

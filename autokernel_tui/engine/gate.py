@@ -40,6 +40,8 @@ def decide(policy: str, report: dict[str, Any], comparison: dict[str, Any] | Non
         return Verdict("discard", f"{status}: {report.get('reason') or 'no reason given'}")
     if not comparison or not comparison.get("faster"):
         sp = (comparison or {}).get("speedup")
+        if (comparison or {}).get("screen"):  # called faster once, then not by the confirming comparison
+            return Verdict("discard", f"not confirmed: {comparison.get('reason')}")
         return Verdict("discard", "not faster than the incumbent" + (f" ({sp:.3f}x)" if sp else ""))
     speed = f"{comparison.get('speedup', 0):.3f}x [{comparison.get('ci_low', 0):.3f}, {comparison.get('ci_high', 0):.3f}]"
     if policy == "auto":

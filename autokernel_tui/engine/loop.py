@@ -440,7 +440,8 @@ class Engine:
                 from autokernel_tui.harness.runner import Harness
 
                 self._harness = Harness(timeout_s=self.settings.harness.timeout_s, device="auto",
-                                        keep_margin=self.settings.harness.keep_margin)
+                                        keep_margin=self.settings.harness.keep_margin,
+                                        confirm_keeps=self.settings.harness.confirm_keeps)
         if self._agent is None:
             from autokernel_tui.agents.base import make_agent
 

@@ -103,12 +103,14 @@ class Comparison:
     speedup: float  # incumbent_time / candidate_time: > 1 means the candidate is faster
     ci_low: float
     ci_high: float
-    faster: bool  # ci_low clears the keep margin
+    faster: bool  # ci_low clears the keep margin (in both comparisons, when confirmed)
     n_samples: int
     method: str
     status: str = "PASS"  # PASS, or why the comparison could not be made (FAIL/CRASH/TIMEOUT/REJECTED)
     reason: str = ""
     per_shape: list[dict[str, Any]] = field(default_factory=list)
+    # The first comparison's speedup and CI when this one is its confirmation (roles swapped).
+    screen: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -26,6 +26,10 @@ def test_gate_policies():
     assert decide("threshold", PASS, cmp(1.5, 1.4), 1.2).action == "keep"
     assert decide("threshold", PASS, cmp(1.1, 1.02), 1.2).action == "ask"
     assert decide("auto", PASS, None, 1.05).action == "discard"
+    refuted = dict(cmp(0.99, 0.97, faster=False), screen={"speedup": 1.02, "ci_low": 1.011, "ci_high": 1.03},
+                   reason="faster in the first comparison (1.020x [1.011, 1.030]) but not in the confirming one")
+    verdict = decide("manual", PASS, refuted, 1.05)  # a refuted "faster" is never put to a human
+    assert verdict.action == "discard" and verdict.reason.startswith("not confirmed: faster in the first")
 
 
 def test_amdahl_picks_the_biggest_remaining_share_and_moves_on_after_a_plateau():

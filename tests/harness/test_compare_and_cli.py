@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from autokernel_tui.harness.report import Comparison, Report
+from autokernel_tui.harness.runner import Harness
 
 from .conftest import GOOD, PREFIX, RMSNORM
 
@@ -28,6 +29,44 @@ def test_compare_finds_a_clear_speedup_and_not_a_fake_one(harness, tiny_task):
     assert "interpreter" in cmp.method and len(cmp.per_shape) == 2
     back = harness.compare(tiny_task, SLOW, GOOD, quick=True)
     assert back.speedup < 0.7 and not back.faster
+
+
+def test_a_faster_verdict_is_confirmed_with_the_roles_swapped(harness, tiny_task):
+    cmp = harness.compare(tiny_task, GOOD, SLOW, quick=True)
+    assert cmp.screen is not None and cmp.screen["ci_low"] > 1.5  # the first comparison, kept for the record
+    assert "roles swapped" in cmp.method and cmp.speedup > 2  # the reported numbers are the second's
+    single = harness.compare(tiny_task, GOOD, SLOW, quick=True, confirm=False)
+    assert single.faster and single.screen is None and "swapped" not in single.method
+    assert harness.compare(tiny_task, SLOW, GOOD, quick=True).screen is None  # not faster: no second run
+
+
+class _Scripted(Harness):
+    """The real compare() over scripted single comparisons: what it does with a refutation."""
+
+    def __init__(self, results):
+        super().__init__(device="cpu")
+        self.results, self.calls = list(results), []
+
+    def _compare_once(self, task_dir, candidate_source, incumbent_source, quick, swapped):
+        self.calls.append(swapped)
+        return self.results.pop(0)
+
+
+def _one(speedup, lo, hi, status="PASS"):
+    return Comparison(speedup, lo, hi, lo > 1.01 and status == "PASS", 40, "m", status=status)
+
+
+def test_a_refuted_faster_is_not_faster_and_says_why(tiny_task):
+    with _Scripted([_one(1.017, 1.011, 1.022), _one(0.984, 0.978, 0.992)]) as h:
+        cmp = h.compare(tiny_task, GOOD, GOOD)
+    assert h.calls == [False, True] and not cmp.faster and cmp.speedup == 0.984
+    assert cmp.screen == {"speedup": 1.017, "ci_low": 1.011, "ci_high": 1.022}
+    assert "1.017x [1.011, 1.022]" in cmp.reason and "0.984x [0.978, 0.992]" in cmp.reason
+    with _Scripted([_one(1.017, 1.011, 1.022), _one(1.0, 0.0, 0.0, status="CRASH")]) as h:
+        assert not h.compare(tiny_task, GOOD, GOOD).faster  # a confirmation that crashed confirms nothing
+    with _Scripted([_one(1.017, 1.011, 1.022)]) as h:
+        h.confirm_keeps = False
+        assert h.compare(tiny_task, GOOD, GOOD).faster and h.calls == [False]
 
 
 def test_compare_refuses_a_broken_candidate(harness, tiny_task):
