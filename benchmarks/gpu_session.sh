@@ -21,11 +21,14 @@
 #          their second read hits L2) crossed with pipelining depth; cross-entropy rows split into
 #          segments; winners applied; correctness; the offline tuner. (Both ideas measured no better
 #          and were reverted: tree 7091059, results in h200-run4/run4c.)
+#   run5a: correctness of the retuned starters, then the offline tuner on all ten (keeps confirmed by a
+#          second, role-swapped comparison); run5b (warm, after run5a): kernel quality with those tuned
+#          kernels, GPU-marked tests
 #   run4d: the final side by side: the offline tuner under a budget (rmsnorm, softmax, cross_entropy),
 #          then kernel quality of all ten tasks (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
 # Usage on the device (carry .whl):
-#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -186,6 +189,18 @@ run4d)  # the final side by side, on the committed starters
     kd=(); [ -d "$R/tuned" ] && kd=(--kernel-dir "$R/tuned")
     step kernel_quality 400 python3 benchmarks/kernel_quality.py --max-seconds 330 --compile-dtypes float16,bfloat16 \
         "${kd[@]}" --json "$R/kernel_quality.json"
+    ;;
+run5a)  # the offline tuner on all ten starters (tuned kernels kept in /tmp/res/tuned for run5b)
+    step starters 60 python3 benchmarks/starters_check.py --tasks layernorm,add_rmsnorm --json "$R/starters.json"
+    step tuner 530 python3 benchmarks/tuner_budget.py --tasks all --budget 80 --total-seconds 500 \
+        --save-kernels /tmp/res/tuned --json "$R/tuner_budget.json"
+    [ -d /tmp/res/tuned ] && cp -r /tmp/res/tuned "$R/tuned"
+    ;;
+run5b)  # then, on the same warm machine, the side by side of all ten with those tuned kernels
+    kd=(); [ -d /tmp/res/tuned ] && kd=(--kernel-dir /tmp/res/tuned)
+    step kernel_quality 480 python3 benchmarks/kernel_quality.py --max-seconds 440 --compile-dtypes float16,bfloat16 \
+        "${kd[@]}" --json "$R/kernel_quality.json"
+    step gpu_tests 90 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
     ;;
 sweeps)
     sw matmul 150 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \

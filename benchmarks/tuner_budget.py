@@ -36,7 +36,9 @@ from autokernel_tui.agents.knobs import parse_knobs  # noqa: E402
 from autokernel_tui.agents.tuner import TunerAgent  # noqa: E402
 from autokernel_tui.tasks.spec import load_spec, starters_dir  # noqa: E402
 
-PER_TASK_RESERVE_S = 45.0  # baselines (eager + torch.compile) on first use, plus before/after measurements
+# Baselines (eager + torch.compile) on first use, the first and last evaluations and the final
+# comparison: 7-10 s a task on the H200 (run 4c/4d's prepare_and_first_eval_s), so 20 s of each share.
+PER_TASK_RESERVE_S = 20.0
 DTYPE_PREFIX = {"float32": "FP32_", "float16": "FP16_", "bfloat16": "BF16_"}
 STATUS = {"FAIL": "fail", "CRASH": "crash", "TIMEOUT": "timeout", "REJECTED": "rejected"}
 
@@ -145,7 +147,7 @@ def table(res: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tasks", nargs="+", default=["rmsnorm", "softmax", "matmul"])
+    ap.add_argument("--tasks", nargs="+", default=["rmsnorm", "softmax", "matmul"], help="starter names, or all")
     ap.add_argument("--budget", type=int, default=30, help="experiments per task")
     ap.add_argument("--max-seconds", type=float, default=120.0, help="loop time per task (JIT compiles count)")
     ap.add_argument("--full", action="store_true", help="time every dtype, not just the first (slower)")
@@ -163,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from autokernel_tui.harness.runner import Harness
 
+    if args.tasks == ["all"]:
+        args.tasks = sorted(p.name for p in starters_dir().iterdir() if (p / "task.toml").is_file())
     device = "auto"
     if args.smoke:
         device, args.tasks, args.budget = "cpu", args.tasks if args.tasks != ap.get_default("tasks") else \
