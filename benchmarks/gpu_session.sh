@@ -24,11 +24,12 @@
 #   run5a: correctness of the retuned starters, then the offline tuner on all ten (keeps confirmed by a
 #          second, role-swapped comparison); run5b (warm, after run5a): kernel quality with those tuned
 #          kernels, GPU-marked tests
+#   run5c: layernorm's starter after the warps rule that run5b's numbers called for, side by side
 #   run4d: the final side by side: the offline tuner under a budget (rmsnorm, softmax, cross_entropy),
 #          then kernel quality of all ten tasks (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
 # Usage on the device (carry .whl):
-#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -201,6 +202,11 @@ run5b)  # then, on the same warm machine, the side by side of all ten with those
     step kernel_quality 480 python3 benchmarks/kernel_quality.py --max-seconds 440 --compile-dtypes float16,bfloat16 \
         "${kd[@]}" --json "$R/kernel_quality.json"
     step gpu_tests 90 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
+    ;;
+run5c)  # layernorm after its rows-path warps rule (16-bit rows wider than the block get warps in proportion)
+    step starters 40 python3 benchmarks/starters_check.py --tasks layernorm --json "$R/starters.json"
+    step kernel_quality 200 python3 benchmarks/kernel_quality.py --tasks layernorm --max-seconds 170 \
+        --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
     ;;
 sweeps)
     sw matmul 150 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \

@@ -1,0 +1,99 @@
+"""Mean cross-entropy in Triton: the one file an agent edits.
+
+Pass 1, one program per row: an online logsumexp over the row in BLOCK_V
+chunks (running max and rescaled sum, base-2 exponentials), so the softmax is
+never materialised and the logits are read exactly once; the row's loss
+(lse - logit[target], 0 for ignored rows) goes to an fp32 buffer.
+Each row is split into a short head up to the first 16-byte boundary, full
+unmasked chunks whose address the compiler knows is aligned (vector loads even
+when V is odd, e.g. 50257), and a masked tail.
+Pass 2, one program: sums the row losses and counts the rows in a fixed order,
+so the result is bitwise deterministic (no atomics).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+# Tunable knobs: module-level constants the offline tuner rewrites.
+BLOCK_V = 4096  # logits per chunk of the row loop
+NUM_WARPS = 4
+NUM_STAGES = 1  # software-pipelined chunks of the row loop (1: none; more: cp.async prefetch into shared memory)
+REDUCE_BLOCK = 4096  # row losses per step of the final reduction
+
+_IGNORE_INDEX = -100  # F.cross_entropy's default (lower-case-prefixed: not a knob)
+
+
+@triton.jit
+def _online_update(m, s, x):
+    # Fold a chunk x into the running max m and the sum s of exp(x - m); base-2 exponentials
+    # with log2(e) folded in, so x * log2e - m * log2e is one fused multiply-add per logit.
+    m_new = tl.maximum(m, tl.max(x, axis=0))
+    m_scaled = m_new * 1.4426950408889634
+    return m_new, s * tl.exp2(m * 1.4426950408889634 - m_scaled) + tl.sum(
+        tl.exp2(x * 1.4426950408889634 - m_scaled), axis=0)
+
+
+@triton.jit
+def _row_loss(LOGITS, TARGETS, LOSS, V, stride_row, ignore_index,
+              BLOCK: tl.constexpr, ALIGN: tl.constexpr, STAGES: tl.constexpr):
+    row = tl.program_id(0)
+    row_start = row.to(tl.int64) * stride_row
+    row_ptr = LOGITS + row_start
+    # Head: elements before the first ALIGN-element (16-byte) boundary of this row.
+    head = tl.minimum((ALIGN - row_start % ALIGN) % ALIGN, V).to(tl.int32)
+    cols = tl.arange(0, ALIGN)
+    x_head = tl.load(row_ptr + cols, mask=cols < head, other=-float("inf")).to(tl.float32)
+    m = tl.max(x_head, axis=0)  # -inf when the head is empty
+    s = tl.sum(tl.where(cols < head, tl.exp2((x_head - m) * 1.4426950408889634), 0.0), axis=0)
+    # Body: full chunks from an aligned address, no mask.
+    n_full = (V - head) // BLOCK
+    body = LOGITS + tl.multiple_of(row_start + head, ALIGN)
+    offs = tl.arange(0, BLOCK)
+    for i in tl.range(0, n_full, num_stages=STAGES):
+        x_body = tl.load(body + i * BLOCK + offs).to(tl.float32)
+        m, s = _online_update(m, s, x_body)
+    # Tail: what is left, masked.
+    tail = head + n_full * BLOCK
+    cols = tail + offs
+    x_tail = tl.load(row_ptr + cols, mask=cols < V, other=-float("inf")).to(tl.float32)
+    if tail < V:
+        m, s = _online_update(m, s, x_tail)
+    lse = m + tl.log2(s) * 0.6931471805599453
+    target = tl.load(TARGETS + row)
+    valid = target != ignore_index
+    safe = tl.minimum(tl.maximum(target, 0), V - 1)  # never read outside the row
+    x_t = tl.load(row_ptr + safe).to(tl.float32)
+    tl.store(LOSS + row, tl.where(valid, lse - x_t, 0.0))
+
+
+@triton.jit
+def _mean_loss(LOSS, TARGETS, OUT, M, ignore_index, BLOCK: tl.constexpr):
+    total = tl.zeros([BLOCK], dtype=tl.float32)
+    count = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, M, BLOCK):
+        rows = start + tl.arange(0, BLOCK)
+        mask = rows < M
+        total += tl.load(LOSS + rows, mask=mask, other=0.0)
+        t = tl.load(TARGETS + rows, mask=mask, other=ignore_index)
+        count += tl.where(t != ignore_index, 1.0, 0.0)
+    # 0/0 = nan when every row is ignored, as F.cross_entropy returns.
+    tl.store(OUT, (tl.sum(total, axis=0) / tl.sum(count, axis=0)).to(OUT.dtype.element_ty))
+
+
+def kernel_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    if logits.dim() != 2 or targets.shape != (logits.shape[0],):
+        raise ValueError(f"cross_entropy: need logits[M, V] and targets[M], got {tuple(logits.shape)} "
+                         f"and {tuple(targets.shape)}")
+    if logits.stride(1) != 1:
+        logits = logits.contiguous()
+    if not targets.is_contiguous():
+        targets = targets.contiguous()
+    m, v = logits.shape
+    row_loss = torch.empty(m, dtype=torch.float32, device=logits.device)
+    out = torch.empty((), dtype=logits.dtype, device=logits.device)
+    _row_loss[(m,)](logits, targets, row_loss, v, logits.stride(0), _IGNORE_INDEX,
+                    BLOCK=BLOCK_V, ALIGN=16 // logits.element_size(), STAGES=NUM_STAGES,
+                    num_warps=NUM_WARPS)
+    _mean_loss[(1,)](row_loss, targets, out, m, _IGNORE_INDEX, BLOCK=REDUCE_BLOCK, num_warps=4)
+    return out

@@ -1,0 +1,281 @@
+"""LayerNorm (weight + bias) in Triton: the one file an agent edits.
+
+Three paths, by row width:
+  * rows: several short rows per program held in registers, for widths Triton
+    can prove 16-byte aligned: mean, then the variance of the centred values
+    (never E[x^2] - E[x]^2, which cancels catastrophically when rows sit far
+    from zero). fp32 inputs take their own rows-per-program knob: a program's
+    bytes, not its elements, set how well loads overlap;
+  * resident: one program per row holds the whole row in registers (up to
+    RESIDENT_MAX_KB), the same centred two-step statistics, x read from memory
+    exactly once. A row of odd width starts anywhere, so the program loads from
+    the 16-byte boundary at or before the row's start: every load moves whole
+    16-byte vectors (the few elements outside the row stay out of the sums),
+    whole vectors inside the row are stored as vectors, and the row's partial
+    first and last vectors element by element;
+  * looped (wider rows): one pass sums deviations from the first chunk's mean
+    (small even for rows far from zero), a second pass writes, so x is read
+    twice at most (the first chunk three times, from L2).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+# Tunable knobs: module-level constants the offline tuner rewrites.
+# Rows path: 4 rows of 768 (padded to 1024) on 4 warps, the H200 sweep's best (run 4a:
+# 32768x768 bf16 27.8 us, was 31.9 at 8192 x 8 warps; 4096x4096 and 16384x8192 within 1%).
+ROW_BLOCK_ELEMS = 4096  # elements each program holds (rows x padded row width)
+NUM_WARPS = 4
+FP32_ROW_BLOCK_ELEMS = 4096  # fp32: the same 16 KB of x per program as 8192 16-bit elements
+FP32_NUM_WARPS = 8
+MAX_FUSED_N = 16384  # widest (aligned) row the rows path takes
+# Rows held in registers: up to 32 KB; wider ones loop, measured faster (H200, run 4b: 1024x50257 bf16 98 vs 160 us).
+RESIDENT_MAX_KB = 32  # widest row, alignment slack included, held in registers by one program
+RESIDENT_PART_KB = 32  # a resident row is held as up to four parts of this size plus a tail
+RESIDENT_BYTES_PER_THREAD = 64  # resident path warps = row bytes / this / 32, within 4..32
+LOOP_BLOCK_N = 2048  # chunk width of the looped path
+LOOP_NUM_WARPS = 16
+LOOP_NUM_STAGES = 1  # software-pipelined chunks of the looped path (1: none; more: cp.async prefetch into shared memory)
+
+
+@triton.jit
+def _layernorm_rows(X, W, B, Y, M, N, stride_x, stride_y, eps,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    mask = (rows < M)[:, None] & cmask[None, :]
+    x = tl.load(X + rows[:, None].to(tl.int64) * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=1) / N
+    xc = tl.where(mask, x - mean[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / N + eps)
+    w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=cmask, other=0.0).to(tl.float32)
+    y = xc * rstd[:, None] * w[None, :] + b[None, :]
+    tl.store(Y + rows[:, None].to(tl.int64) * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
+# ---- resident path: c counts elements from the row's 16-byte-aligned base; the row is
+# ---- c in [shift, shift + N), so its weight and bias index is c - shift.
+
+@triton.jit
+def _load_part(X, base, start, n_vec, VEC: tl.constexpr, SIZE: tl.constexpr):
+    """SIZE elements from X + base + start as whole VEC-element vectors; vectors past the row's last are masked."""
+    c = start + tl.arange(0, SIZE)
+    offs = tl.max_contiguous(tl.multiple_of(base + c, VEC), SIZE)
+    return tl.load(X + offs, mask=c // VEC < n_vec, other=0.0, eviction_policy="evict_first")
+
+
+@triton.jit
+def _in_row(x, start, shift, N, centre, SIZE: tl.constexpr):
+    """x - centre in fp32 inside the row, 0 outside (a select: neighbours' values never enter)."""
+    c = start + tl.arange(0, SIZE)
+    return tl.where((c >= shift) & (c < shift + N), x.to(tl.float32) - centre, 0.0)
+
+
+@triton.jit
+def _part_sum(x, start, shift, N, SIZE: tl.constexpr):
+    return tl.sum(_in_row(x, start, shift, N, 0.0, SIZE), axis=0)
+
+
+@triton.jit
+def _part_sum_sq(x, start, shift, N, mean, SIZE: tl.constexpr):
+    d = _in_row(x, start, shift, N, mean, SIZE)
+    return tl.sum(d * d, axis=0)
+
+
+@triton.jit
+def _store_part(W, B, Y, x, y_base, start, shift, first, last, mean, rstd, VEC: tl.constexpr, SIZE: tl.constexpr):
+    """y for the whole vectors [first, last) of the row within this part, stored as vectors."""
+    c = start + tl.arange(0, SIZE)
+    v = c // VEC
+    body = (v >= first) & (v < last)
+    w = tl.load(W + (c - shift), mask=body, other=0.0).to(tl.float32)
+    b = tl.load(B + (c - shift), mask=body, other=0.0).to(tl.float32)
+    offs = tl.max_contiguous(tl.multiple_of(y_base + c, VEC), SIZE)
+    tl.store(Y + offs, ((x.to(tl.float32) - mean) * rstd * w + b).to(Y.dtype.element_ty), mask=body)
+
+
+@triton.jit
+def _store_edge(X, W, B, Y, x_base, y_base, lo, hi, shift, mean, rstd, VEC: tl.constexpr):
+    """Elements [lo, hi) (within one vector) recomputed from a reload and stored one by one."""
+    c = (lo // VEC) * VEC + tl.arange(0, VEC)
+    mask = (c >= lo) & (c < hi)
+    _layernorm_write(X, W, B, Y, x_base + c, y_base + c, c - shift, mask, mean, rstd)
+
+
+@triton.jit
+def _layernorm_resident(X, W, B, Y, N, stride_x, stride_y, eps, PART: tl.constexpr, PARTS: tl.constexpr,
+                        TAIL: tl.constexpr, VEC: tl.constexpr, SHIFTED: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    # x and y share the row stride and are 16-byte aligned (kernel_fn); when the stride is a
+    # whole number of vectors every row starts on a boundary, and weight and bias load as vectors too.
+    if SHIFTED:
+        shift = (row * stride_x) % VEC
+    else:
+        shift = 0
+    x_base = row * stride_x - shift
+    y_base = row * stride_y - shift
+    n_vec = (shift + N + VEC - 1) // VEC
+    # Every load is issued before the first sum, so the whole row is in flight at once.
+    if PARTS >= 1:
+        x0 = _load_part(X, x_base, 0, n_vec, VEC, PART)
+    if PARTS >= 2:
+        x1 = _load_part(X, x_base, PART, n_vec, VEC, PART)
+    if PARTS >= 3:
+        x2 = _load_part(X, x_base, 2 * PART, n_vec, VEC, PART)
+    if PARTS >= 4:
+        x3 = _load_part(X, x_base, 3 * PART, n_vec, VEC, PART)
+    if TAIL > 0:
+        xt = _load_part(X, x_base, PARTS * PART, n_vec, VEC, TAIL)
+    total = 0.0
+    if PARTS >= 1:
+        total += _part_sum(x0, 0, shift, N, PART)
+    if PARTS >= 2:
+        total += _part_sum(x1, PART, shift, N, PART)
+    if PARTS >= 3:
+        total += _part_sum(x2, 2 * PART, shift, N, PART)
+    if PARTS >= 4:
+        total += _part_sum(x3, 3 * PART, shift, N, PART)
+    if TAIL > 0:
+        total += _part_sum(xt, PARTS * PART, shift, N, TAIL)
+    mean = total / N
+    sq = 0.0
+    if PARTS >= 1:
+        sq += _part_sum_sq(x0, 0, shift, N, mean, PART)
+    if PARTS >= 2:
+        sq += _part_sum_sq(x1, PART, shift, N, mean, PART)
+    if PARTS >= 3:
+        sq += _part_sum_sq(x2, 2 * PART, shift, N, mean, PART)
+    if PARTS >= 4:
+        sq += _part_sum_sq(x3, 3 * PART, shift, N, mean, PART)
+    if TAIL > 0:
+        sq += _part_sum_sq(xt, PARTS * PART, shift, N, mean, TAIL)
+    rstd = 1.0 / tl.sqrt(sq / N + eps)
+    first = (shift + VEC - 1) // VEC  # the row's first whole vector
+    last = (shift + N) // VEC  # one past its last whole vector
+    if PARTS >= 1:
+        _store_part(W, B, Y, x0, y_base, 0, shift, first, last, mean, rstd, VEC, PART)
+    if PARTS >= 2:
+        _store_part(W, B, Y, x1, y_base, PART, shift, first, last, mean, rstd, VEC, PART)
+    if PARTS >= 3:
+        _store_part(W, B, Y, x2, y_base, 2 * PART, shift, first, last, mean, rstd, VEC, PART)
+    if PARTS >= 4:
+        _store_part(W, B, Y, x3, y_base, 3 * PART, shift, first, last, mean, rstd, VEC, PART)
+    if TAIL > 0:
+        _store_part(W, B, Y, xt, y_base, PARTS * PART, shift, first, last, mean, rstd, VEC, TAIL)
+    _store_edge(X, W, B, Y, x_base, y_base, shift, tl.minimum(first * VEC, shift + N), shift, mean, rstd, VEC)
+    _store_edge(X, W, B, Y, x_base, y_base, tl.maximum(last, first) * VEC, shift + N, shift, mean, rstd, VEC)
+
+
+# ---- looped path
+
+@triton.jit
+def _layernorm_write(X, W, B, Y, x_offs, y_offs, cols, mask, mean, rstd):
+    """One masked piece of a row (its unaligned head or its tail)."""
+    x = tl.load(X + x_offs, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + y_offs, ((x - mean) * rstd * w + b).to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _layernorm_looped(X, W, B, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr, VEC: tl.constexpr,
+                      NUM_STAGES: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_off = row * stride_x
+    y_off = row * stride_y
+    # A row of odd width starts anywhere. Its first `head` elements (< VEC) take it to a
+    # 16-byte boundary; from there whole chunks of the [M, N] tensors move unmasked, as 16-byte
+    # vectors (VEC elements) instead of one element per instruction, then a masked tail. They
+    # share the row stride and are all 16-byte aligned (checked by kernel_fn), so one head
+    # serves all; VEC = 1 when they are not. (weight stays scalar: its chunks start off-boundary.)
+    head = tl.minimum((VEC - x_off % VEC) % VEC, N)
+    n_body = ((N - head) // BLOCK_N) * BLOCK_N
+    ar = tl.arange(0, BLOCK_N)
+    hmask = ar < head
+    tcols = head + n_body + ar
+    tmask = tcols < N
+    # Shifted sums: deviations from the first chunk's mean stay small even when the
+    # row sits far from zero, so sum(d^2)/N - mean(d)^2 does not cancel; no per-element
+    # division (a Welford update per element made this loop compute-bound).
+    x0 = tl.load(X + x_off + ar, mask=ar < N, other=0.0).to(tl.float32)
+    shift = tl.sum(x0, axis=0) / tl.minimum(N, BLOCK_N)
+    xh = tl.load(X + x_off + ar, mask=hmask, other=0.0).to(tl.float32)
+    xt = tl.load(X + x_off + tcols, mask=tmask, other=0.0).to(tl.float32)
+    dh = tl.where(hmask, xh - shift, 0.0)
+    dt = tl.where(tmask, xt - shift, 0.0)
+    s1 = dh + dt
+    s2 = dh * dh + dt * dt
+    for start in tl.range(0, n_body, BLOCK_N, num_stages=NUM_STAGES):
+        offs = tl.max_contiguous(tl.multiple_of(x_off + head + start + ar, VEC), BLOCK_N)
+        d = tl.load(X + offs, eviction_policy="evict_last").to(tl.float32) - shift  # kept in L2 for pass 2
+        s1 += d
+        s2 += d * d
+    mean_d = tl.sum(s1, axis=0) / N
+    var = tl.maximum(tl.sum(s2, axis=0) / N - mean_d * mean_d, 0.0)
+    mean = shift + mean_d
+    rstd = 1.0 / tl.sqrt(var + eps)
+    _layernorm_write(X, W, B, Y, x_off + ar, y_off + ar, ar, hmask, mean, rstd)
+    for start in tl.range(0, n_body, BLOCK_N, num_stages=NUM_STAGES):
+        cols = head + start + ar
+        offs_x = tl.max_contiguous(tl.multiple_of(x_off + cols, VEC), BLOCK_N)
+        offs_y = tl.max_contiguous(tl.multiple_of(y_off + cols, VEC), BLOCK_N)
+        x = tl.load(X + offs_x, eviction_policy="evict_first").to(tl.float32)
+        w = tl.load(W + cols).to(tl.float32)
+        b = tl.load(B + cols).to(tl.float32)
+        tl.store(Y + offs_y, ((x - mean) * rstd * w + b).to(Y.dtype.element_ty))
+    _layernorm_write(X, W, B, Y, x_off + tcols, y_off + tcols, tcols, tmask, mean, rstd)
+
+
+def kernel_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    n = x.shape[-1]
+    x2 = x.reshape(-1, n)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    m = x2.shape[0]
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    vec = _vector_width(x2, y)
+    resident = _resident_layout(n, vec, x2.stride(0), x.element_size())
+    if n <= MAX_FUSED_N and (_rows_aligned(n, x2, y) or resident is None):
+        block_n = triton.next_power_of_2(n)
+        fp32 = x.dtype == torch.float32
+        elems = FP32_ROW_BLOCK_ELEMS if fp32 else ROW_BLOCK_ELEMS
+        block_m = max(1, min(elems // block_n, triton.next_power_of_2(m)))
+        _layernorm_rows[(triton.cdiv(m, block_m),)](
+            x2, weight, bias, y, m, n, x2.stride(0), y.stride(0), eps,
+            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=FP32_NUM_WARPS if fp32 else NUM_WARPS)
+    elif resident is not None:
+        part, parts, tail, warps = resident
+        _layernorm_resident[(m,)](x2, weight, bias, y, n, x2.stride(0), y.stride(0), eps, PART=part, PARTS=parts,
+                                  TAIL=tail, VEC=vec, SHIFTED=x2.stride(0) % vec != 0, num_warps=warps)
+    else:
+        _layernorm_looped[(m,)](x2, weight, bias, y, n, x2.stride(0), y.stride(0), eps, BLOCK_N=LOOP_BLOCK_N,
+                                VEC=vec, NUM_STAGES=LOOP_NUM_STAGES, num_warps=LOOP_NUM_WARPS)
+    return y.view(x.shape)
+
+
+def _vector_width(*rows: torch.Tensor) -> int:
+    """Elements per 16-byte vector when these [M, N] tensors can share one alignment head, else 1."""
+    if len({t.stride(0) for t in rows}) == 1 and all(t.data_ptr() % 16 == 0 for t in rows):
+        return 16 // rows[0].element_size()
+    return 1
+
+
+def _rows_aligned(n: int, *rows: torch.Tensor) -> bool:
+    """Triton specialises integers divisible by 16: then the rows path's loads are vectors."""
+    return n % 16 == 0 and all(t.stride(0) % 16 == 0 and t.data_ptr() % 16 == 0 for t in rows)
+
+
+def _resident_layout(n: int, vec: int, stride: int, elem_size: int):
+    """(part, parts, tail, warps) holding an n-wide row in registers, or None when it does not fit."""
+    need = n + (vec - 1 if stride % vec else 0)  # room for the row's shift past its aligned base
+    part = RESIDENT_PART_KB * 1024 // elem_size
+    parts, rest = divmod(need, part)
+    if need * elem_size > RESIDENT_MAX_KB * 1024 or parts > 4 or (parts == 4 and rest):
+        return None
+    tail = triton.next_power_of_2(rest) if rest else 0
+    row_bytes = (parts * part + tail) * elem_size
+    warps = min(32, max(4, triton.next_power_of_2(max(1, row_bytes // (32 * RESIDENT_BYTES_PER_THREAD)))))
+    return part, parts, tail, warps

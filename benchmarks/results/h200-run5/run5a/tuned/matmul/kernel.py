@@ -1,0 +1,224 @@
+"""Matrix multiply C = A @ B in Triton: the one file an agent edits.
+
+One program per BLOCK_M x BLOCK_N tile of C, tiles visited in groups of GROUP_M
+rows of tiles so that neighbouring programs share A and B tiles in L2. fp32
+accumulation; fp32 inputs use full-precision ("ieee") dots, never TF32, to
+honour torch's allow_tf32=False default. 16-bit and fp32 inputs have separate
+tile knobs because fp32 tiles take twice the shared memory.
+
+USE_TMA = 1 switches 16-bit inputs to a persistent variant (one program per SM
+walking the tiles, operands loaded through TMA tensor descriptors, Hopper and
+newer). TMA needs 16-byte-aligned rows: an operand without them (odd K or N,
+e.g. GPT-2's 50257-wide LM head) is first copied into a padded buffer, and an
+unaligned C is written with masked pointer stores. Column-strided operands
+take the pointer kernel.
+
+16-bit shapes whose big tiles would leave the last wave of SMs poorly filled
+take the SMALL_* config (smaller tiles; the persistent loop flattened so the
+next tile's loads overlap this tile's epilogue); the rest keep the big tiles,
+short K loops included (H200 sweep, 2026-12-02: 128x256 tiles beat 128x128 at
+8192x2304x768 and 3000x5000x1000, 128x128 wins at 8192x768x3072, 1.45 waves).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+# Tunable knobs (16-bit inputs): module-level constants the offline tuner rewrites.
+BLOCK_M = 128
+BLOCK_N = 256
+BLOCK_K = 64
+GROUP_M = 8
+NUM_WARPS = 8
+NUM_STAGES = 3
+USE_TMA = 1  # persistent TMA-descriptor kernel for 16-bit inputs (0: pointer kernel only)
+TMA_FLATTEN = 1  # 1: flatten the tile and K loops into one pipelined loop
+PROGRAMS_PER_SM = 1  # persistent programs per SM (2: a second program's loads overlap one's epilogue); 0 = one per tile
+# Small problems take their own 16-bit tile config: a short K loop leaves each tile's
+# prologue and epilogue exposed, and few big tiles leave the last wave of SMs half idle.
+SMALL_BLOCK_M = 128
+SMALL_BLOCK_N = 128
+SMALL_BLOCK_K = 64
+SMALL_NUM_WARPS = 8
+SMALL_NUM_STAGES = 4
+SMALL_FLATTEN = 1  # pipeline the next tile's loads under this tile's epilogue
+SMALL_PROGRAMS_PER_SM = 1
+SMALL_MAX_K = 0  # K below this takes the small config (0: only the wave fill decides)
+MIN_WAVE_FILL_PCT = 85  # ...and so do shapes whose big tiles fill the SM waves less than this
+# Tunable knobs (fp32 inputs).
+FP32_BLOCK_M = 128
+FP32_BLOCK_N = 64
+FP32_BLOCK_K = 32
+FP32_NUM_WARPS = 8
+FP32_NUM_STAGES = 3
+
+
+@triton.jit
+def _matmul(A, B, C, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr,
+            IEEE: tl.constexpr, WIDEN: tl.constexpr):
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BM)
+    tiles_n = tl.cdiv(N, BN)
+    # Grouped order: GM rows of tiles are swept column by column, for L2 reuse.
+    per_group = GM * tiles_n
+    group = pid // per_group
+    first_m = group * GM
+    group_m = min(tiles_m - first_m, GM)
+    pid_m = first_m + (pid % per_group) % group_m
+    pid_n = (pid % per_group) // group_m
+
+    # Rows/columns past the edge wrap around (their results are never stored),
+    # so only the K tail needs a load mask.
+    rm = (pid_m * BM + tl.arange(0, BM)) % M
+    rn = (pid_n * BN + tl.arange(0, BN)) % N
+    rm = tl.max_contiguous(tl.multiple_of(rm, BM), BM)
+    rn = tl.max_contiguous(tl.multiple_of(rn, BN), BN)
+    rk = tl.arange(0, BK)
+    a_ptrs = A + rm[:, None].to(tl.int64) * stride_am + rk[None, :] * stride_ak
+    b_ptrs = B + rk[:, None] * stride_bk + rn[None, :].to(tl.int64) * stride_bn
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        k_left = K - k * BK
+        a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
+        if WIDEN:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        if IEEE or WIDEN:
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+        else:
+            acc = tl.dot(a, b, acc)
+        a_ptrs += BK * stride_ak
+        b_ptrs += BK * stride_bk
+
+    cm = pid_m * BM + tl.arange(0, BM)
+    cn = pid_n * BN + tl.arange(0, BN)
+    c_ptrs = C + cm[:, None].to(tl.int64) * stride_cm + cn[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=(cm < M)[:, None] & (cn < N)[None, :])
+
+
+@triton.jit
+def _matmul_tma(a_desc, b_desc, c_desc, M, N, K, stride_cm,
+                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr,
+                NUM_PROGRAMS: tl.constexpr, WIDEN: tl.constexpr, FLATTEN: tl.constexpr, C_PTR: tl.constexpr):
+    tiles_m = tl.cdiv(M, BM)
+    tiles_n = tl.cdiv(N, BN)
+    per_group = GM * tiles_n
+    # Persistent: each program walks tiles pid, pid + NUM_PROGRAMS, ... in grouped order.
+    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, NUM_PROGRAMS, flatten=FLATTEN):
+        group = tile // per_group
+        first_m = group * GM
+        group_m = min(tiles_m - first_m, GM)
+        pid_m = first_m + (tile % per_group) % group_m
+        pid_n = (tile % per_group) // group_m
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BK)):
+            # TMA zero-fills out-of-bounds rows and columns: no masks needed.
+            a = a_desc.load([pid_m * BM, k * BK])
+            b = b_desc.load([k * BK, pid_n * BN])
+            if WIDEN:
+                acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+            else:
+                acc = tl.dot(a, b, acc)
+        if C_PTR:  # C's rows are not 16-byte aligned (odd N): masked pointer stores
+            cm = pid_m * BM + tl.arange(0, BM)
+            cn = pid_n * BN + tl.arange(0, BN)
+            c_ptrs = c_desc + cm[:, None].to(tl.int64) * stride_cm + cn[None, :]
+            tl.store(c_ptrs, acc.to(c_desc.dtype.element_ty), mask=(cm < M)[:, None] & (cn < N)[None, :])
+        else:
+            c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_desc.dtype))  # TMA clips the edges
+
+
+# Triton 3.7's CPU interpreter multiplies bf16 tiles as their raw uint16 bits;
+# under it, tiles are widened to fp32 first (exact: same products, same sums).
+# triton.jit returns a compiled JITFunction, or a stand-in when interpreting.
+_INTERPRETED = not isinstance(_matmul, triton.JITFunction)
+
+
+@triton.jit
+def _copy_rows(Src, Dst, R, C, stride_s, stride_d, BR: tl.constexpr, BC: tl.constexpr):
+    rows = tl.program_id(0) * BR + tl.arange(0, BR)
+    cols = tl.program_id(1) * BC + tl.arange(0, BC)
+    mask = (rows < R)[:, None] & (cols < C)[None, :]
+    v = tl.load(Src + rows[:, None].to(tl.int64) * stride_s + cols[None, :], mask=mask)
+    tl.store(Dst + rows[:, None].to(tl.int64) * stride_d + cols[None, :], v, mask=mask)
+
+
+def _tma_operand(t: torch.Tensor) -> torch.Tensor:
+    """t itself when TMA can read it, else a copy whose rows start 16-byte aligned.
+
+    The copy is a [R, C] view of an [R, C rounded up to 16 bytes] buffer: TMA
+    zero-fills past C, so the padding is never read. One extra pass over an
+    operand costs a few percent of a GEMM; the pointer kernel on 2-byte-aligned
+    rows (no vector loads, no async copies) costs far more.
+    """
+    if _tma_ok(t):
+        return t
+    r, c = t.shape
+    per16 = 16 // t.element_size()
+    buf = torch.empty((r, triton.cdiv(c, per16) * per16), dtype=t.dtype, device=t.device)
+    _copy_rows[(triton.cdiv(r, 32), triton.cdiv(c, 128))](t, buf, r, c, t.stride(0), buf.stride(0), BR=32, BC=128,
+                                                          num_warps=8)  # 4 warps spill (sm_90 compile)
+    return buf[:, :c]
+
+
+def _tma_ok(*tensors) -> bool:
+    return all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 and t.stride(1) == 1
+               for t in tensors)
+
+
+def _num_sms(device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 2  # interpreted: small, so the test shapes reach both tile configs
+
+
+def _wave_fill(m: int, n: int, bm: int, bn: int, sms: int) -> float:
+    """Fraction of SM slots busy over the waves the tiles need (1.0: no idle SMs in the last wave)."""
+    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    return tiles / (triton.cdiv(tiles, sms) * sms)
+
+
+def config_16bit(m: int, n: int, k: int, sms: int) -> tuple:
+    """(BM, BN, BK, warps, stages, flatten, programs per SM) for 16-bit inputs of this shape.
+
+    C rows that are not 16-byte aligned (n % 8) are stored through masked pointers, whose
+    epilogue spills registers with the big tiles (sm_90 compile: 255 regs, 179 STL): small tiles.
+    """
+    if k < SMALL_MAX_K or n % 8 or 100 * _wave_fill(m, n, BLOCK_M, BLOCK_N, sms) < MIN_WAVE_FILL_PCT:
+        return (SMALL_BLOCK_M, SMALL_BLOCK_N, SMALL_BLOCK_K, SMALL_NUM_WARPS, SMALL_NUM_STAGES, SMALL_FLATTEN,
+                SMALL_PROGRAMS_PER_SM)
+    return BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES, TMA_FLATTEN, PROGRAMS_PER_SM
+
+
+def kernel_fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"matmul needs a[M,K] @ b[K,N], got {tuple(a.shape)} @ {tuple(b.shape)}")
+    m, k = a.shape
+    n = b.shape[1]
+    c = torch.empty((m, n), dtype=a.dtype, device=a.device)
+    if a.dtype == torch.float32:
+        bm, bn, bk, warps, stages = FP32_BLOCK_M, FP32_BLOCK_N, FP32_BLOCK_K, FP32_NUM_WARPS, FP32_NUM_STAGES
+        flatten, per_sm = TMA_FLATTEN, PROGRAMS_PER_SM
+    else:
+        bm, bn, bk, warps, stages, flatten, per_sm = config_16bit(m, n, k, _num_sms(a.device))
+    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    if USE_TMA and a.dtype != torch.float32 and a.stride(1) == 1 and b.stride(1) == 1:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        a_t, b_t = _tma_operand(a), _tma_operand(b)
+        c_ptr = not _tma_ok(c)
+        programs = min(tiles, _num_sms(a.device) * per_sm) if per_sm > 0 else tiles
+        _matmul_tma[(programs,)](
+            TensorDescriptor.from_tensor(a_t, [bm, bk]), TensorDescriptor.from_tensor(b_t, [bk, bn]),
+            c if c_ptr else TensorDescriptor.from_tensor(c, [bm, bn]), m, n, k, c.stride(0),
+            BM=bm, BN=bn, BK=bk, GM=GROUP_M, NUM_PROGRAMS=programs, FLATTEN=bool(flatten),
+            WIDEN=_INTERPRETED and a.dtype == torch.bfloat16, C_PTR=c_ptr, num_warps=warps, num_stages=stages)
+        return c
+    grid = (tiles,)
+    _matmul[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                  c.stride(0), c.stride(1), BM=bm, BN=bn, BK=bk, GM=GROUP_M,
+                  IEEE=a.dtype == torch.float32,
+                  WIDEN=_INTERPRETED and a.dtype == torch.bfloat16, num_warps=warps, num_stages=stages)
+    return c
