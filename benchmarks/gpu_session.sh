@@ -25,11 +25,12 @@
 #          second, role-swapped comparison); run5b (warm, after run5a): kernel quality with those tuned
 #          kernels, GPU-marked tests
 #   run5c: layernorm's starter after the warps rule that run5b's numbers called for, side by side
+#   run5d: harness A/A and detection rates with confirmed keeps (rmsnorm, softmax)
 #   run4d: the final side by side: the offline tuner under a budget (rmsnorm, softmax, cross_entropy),
 #          then kernel quality of all ten tasks (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
 # Usage on the device (carry .whl):
-#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -207,6 +208,10 @@ run5c)  # layernorm after its rows-path warps rule (16-bit rows wider than the b
     step starters 40 python3 benchmarks/starters_check.py --tasks layernorm --json "$R/starters.json"
     step kernel_quality 200 python3 benchmarks/kernel_quality.py --tasks layernorm --max-seconds 170 \
         --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
+    ;;
+run5d)  # the harness's A/A false-keep and 3% detection rates with keeps confirmed (first-pass counts beside)
+    step harness_speed 260 python3 benchmarks/harness_speed.py --tasks rmsnorm,softmax --runs 3 \
+        --json "$R/harness_speed.json"
     ;;
 sweeps)
     sw matmul 150 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \
