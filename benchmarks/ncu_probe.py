@@ -2,10 +2,12 @@
 
     ncu --clock-control none -k regex:_rmsnorm --launch-skip 2 --launch-count 1 \\
         --section SpeedOfLight --section Occupancy --section WarpStateStats \\
-        python3 benchmarks/ncu_probe.py rmsnorm wide bfloat16
+        python3 benchmarks/ncu_probe.py rmsnorm wide bfloat16 [KNOB=VALUE ...]
 
-The first calls compile and warm up (skip them with --launch-skip); every call
-is the starter's real kernel_fn on the task's own inputs for that shape.
+KNOB=VALUE sets a module-level knob of kernel.py first (to profile a setting
+against the default without editing the file). The first calls compile and
+warm up (skip them with --launch-skip); every call is the starter's real
+kernel_fn on the task's own inputs for that shape.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import starters_check as sc  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3:
-        raise SystemExit("usage: ncu_probe.py TASK SHAPE DTYPE")
-    task, shape_name, dtype_name = argv
+    if len(argv) < 3 or not all("=" in a for a in argv[3:]):
+        raise SystemExit("usage: ncu_probe.py TASK SHAPE DTYPE [KNOB=VALUE ...]")
+    task, shape_name, dtype_name = argv[:3]
     import torch
 
     from autokernel_tui.tasks.spec import load_spec
@@ -32,6 +34,10 @@ def main(argv: list[str]) -> int:
         raise SystemExit(f"{task} has no shape {shape_name!r}: {', '.join(s.name for s in spec.shapes)}")
     ref = sc.load_module(task_dir / "reference.py", "ncu")
     ker = sc.load_module(task_dir / "kernel.py", "ncu")
+    for name, value in (a.split("=", 1) for a in argv[3:]):
+        if not isinstance(getattr(ker, name, None), int):
+            raise SystemExit(f"{task}'s kernel.py has no int knob {name}")
+        setattr(ker, name, int(value))
     inputs = ref.make_inputs(dict(shape.dims), getattr(torch, dtype_name), "cuda", 0)
     for _ in range(4):
         ker.kernel_fn(*inputs)

@@ -32,6 +32,7 @@ RESIDENT_BYTES_PER_THREAD = 128  # resident path warps = row bytes / this / 32, 
 LOOP_BLOCK_N = 2048  # chunk width of the looped path
 LOOP_NUM_WARPS = 8
 LOOP_NUM_STAGES = 1  # software-pipelined chunks of the looped path (1: none; more: cp.async prefetch into shared memory)
+LOOP_PASS2_REVERSED = 1  # the looped path's second pass walks the row backwards (1) or forwards (0)
 
 
 @triton.jit
@@ -180,8 +181,20 @@ def _norm_piece(RO, W, Y, ro_offs, y_offs, cols, mask, rstd):
 
 
 @triton.jit
+def _pass2_start(i, n_body, BLOCK_N: tl.constexpr, REVERSED: tl.constexpr):
+    """Chunk start of the second pass's i-th step. Reversed, it first re-reads the chunks the
+    first pass read last, the likeliest still in L2: when the rows in flight overflow L2, a
+    forward re-read misses on nearly every chunk (LRU evicts each just before it is needed)."""
+    start = i
+    if REVERSED:
+        start = n_body - BLOCK_N - i
+    return start
+
+
+@triton.jit
 def _add_rmsnorm_looped(X, R, W, Y, RO, N, stride_x, stride_r, stride_y, stride_ro, eps,
-                        BLOCK_N: tl.constexpr, VEC: tl.constexpr, NUM_STAGES: tl.constexpr):
+                        BLOCK_N: tl.constexpr, VEC: tl.constexpr, NUM_STAGES: tl.constexpr,
+                        REVERSED: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_off = row * stride_x
     r_off = row * stride_r
@@ -211,8 +224,8 @@ def _add_rmsnorm_looped(X, R, W, Y, RO, N, stride_x, stride_r, stride_y, stride_
     rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
     tl.debug_barrier()  # make this program's new_residual stores visible to all its threads
     _norm_piece(RO, W, Y, ro_off + ar, y_off + ar, ar, hmask, rstd)
-    for start in tl.range(0, n_body, BLOCK_N, num_stages=NUM_STAGES):
-        cols = head + start + ar
+    for i in tl.range(0, n_body, BLOCK_N, num_stages=NUM_STAGES):
+        cols = head + _pass2_start(i, n_body, BLOCK_N, REVERSED) + ar
         h = tl.load(RO + _vec_offs(ro_off, cols, VEC, BLOCK_N), eviction_policy="evict_first").to(tl.float32)
         w = tl.load(W + cols).to(tl.float32)
         tl.store(Y + _vec_offs(y_off, cols, VEC, BLOCK_N), (h * rstd * w).to(Y.dtype.element_ty))
@@ -247,7 +260,8 @@ def kernel_fn(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps
         _add_rmsnorm_looped[(m,)](
             x2, r2, weight, y, new_residual, n,
             x2.stride(0), r2.stride(0), y.stride(0), new_residual.stride(0), eps,
-            BLOCK_N=LOOP_BLOCK_N, VEC=vec, NUM_STAGES=LOOP_NUM_STAGES, num_warps=LOOP_NUM_WARPS)
+            BLOCK_N=LOOP_BLOCK_N, VEC=vec, NUM_STAGES=LOOP_NUM_STAGES, REVERSED=LOOP_PASS2_REVERSED,
+            num_warps=LOOP_NUM_WARPS)
     return y.view(x.shape), new_residual.view(x.shape)
 
 

@@ -37,6 +37,7 @@ RESIDENT_BYTES_PER_THREAD = 128  # resident path warps = row bytes / this / 32, 
 LOOP_BLOCK_N = 2048  # chunk width of the looped path
 LOOP_NUM_WARPS = 16
 LOOP_NUM_STAGES = 1  # software-pipelined chunks of the looped path (1: none; more: cp.async prefetch into shared memory)
+LOOP_PASS2_REVERSED = 1  # the looped path's second pass walks the row backwards (1) or forwards (0)
 
 
 @triton.jit
@@ -181,8 +182,19 @@ def _layernorm_write(X, W, B, Y, x_offs, y_offs, cols, mask, mean, rstd):
 
 
 @triton.jit
+def _pass2_start(i, n_body, BLOCK_N: tl.constexpr, REVERSED: tl.constexpr):
+    """Chunk start of the second pass's i-th step. Reversed, it first re-reads the chunks the
+    first pass read last, the likeliest still in L2: when the rows in flight overflow L2, a
+    forward re-read misses on nearly every chunk (LRU evicts each just before it is needed)."""
+    start = i
+    if REVERSED:
+        start = n_body - BLOCK_N - i
+    return start
+
+
+@triton.jit
 def _layernorm_looped(X, W, B, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr, VEC: tl.constexpr,
-                      NUM_STAGES: tl.constexpr):
+                      NUM_STAGES: tl.constexpr, REVERSED: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_off = row * stride_x
     y_off = row * stride_y
@@ -218,8 +230,8 @@ def _layernorm_looped(X, W, B, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.conste
     mean = shift + mean_d
     rstd = 1.0 / tl.sqrt(var + eps)
     _layernorm_write(X, W, B, Y, x_off + ar, y_off + ar, ar, hmask, mean, rstd)
-    for start in tl.range(0, n_body, BLOCK_N, num_stages=NUM_STAGES):
-        cols = head + start + ar
+    for i in tl.range(0, n_body, BLOCK_N, num_stages=NUM_STAGES):
+        cols = head + _pass2_start(i, n_body, BLOCK_N, REVERSED) + ar
         offs_x = tl.max_contiguous(tl.multiple_of(x_off + cols, VEC), BLOCK_N)
         offs_y = tl.max_contiguous(tl.multiple_of(y_off + cols, VEC), BLOCK_N)
         x = tl.load(X + offs_x, eviction_policy="evict_first").to(tl.float32)
@@ -256,7 +268,8 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
                                   TAIL=tail, VEC=vec, SHIFTED=x2.stride(0) % vec != 0, num_warps=warps)
     else:
         _layernorm_looped[(m,)](x2, weight, bias, y, n, x2.stride(0), y.stride(0), eps, BLOCK_N=LOOP_BLOCK_N,
-                                VEC=vec, NUM_STAGES=LOOP_NUM_STAGES, num_warps=LOOP_NUM_WARPS)
+                                VEC=vec, NUM_STAGES=LOOP_NUM_STAGES, REVERSED=LOOP_PASS2_REVERSED,
+                                num_warps=LOOP_NUM_WARPS)
     return y.view(x.shape)
 
 

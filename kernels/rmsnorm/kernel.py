@@ -28,6 +28,7 @@ RESIDENT_BYTES_PER_THREAD = 128  # resident path warps = row bytes / this / 32, 
 LOOP_BLOCK_N = 2048  # chunk width of the looped path
 LOOP_NUM_WARPS = 16
 LOOP_NUM_STAGES = 1  # software-pipelined chunks of the looped path (1: none; more: cp.async prefetch into shared memory)
+LOOP_PASS2_REVERSED = 1  # the looped path's second pass walks the row backwards (1) or forwards (0)
 
 
 @triton.jit
@@ -144,8 +145,19 @@ def _rmsnorm_write(X, W, Y, x_offs, y_offs, cols, mask, rstd):
 
 
 @triton.jit
+def _pass2_start(i, n_body, BLOCK_N: tl.constexpr, REVERSED: tl.constexpr):
+    """Chunk start of the second pass's i-th step. Reversed, it first re-reads the chunks the
+    first pass read last, the likeliest still in L2: when the rows in flight overflow L2, a
+    forward re-read misses on nearly every chunk (LRU evicts each just before it is needed)."""
+    start = i
+    if REVERSED:
+        start = n_body - BLOCK_N - i
+    return start
+
+
+@triton.jit
 def _rmsnorm_looped(X, W, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr, VEC: tl.constexpr,
-                    NUM_STAGES: tl.constexpr):
+                    NUM_STAGES: tl.constexpr, REVERSED: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_off = row * stride_x
     y_off = row * stride_y
@@ -169,8 +181,8 @@ def _rmsnorm_looped(X, W, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr, 
         acc += xb * xb
     rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
     _rmsnorm_write(X, W, Y, x_off + ar, y_off + ar, ar, hmask, rstd)
-    for start in tl.range(0, n_body, BLOCK_N, num_stages=NUM_STAGES):
-        cols = head + start + ar
+    for i in tl.range(0, n_body, BLOCK_N, num_stages=NUM_STAGES):
+        cols = head + _pass2_start(i, n_body, BLOCK_N, REVERSED) + ar
         offs_x = tl.max_contiguous(tl.multiple_of(x_off + cols, VEC), BLOCK_N)
         offs_y = tl.max_contiguous(tl.multiple_of(y_off + cols, VEC), BLOCK_N)
         xb = tl.load(X + offs_x, eviction_policy="evict_first").to(tl.float32)
@@ -201,7 +213,8 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
                                 SHIFTED=x2.stride(0) % vec != 0, num_warps=warps)
     else:
         _rmsnorm_looped[(m,)](x2, weight, y, n, x2.stride(0), y.stride(0), eps,
-                              BLOCK_N=LOOP_BLOCK_N, VEC=vec, NUM_STAGES=LOOP_NUM_STAGES, num_warps=LOOP_NUM_WARPS)
+                              BLOCK_N=LOOP_BLOCK_N, VEC=vec, NUM_STAGES=LOOP_NUM_STAGES,
+                              REVERSED=LOOP_PASS2_REVERSED, num_warps=LOOP_NUM_WARPS)
     return y.view(x.shape)
 
 

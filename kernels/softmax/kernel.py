@@ -42,6 +42,7 @@ LOOP_NUM_STAGES = 1  # software-pipelined chunks (1: none; more: cp.async prefet
 VEC_LOOP_BLOCK_N = 2048  # the same for other widths (H200 sweep, run 4b: 2048 x 8 warps, 4 stages)
 VEC_LOOP_NUM_WARPS = 8
 VEC_LOOP_NUM_STAGES = 4
+LOOP_PASS2_REVERSED = 1  # both online paths' second pass walks the row backwards (1) or forwards (0)
 
 LOG2E = 1.4426950408889634
 
@@ -188,7 +189,19 @@ def _online_update(m_run, s_vec, x):
 
 
 @triton.jit
-def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr):
+def _pass2_start(i, n_body, BLOCK_N: tl.constexpr, REVERSED: tl.constexpr):
+    """Chunk start of the second pass's i-th step. Reversed, it first re-reads the chunks the
+    first pass read last, the likeliest still in L2: when the rows in flight overflow L2, a
+    forward re-read misses on nearly every chunk (LRU evicts each just before it is needed)."""
+    start = i
+    if REVERSED:
+        start = n_body - BLOCK_N - i
+    return start
+
+
+@triton.jit
+def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr,
+                    REVERSED: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x
     y_row = Y + row * stride_y
@@ -204,8 +217,9 @@ def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, NUM_STAG
         m_run, s_vec = _online_update(m_run, s_vec, tl.where(cmask, x.to(tl.float32), float("-inf")))
     row_max = m_run
     inv = 1.0 / tl.sum(s_vec, axis=0)
-    for start in tl.range(0, N, BLOCK_N, num_stages=NUM_STAGES):
-        cols = start + tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(N, BLOCK_N) * BLOCK_N  # the last chunk is partial, masked
+    for i in tl.range(0, N, BLOCK_N, num_stages=NUM_STAGES):
+        cols = _pass2_start(i, n_chunks, BLOCK_N, REVERSED) + tl.arange(0, BLOCK_N)
         cmask = cols < N
         x = tl.load(x_row + cols, mask=cmask, other=0.0, eviction_policy="evict_first").to(tl.float32)
         y = tl.exp2((x - row_max) * 1.4426950408889634) * inv
@@ -214,7 +228,7 @@ def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, NUM_STAG
 
 @triton.jit
 def _softmax_online_vec(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, VEC: tl.constexpr,
-                        NUM_STAGES: tl.constexpr):
+                        NUM_STAGES: tl.constexpr, REVERSED: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_off = row * stride_x
     y_off = row * stride_y
@@ -248,7 +262,8 @@ def _softmax_online_vec(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, VEC:
     xh = tl.load(X + x_off + ar, mask=hmask, other=0.0).to(tl.float32)
     yh = tl.exp2((xh - row_max) * 1.4426950408889634) * inv
     tl.store(Y + y_off + ar, yh.to(Y.dtype.element_ty), mask=hmask)
-    for start in tl.range(0, n_body, BLOCK_N, num_stages=NUM_STAGES):
+    for i in tl.range(0, n_body, BLOCK_N, num_stages=NUM_STAGES):
+        start = _pass2_start(i, n_body, BLOCK_N, REVERSED)
         offs_x = tl.max_contiguous(tl.multiple_of(x_off + head + start + ar, VEC), BLOCK_N)
         offs_y = tl.max_contiguous(tl.multiple_of(y_off + head + start + ar, VEC), BLOCK_N)
         xb = tl.load(X + offs_x, eviction_policy="evict_first").to(tl.float32)
@@ -280,10 +295,11 @@ def kernel_fn(x: torch.Tensor) -> torch.Tensor:
                                 VEC=vec, SHIFTED=x2.stride(0) % vec != 0, num_warps=warps)
     elif vec == 1 or (n % 16 == 0 and x2.stride(0) % 16 == 0 and y.stride(0) % 16 == 0):
         _softmax_online[(m,)](x2, y, n, x2.stride(0), y.stride(0), BLOCK_N=LOOP_BLOCK_N,
-                              NUM_STAGES=LOOP_NUM_STAGES, num_warps=LOOP_NUM_WARPS)
+                              NUM_STAGES=LOOP_NUM_STAGES, REVERSED=LOOP_PASS2_REVERSED, num_warps=LOOP_NUM_WARPS)
     else:
         _softmax_online_vec[(m,)](x2, y, n, x2.stride(0), y.stride(0), BLOCK_N=VEC_LOOP_BLOCK_N,
-                                  VEC=vec, NUM_STAGES=VEC_LOOP_NUM_STAGES, num_warps=VEC_LOOP_NUM_WARPS)
+                                  VEC=vec, NUM_STAGES=VEC_LOOP_NUM_STAGES, REVERSED=LOOP_PASS2_REVERSED,
+                                  num_warps=VEC_LOOP_NUM_WARPS)
     return y.view(x.shape)
 
 

@@ -123,6 +123,15 @@ def test_looped_rows_in_every_layout_match_the_reference(task, dtype, layout, mo
     assert calls[0][0] == looped
 
 
+@pytest.mark.parametrize("layout", [_contiguous, _row_strided], ids=["contiguous", "row-strided"])
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_looped_rows_with_a_forward_second_pass(task, layout, monkeypatch):
+    """LOOP_PASS2_REVERSED is a tuner knob: the forward walk must stay exact too (row-strided
+    softmax takes the plain online kernel, with its partial last chunk)."""
+    calls = _check(task, "float16", 3, 20011, layout, monkeypatch, RESIDENT_MAX_KB=0, LOOP_PASS2_REVERSED=0)
+    assert calls[0][1]["REVERSED"] == 0
+
+
 @pytest.mark.parametrize("task", sorted(TASKS))
 def test_paths_by_width(task, monkeypatch):
     """Aligned short rows take the rows path, odd widths the resident one, the widest loop."""
