@@ -26,14 +26,16 @@
 #          kernels, GPU-marked tests
 #   run5c: layernorm's starter after the warps rule that run5b's numbers called for, side by side
 #   run5d: harness A/A and detection rates with confirmed keeps (rmsnorm, softmax)
-#   run6a: the looped/online row kernels' second pass walked backwards (LOOP_PASS2_REVERSED) swept
-#          against forwards and the warps per row (winners written into kernel.py, copies in applied/);
-#          those four starters' correctness and quality; Nsight Compute DRAM bytes, both directions
+#   run6a: sweeps of the looped/online row kernels' second pass walked backwards (LOOP_PASS2_REVERSED)
+#          against forwards, of per-lane running maxima (LANE_MAX: softmax, cross-entropy) against a row
+#          max per chunk, and of warps per row; winners written into kernel.py (copies in applied/, to
+#          commit before run6b); those five starters' correctness at full shapes
+#   run6b: those five starters side by side (eager, torch.compile); Nsight Compute of both settings
 #   run4d: the final side by side: the offline tuner under a budget (rmsnorm, softmax, cross_entropy),
 #          then kernel quality of all ten tasks (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
 # Usage on the device (carry .whl):
-#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -216,29 +218,35 @@ run5d)  # the harness's A/A false-keep and 3% detection rates with keeps confirm
     step harness_speed 260 python3 benchmarks/harness_speed.py --tasks rmsnorm,softmax --runs 3 \
         --json "$R/harness_speed.json"
     ;;
-run6a)  # second pass backwards vs forwards, then those starters side by side, then DRAM bytes by Nsight
+run6a)  # sweeps: second pass backwards vs forwards, per-lane maxima vs a row max per chunk, warps per row
     for t in rmsnorm layernorm; do
         sw "$t" 50 --task "$t" --shapes wide --dtypes bfloat16 --apply-best \
             --grid LOOP_PASS2_REVERSED=0,1 --grid LOOP_NUM_WARPS=8,16,32 --grid LOOP_BLOCK_N=2048,4096
     done
     sw add_rmsnorm 50 --task add_rmsnorm --shapes wide --dtypes bfloat16 --apply-best \
         --grid RESIDENT_MAX_KB=0,128 --grid LOOP_PASS2_REVERSED=0,1 --grid LOOP_NUM_WARPS=8,16,32
-    sw softmax 60 --task softmax --shapes gpt2-vocab,llama7b-vocab --dtypes bfloat16 --apply-best \
-        --grid LOOP_PASS2_REVERSED=0,1 --grid VEC_LOOP_NUM_WARPS=8,16,32 --grid LOOP_NUM_WARPS=8,16
+    sw softmax 90 --task softmax --shapes gpt2-vocab,llama7b-vocab --dtypes bfloat16 --apply-best \
+        --grid LANE_MAX=0,1 --grid LOOP_PASS2_REVERSED=0,1 --grid VEC_LOOP_NUM_WARPS=8,16 --grid LOOP_NUM_WARPS=8,16
+    sw cross_entropy 80 --task cross_entropy --dtypes bfloat16 --apply-best \
+        --grid LANE_MAX=0,1 --grid NUM_WARPS=4,8 --grid BLOCK_V=2048,4096
     mkdir -p "$R/applied"
-    for t in rmsnorm layernorm add_rmsnorm softmax; do cp "kernels/$t/kernel.py" "$R/applied/$t.kernel.py.txt"; done
-    step starters 70 python3 benchmarks/starters_check.py --tasks rmsnorm,layernorm,add_rmsnorm,softmax \
+    for t in rmsnorm layernorm add_rmsnorm softmax cross_entropy; do
+        cp "kernels/$t/kernel.py" "$R/applied/$t.kernel.py.txt"
+    done
+    step starters 90 python3 benchmarks/starters_check.py --tasks rmsnorm,layernorm,add_rmsnorm,softmax,cross_entropy \
         --json "$R/starters.json"
-    step kernel_quality 200 python3 benchmarks/kernel_quality.py --tasks rmsnorm,layernorm,add_rmsnorm,softmax \
-        --max-seconds 180 --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
+    ;;
+run6b)  # run6a's winners (committed): those five starters side by side, then DRAM bytes by Nsight, both directions
+    step kernel_quality 330 python3 benchmarks/kernel_quality.py --tasks rmsnorm,layernorm,add_rmsnorm,softmax,cross_entropy \
+        --max-seconds 300 --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
     ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-    for probe in "rmsnorm wide _rmsnorm 0" "rmsnorm wide _rmsnorm 1" "softmax gpt2-vocab _softmax 0" \
-                 "softmax gpt2-vocab _softmax 1"; do
+    for probe in "rmsnorm wide _rmsnorm LOOP_PASS2_REVERSED=0" "rmsnorm wide _rmsnorm LOOP_PASS2_REVERSED=1" \
+                 "cross_entropy llama7b-short _row_loss LANE_MAX=0" "cross_entropy llama7b-short _row_loss LANE_MAX=1"; do
         set -- $probe
-        step "ncu_$1_$2_rev$4" 40 "$ncu" --clock-control none -k "regex:$3" --launch-skip 2 --launch-count 1 \
-            --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        step "ncu_$1_$2_$4" 45 "$ncu" --clock-control none -k "regex:$3" --launch-skip 2 --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
             --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
-            python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16 LOOP_PASS2_REVERSED="$4"
+            python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16 "$4"
     done
     ;;
 sweeps)

@@ -20,6 +20,7 @@ BLOCK_V = 4096  # logits per chunk of the row loop
 NUM_WARPS = 4
 NUM_STAGES = 1  # software-pipelined chunks of the row loop (1: none; more: cp.async prefetch into shared memory)
 REDUCE_BLOCK = 1024  # row losses per step of the final reduction
+LANE_MAX = 1  # 1: a running max per 16-byte lane, no block reduction per chunk; 0: a row max per chunk
 
 _IGNORE_INDEX = -100  # F.cross_entropy's default (lower-case-prefixed: not a knob)
 
@@ -29,14 +30,26 @@ def _online_update(m, s, x):
     # Fold a chunk x into the running max m and the sum s of exp(x - m); base-2 exponentials
     # with log2(e) folded in, so x * log2e - m * log2e is one fused multiply-add per logit.
     m_new = tl.maximum(m, tl.max(x, axis=0))
-    m_scaled = m_new * 1.4426950408889634
+    m_scaled = tl.where(m_new == -float("inf"), 0.0, m_new * 1.4426950408889634)  # only -inf so far: s stays 0
     return m_new, s * tl.exp2(m * 1.4426950408889634 - m_scaled) + tl.sum(
         tl.exp2(x * 1.4426950408889634 - m_scaled), axis=0)
 
 
 @triton.jit
+def _lane_update(m, s, x):
+    # Fold a chunk x[LANES, ALIGN] (-inf where masked) into per-lane running maxima m and sums s
+    # of exp(x - m). A lane is one thread's 16-byte vector, so its max and sum never leave the
+    # thread: no block reduction (shuffles and barriers) per chunk, for one more exponential per lane.
+    m_new = tl.maximum(m, tl.max(x, axis=1))
+    m_scaled = tl.where(m_new == -float("inf"), 0.0, m_new * 1.4426950408889634)  # lanes of only -inf keep s = 0
+    s = s * tl.exp2(m * 1.4426950408889634 - m_scaled) + tl.sum(
+        tl.exp2(x * 1.4426950408889634 - m_scaled[:, None]), axis=1)
+    return m_new, s
+
+
+@triton.jit
 def _row_loss(LOGITS, TARGETS, LOSS, V, stride_row, ignore_index,
-              BLOCK: tl.constexpr, ALIGN: tl.constexpr, STAGES: tl.constexpr):
+              BLOCK: tl.constexpr, ALIGN: tl.constexpr, STAGES: tl.constexpr, LANES: tl.constexpr):
     row = tl.program_id(0)
     row_start = row.to(tl.int64) * stride_row
     row_ptr = LOGITS + row_start
@@ -44,21 +57,38 @@ def _row_loss(LOGITS, TARGETS, LOSS, V, stride_row, ignore_index,
     head = tl.minimum((ALIGN - row_start % ALIGN) % ALIGN, V).to(tl.int32)
     cols = tl.arange(0, ALIGN)
     x_head = tl.load(row_ptr + cols, mask=cols < head, other=-float("inf")).to(tl.float32)
-    m = tl.max(x_head, axis=0)  # -inf when the head is empty
-    s = tl.sum(tl.where(cols < head, tl.exp2((x_head - m) * 1.4426950408889634), 0.0), axis=0)
+    m = tl.max(x_head, axis=0)  # -inf when the head is empty (or masked out: -inf logits)
+    m_safe = tl.where(m == -float("inf"), 0.0, m)
+    s = tl.sum(tl.where(cols < head, tl.exp2((x_head - m_safe) * 1.4426950408889634), 0.0), axis=0)
     # Body: full chunks from an aligned address, no mask.
     n_full = (V - head) // BLOCK
     body = LOGITS + tl.multiple_of(row_start + head, ALIGN)
-    offs = tl.arange(0, BLOCK)
-    for i in tl.range(0, n_full, num_stages=STAGES):
-        x_body = tl.load(body + i * BLOCK + offs).to(tl.float32)
-        m, s = _online_update(m, s, x_body)
-    # Tail: what is left, masked.
     tail = head + n_full * BLOCK
-    cols = tail + offs
-    x_tail = tl.load(row_ptr + cols, mask=cols < V, other=-float("inf")).to(tl.float32)
-    if tail < V:
-        m, s = _online_update(m, s, x_tail)
+    if LANES:
+        # The chunk as [BLOCK // ALIGN, ALIGN]: row j is lane j's 16-byte vector.
+        offs = tl.arange(0, BLOCK // ALIGN)[:, None] * ALIGN + tl.arange(0, ALIGN)[None, :]
+        m_l = tl.full([BLOCK // ALIGN], -float("inf"), tl.float32)
+        s_l = tl.zeros([BLOCK // ALIGN], tl.float32)
+        for i in tl.range(0, n_full, num_stages=STAGES):
+            m_l, s_l = _lane_update(m_l, s_l, tl.load(body + i * BLOCK + offs).to(tl.float32))
+        cols = tail + offs  # the tail, masked; lanes wholly past the row see only -inf
+        m_l, s_l = _lane_update(m_l, s_l, tl.load(row_ptr + cols, mask=cols < V, other=-float("inf")).to(tl.float32))
+        # Lanes and head into the row's max and sum (one block reduction per row, not per chunk).
+        m_row = tl.maximum(m, tl.max(m_l, axis=0))
+        m_scaled = tl.where(m_row == -float("inf"), 0.0, m_row * 1.4426950408889634)
+        s = s * tl.exp2(m * 1.4426950408889634 - m_scaled) + tl.sum(
+            s_l * tl.exp2(m_l * 1.4426950408889634 - m_scaled), axis=0)
+        m = m_row
+    else:
+        offs = tl.arange(0, BLOCK)
+        for i in tl.range(0, n_full, num_stages=STAGES):
+            x_body = tl.load(body + i * BLOCK + offs).to(tl.float32)
+            m, s = _online_update(m, s, x_body)
+        # Tail: what is left, masked.
+        cols = tail + offs
+        x_tail = tl.load(row_ptr + cols, mask=cols < V, other=-float("inf")).to(tl.float32)
+        if tail < V:
+            m, s = _online_update(m, s, x_tail)
     lse = m + tl.log2(s) * 0.6931471805599453
     target = tl.load(TARGETS + row)
     valid = target != ignore_index
@@ -94,6 +124,6 @@ def kernel_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     out = torch.empty((), dtype=logits.dtype, device=logits.device)
     _row_loss[(m,)](logits, targets, row_loss, v, logits.stride(0), _IGNORE_INDEX,
                     BLOCK=BLOCK_V, ALIGN=16 // logits.element_size(), STAGES=NUM_STAGES,
-                    num_warps=NUM_WARPS)
+                    LANES=LANE_MAX, num_warps=NUM_WARPS)
     _mean_loss[(1,)](row_loss, targets, out, m, _IGNORE_INDEX, BLOCK=REDUCE_BLOCK, num_warps=4)
     return out

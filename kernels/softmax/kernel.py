@@ -12,9 +12,10 @@ Three paths, by row width:
     vectors (the few elements outside the row stay out of the max and sum),
     whole vectors inside the row are stored as vectors, and the row's partial
     first and last vectors element by element;
-  * online (wider rows): one pass keeps a running row max and per-lane sums
-    rescaled when the max grows, a second pass writes the probabilities, so x is
-    read twice at most and written once. A width Triton can prove 16-byte
+  * online (wider rows): one pass keeps a running max and a sum of
+    exponentials per 16-byte lane (one thread's vector, so no block reduction
+    per chunk), rescaled when that lane's max grows; a second pass writes the
+    probabilities, so x is read twice at most and written once. A width Triton can prove 16-byte
     aligned gets vector loads in plain chunks (_softmax_online); any other
     width starts each row with a masked head up to a 16-byte boundary and moves
     whole chunks as 16-byte vectors from there (_softmax_online_vec).
@@ -43,6 +44,7 @@ VEC_LOOP_BLOCK_N = 2048  # the same for other widths (H200 sweep, run 4b: 2048 x
 VEC_LOOP_NUM_WARPS = 8
 VEC_LOOP_NUM_STAGES = 4
 LOOP_PASS2_REVERSED = 1  # both online paths' second pass walks the row backwards (1) or forwards (0)
+LANE_MAX = 1  # online pass 1: a running max per 16-byte lane (1; no block reduction per chunk) or per row (0)
 
 LOG2E = 1.4426950408889634
 
@@ -189,6 +191,27 @@ def _online_update(m_run, s_vec, x):
 
 
 @triton.jit
+def _lane_update(m, s, x):
+    """Fold a chunk x[LANES, LANE] (fp32, -inf where masked) into per-lane running maxima m and
+    sums s of exp(x - m). A lane is one thread's 16-byte vector, so its max and sum never leave
+    the thread: no block reduction (shuffles and barriers) per chunk, for one more exponential per lane."""
+    m_new = tl.maximum(m, tl.max(x, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # lanes of only -inf keep s = 0
+    # (x - max) before scaling, as pass 2 does: x * log2e - max * log2e would cost fp32 its tolerance.
+    s = s * tl.exp2((m - m_safe) * 1.4426950408889634) + tl.sum(
+        tl.exp2((x - m_safe[:, None]) * 1.4426950408889634), axis=1)
+    return m_new, s
+
+
+@triton.jit
+def _lanes_to_row(m, s):
+    """The row's max and sum of exp(x - max) from its lanes' (one block reduction per row)."""
+    row_max = tl.max(m, axis=0)
+    m_safe = tl.where(row_max == float("-inf"), 0.0, row_max)
+    return row_max, tl.sum(s * tl.exp2((m - m_safe) * 1.4426950408889634), axis=0)
+
+
+@triton.jit
 def _pass2_start(i, n_body, BLOCK_N: tl.constexpr, REVERSED: tl.constexpr):
     """Chunk start of the second pass's i-th step. Reversed, it first re-reads the chunks the
     first pass read last, the likeliest still in L2: when the rows in flight overflow L2, a
@@ -201,22 +224,34 @@ def _pass2_start(i, n_body, BLOCK_N: tl.constexpr, REVERSED: tl.constexpr):
 
 @triton.jit
 def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr,
-                    REVERSED: tl.constexpr):
+                    REVERSED: tl.constexpr, LANE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x
     y_row = Y + row * stride_y
-    # A running row max (one scalar per chunk) and per-lane sums of exp(x - max),
-    # rescaled by one scalar exp when the max grows: one exp per element.
-    m_run = tl.max(tl.full([BLOCK_N], float("-inf"), dtype=tl.float32), axis=0)
-    s_vec = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in tl.range(0, N, BLOCK_N, num_stages=NUM_STAGES):
-        cols = start + tl.arange(0, BLOCK_N)
-        cmask = cols < N
-        # Keep the row in L2 for the second pass.
-        x = tl.load(x_row + cols, mask=cmask, other=0.0, eviction_policy="evict_last")
-        m_run, s_vec = _online_update(m_run, s_vec, tl.where(cmask, x.to(tl.float32), float("-inf")))
-    row_max = m_run
-    inv = 1.0 / tl.sum(s_vec, axis=0)
+    if LANE > 0:
+        # Each chunk as [BLOCK_N // LANE, LANE]: a running max and sum per lane.
+        lanes = tl.arange(0, BLOCK_N // LANE)[:, None] * LANE + tl.arange(0, LANE)[None, :]
+        m_l = tl.full([BLOCK_N // LANE], float("-inf"), tl.float32)
+        s_l = tl.zeros([BLOCK_N // LANE], tl.float32)
+        for start in tl.range(0, N, BLOCK_N, num_stages=NUM_STAGES):
+            cols = start + lanes
+            # Keep the row in L2 for the second pass.
+            x = tl.load(x_row + cols, mask=cols < N, other=float("-inf"), eviction_policy="evict_last")
+            m_l, s_l = _lane_update(m_l, s_l, x.to(tl.float32))
+        row_max, total = _lanes_to_row(m_l, s_l)
+    else:
+        # A running row max (one scalar per chunk) and per-lane sums of exp(x - max),
+        # rescaled by one scalar exp when the max grows: one exp per element.
+        m_run = tl.max(tl.full([BLOCK_N], float("-inf"), dtype=tl.float32), axis=0)
+        s_vec = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for start in tl.range(0, N, BLOCK_N, num_stages=NUM_STAGES):
+            cols = start + tl.arange(0, BLOCK_N)
+            cmask = cols < N
+            x = tl.load(x_row + cols, mask=cmask, other=0.0, eviction_policy="evict_last")
+            m_run, s_vec = _online_update(m_run, s_vec, tl.where(cmask, x.to(tl.float32), float("-inf")))
+        row_max = m_run
+        total = tl.sum(s_vec, axis=0)
+    inv = 1.0 / total
     n_chunks = tl.cdiv(N, BLOCK_N) * BLOCK_N  # the last chunk is partial, masked
     for i in tl.range(0, N, BLOCK_N, num_stages=NUM_STAGES):
         cols = _pass2_start(i, n_chunks, BLOCK_N, REVERSED) + tl.arange(0, BLOCK_N)
@@ -228,7 +263,7 @@ def _softmax_online(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, NUM_STAG
 
 @triton.jit
 def _softmax_online_vec(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, VEC: tl.constexpr,
-                        NUM_STAGES: tl.constexpr, REVERSED: tl.constexpr):
+                        NUM_STAGES: tl.constexpr, REVERSED: tl.constexpr, LANES: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_off = row * stride_x
     y_off = row * stride_y
@@ -240,24 +275,41 @@ def _softmax_online_vec(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, VEC:
     head = tl.minimum((VEC - x_off % VEC) % VEC, N)
     n_body = ((N - head) // BLOCK_N) * BLOCK_N
     ar = tl.arange(0, BLOCK_N)
-    # Pass 1: a running row max (one scalar per chunk) and per-lane sums of exp(x - max),
-    # rescaled by one scalar exp when the max grows: one exp per element.
-    m_run = tl.max(tl.full([BLOCK_N], float("-inf"), dtype=tl.float32), axis=0)
-    s_vec = tl.zeros([BLOCK_N], dtype=tl.float32)
     hmask = ar < head
-    xh = tl.load(X + x_off + ar, mask=hmask, other=0.0)
-    m_run, s_vec = _online_update(m_run, s_vec, tl.where(hmask, xh.to(tl.float32), float("-inf")))
-    for start in tl.range(0, n_body, BLOCK_N, num_stages=NUM_STAGES):
-        offs = tl.max_contiguous(tl.multiple_of(x_off + head + start + ar, VEC), BLOCK_N)
-        # Keep the row in L2 for the second pass.
-        xb = tl.load(X + offs, eviction_policy="evict_last").to(tl.float32)
-        m_run, s_vec = _online_update(m_run, s_vec, xb)
     tcols = head + n_body + ar
     tmask = tcols < N
-    xt = tl.load(X + x_off + tcols, mask=tmask, other=0.0)
-    m_run, s_vec = _online_update(m_run, s_vec, tl.where(tmask, xt.to(tl.float32), float("-inf")))
-    row_max = m_run
-    inv = 1.0 / tl.sum(s_vec, axis=0)
+    if LANES:
+        # Pass 1, per 16-byte lane: each chunk as [BLOCK_N // VEC, VEC], a running max and sum per lane.
+        lanes = tl.arange(0, BLOCK_N // VEC)[:, None] * VEC + tl.arange(0, VEC)[None, :]
+        m_l = tl.full([BLOCK_N // VEC], float("-inf"), tl.float32)
+        s_l = tl.zeros([BLOCK_N // VEC], tl.float32)
+        xh = tl.load(X + x_off + lanes, mask=lanes < head, other=float("-inf"))
+        m_l, s_l = _lane_update(m_l, s_l, xh.to(tl.float32))
+        body = X + tl.multiple_of(x_off + head, VEC)
+        for start in tl.range(0, n_body, BLOCK_N, num_stages=NUM_STAGES):
+            # Keep the row in L2 for the second pass.
+            xb = tl.load(body + start + lanes, eviction_policy="evict_last").to(tl.float32)
+            m_l, s_l = _lane_update(m_l, s_l, xb)
+        tail_lanes = head + n_body + lanes
+        xt = tl.load(X + x_off + tail_lanes, mask=tail_lanes < N, other=float("-inf"))
+        m_l, s_l = _lane_update(m_l, s_l, xt.to(tl.float32))
+        row_max, total = _lanes_to_row(m_l, s_l)
+    else:
+        # Pass 1: a running row max (one scalar per chunk) and per-lane sums of exp(x - max),
+        # rescaled by one scalar exp when the max grows: one exp per element.
+        m_run = tl.max(tl.full([BLOCK_N], float("-inf"), dtype=tl.float32), axis=0)
+        s_vec = tl.zeros([BLOCK_N], dtype=tl.float32)
+        xh = tl.load(X + x_off + ar, mask=hmask, other=0.0)
+        m_run, s_vec = _online_update(m_run, s_vec, tl.where(hmask, xh.to(tl.float32), float("-inf")))
+        for start in tl.range(0, n_body, BLOCK_N, num_stages=NUM_STAGES):
+            offs = tl.max_contiguous(tl.multiple_of(x_off + head + start + ar, VEC), BLOCK_N)
+            xb = tl.load(X + offs, eviction_policy="evict_last").to(tl.float32)
+            m_run, s_vec = _online_update(m_run, s_vec, xb)
+        xt = tl.load(X + x_off + tcols, mask=tmask, other=0.0)
+        m_run, s_vec = _online_update(m_run, s_vec, tl.where(tmask, xt.to(tl.float32), float("-inf")))
+        row_max = m_run
+        total = tl.sum(s_vec, axis=0)
+    inv = 1.0 / total
     # Pass 2: write the probabilities, same three parts.
     xh = tl.load(X + x_off + ar, mask=hmask, other=0.0).to(tl.float32)
     yh = tl.exp2((xh - row_max) * 1.4426950408889634) * inv
@@ -295,11 +347,12 @@ def kernel_fn(x: torch.Tensor) -> torch.Tensor:
                                 VEC=vec, SHIFTED=x2.stride(0) % vec != 0, num_warps=warps)
     elif vec == 1 or (n % 16 == 0 and x2.stride(0) % 16 == 0 and y.stride(0) % 16 == 0):
         _softmax_online[(m,)](x2, y, n, x2.stride(0), y.stride(0), BLOCK_N=LOOP_BLOCK_N,
-                              NUM_STAGES=LOOP_NUM_STAGES, REVERSED=LOOP_PASS2_REVERSED, num_warps=LOOP_NUM_WARPS)
+                              NUM_STAGES=LOOP_NUM_STAGES, REVERSED=LOOP_PASS2_REVERSED,
+                              LANE=(16 // x.element_size()) * LANE_MAX, num_warps=LOOP_NUM_WARPS)
     else:
         _softmax_online_vec[(m,)](x2, y, n, x2.stride(0), y.stride(0), BLOCK_N=VEC_LOOP_BLOCK_N,
                                   VEC=vec, NUM_STAGES=VEC_LOOP_NUM_STAGES, REVERSED=LOOP_PASS2_REVERSED,
-                                  num_warps=VEC_LOOP_NUM_WARPS)
+                                  LANES=LANE_MAX, num_warps=VEC_LOOP_NUM_WARPS)
     return y.view(x.shape)
 
 

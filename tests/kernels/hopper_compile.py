@@ -4,7 +4,8 @@ Runs each task's real kernel_fn on small CPU tensors with Triton's launcher
 replaced: every launch is specialised exactly as the CUDA launcher would do it,
 compiled for sm_90 through ptxas (shipped with triton) and not run. Prints one
 line per distinct kernel variant: registers, spills, shared memory and the
-interesting SASS instructions (HGMMA tensor-core ops, TMA, cp.async). Catches
+interesting SASS instructions (HGMMA tensor-core ops, TMA, cp.async, barriers and
+warp shuffles: the cost of a block reduction). Catches
 GPU-only compile errors and register spills before a GPU run.
 
     python tests/kernels/hopper_compile.py [--tasks a,b] [--dtypes bfloat16] [--json out.json]
@@ -39,7 +40,7 @@ from autokernel_tui.tasks.spec import load_spec  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-SASS_OPS = r"\b(HGMMA\.\S+|HMMA\.\S+|UTMALDG\S*|UTMASTG\S*|LDGSTS\S*|MUFU\.\S+|LDG\.\S+|STG\.\S+|LDL\S*|STL\S*)"
+SASS_OPS = r"\b(HGMMA\.\S+|HMMA\.\S+|UTMALDG\S*|UTMASTG\S*|LDGSTS\S*|MUFU\.\S+|BAR\.\S+|SHFL\.\S+|LDG\.\S+|STG\.\S+|LDL\S*|STL\S*)"
 
 
 def _op_name(instr: str) -> str:

@@ -1,6 +1,7 @@
 """cross_entropy checks beyond the generic starter tests: rows that start off a
 16-byte boundary (the aligned-body split), rows strided wider than the
-vocabulary, chunk sizes the tuner may pick, bitwise determinism, and the
+vocabulary, chunk sizes the tuner may pick, both reductions (per-lane maxima and
+a row max per chunk) with masked (-inf) logits, bitwise determinism, and the
 all-ignored batch."""
 
 import re
@@ -22,8 +23,12 @@ TASK = REPO / "kernels" / "cross_entropy"
 SPEC = load_spec(TASK)
 
 
-def kernel():
-    return sc.load_module(TASK / "kernel.py", "ce-extra")
+def kernel(**knobs):
+    ker = sc.load_module(TASK / "kernel.py", "ce-extra")
+    for name, value in knobs.items():
+        assert isinstance(getattr(ker, name), int)
+        setattr(ker, name, value)
+    return ker
 
 
 def assert_close(out, logits, targets, dtype_name):
@@ -33,8 +38,9 @@ def assert_close(out, logits, targets, dtype_name):
     assert verdict["passed"], verdict["why"]
 
 
+@pytest.mark.parametrize("lane_max", [1, 0])
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
-def test_rows_off_the_16_byte_boundary_with_the_max_in_the_head(dtype):
+def test_rows_off_the_16_byte_boundary_with_the_max_in_the_head(dtype, lane_max):
     # A storage offset of 1 and an odd vocabulary give every row a different
     # misalignment; the dominant logit sits in the first columns (the unaligned head).
     m, v = 6, 4099
@@ -48,7 +54,26 @@ def test_rows_off_the_16_byte_boundary_with_the_max_in_the_head(dtype):
     logits = storage[1:].view(m, v)
     targets = torch.randint(0, v, (m,), generator=g)
     targets[1] = -100
-    assert_close(kernel().kernel_fn(logits, targets), logits, targets, dtype)
+    assert_close(kernel(LANE_MAX=lane_max).kernel_fn(logits, targets), logits, targets, dtype)
+
+
+@pytest.mark.parametrize("lane_max", [1, 0])
+def test_masked_logits_whole_lanes_and_chunks_of_minus_inf(lane_max):
+    # Vocabulary masking writes -inf: whole 16-byte lanes, a whole chunk, all but the target,
+    # and rows narrower than one chunk (no body, only head and tail), must all stay finite.
+    m, v = 5, 2 * 1024 + 37
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(m, v, generator=g)
+    logits[0, 8:64] = -float("inf")  # whole lanes
+    logits[1, :1024 + 100] = -float("inf")  # the head, a whole chunk and more
+    logits[2, :] = -float("inf")
+    logits[2, 1500] = 4.0  # one finite logit, the target's
+    logits[3, 1024:] = -float("inf")  # the tail and the last chunk
+    targets = torch.tensor([3, 2000, 1500, 5, 70])
+    ker = kernel(LANE_MAX=lane_max, BLOCK_V=1024)
+    assert_close(ker.kernel_fn(logits, targets), logits, targets, "float32")
+    narrow = logits[:, :300].contiguous()
+    assert_close(ker.kernel_fn(narrow, targets % 300), narrow, targets % 300, "float32")
 
 
 def test_row_stride_wider_than_the_vocabulary():

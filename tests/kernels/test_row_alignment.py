@@ -179,3 +179,24 @@ def test_softmax_online_sends_only_unaligned_widths_to_the_vector_kernel(monkeyp
         ker.kernel_fn(torch.zeros(2, n, dtype=torch.float16))
     ker.kernel_fn(_misaligned(torch.zeros(2, 20011, dtype=torch.float16)))
     assert calls == [("plain", None), ("vec", 8), ("plain", None)]
+
+
+@pytest.mark.parametrize("lane_max", [1, 0])
+@pytest.mark.parametrize("n", [16400, 20011], ids=["aligned-online", "vector-online"])
+def test_softmax_online_with_masked_lanes_chunks_and_heads(n, lane_max, monkeypatch):
+    """Attention-style masking writes -inf: whole 16-byte lanes, a whole chunk, a row's head, and all
+    of a row but one entry; both pass-1 reductions (LANE_MAX) must keep those out of the sums."""
+    ker = sc.load_module(REPO / "kernels" / "softmax" / "kernel.py", "align")
+    for name, value in {"RESIDENT_MAX_KB": 0, "LANE_MAX": lane_max, "LOOP_BLOCK_N": 2048, "VEC_LOOP_BLOCK_N": 2048}.items():
+        monkeypatch.setattr(ker, name, value)
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(4, n, generator=g) * 4
+    x[0, 8:200] = -float("inf")
+    x[1, :4096 + 5] = -float("inf")  # the head and two whole chunks
+    x[2, :] = -float("inf")
+    x[2, n - 3] = 1.0
+    x[3, 2048:4096] = -float("inf")
+    x = x.to(torch.float16)
+    with sc.poisoned_allocations():
+        out = ker.kernel_fn(x)
+    torch.testing.assert_close(out.float(), torch.softmax(x.float(), dim=-1), atol=2e-3, rtol=1e-2)
