@@ -99,12 +99,14 @@ run3b)
     step kernel_quality 300 python3 benchmarks/kernel_quality.py --max-seconds 260 "${kd[@]}" \
         --json "$R/kernel_quality.json"
     ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-    for probe in "rmsnorm wide _rmsnorm" "rmsnorm gpt2-small _rmsnorm" "softmax gpt2-vocab _softmax" \
-                 "matmul gpt2-mlp-down _matmul"; do
+    for probe in "rmsnorm wide _rmsnorm LOOP_PASS2_REVERSED=0" "rmsnorm wide _rmsnorm LOOP_PASS2_REVERSED=1" \
+                 "softmax gpt2-vocab _softmax LOOP_PASS2_REVERSED=0" "softmax gpt2-vocab _softmax LOOP_PASS2_REVERSED=1" \
+                 "cross_entropy llama7b-short _row_loss LANE_MAX=0" "cross_entropy llama7b-short _row_loss LANE_MAX=1"; do
         set -- $probe
-        step "ncu_$1_$2" 60 "$ncu" --clock-control none -k "regex:$3" --launch-skip 2 --launch-count 1 \
-            --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-            --section MemoryWorkloadAnalysis python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16
+        step "ncu_$1_$2_$4" 40 "$ncu" --clock-control none -k "regex:$3" --launch-skip 2 --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section WarpStateStats \
+            --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,smsp__inst_executed.sum \
+            python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16 "$4"
     done
     ;;
 run3c)  # wide-row sweeps (best written into kernel.py), then correctness and quality of those starters
@@ -237,8 +239,8 @@ run6a)  # sweeps: second pass backwards vs forwards, per-lane maxima vs a row ma
         --json "$R/starters.json"
     ;;
 run6b)  # run6a's winners (committed): those five starters side by side, then DRAM bytes by Nsight, both directions
-    step kernel_quality 330 python3 benchmarks/kernel_quality.py --tasks rmsnorm,layernorm,add_rmsnorm,softmax,cross_entropy \
-        --max-seconds 300 --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
+    step kernel_quality 300 python3 benchmarks/kernel_quality.py --tasks rmsnorm,layernorm,add_rmsnorm,softmax,cross_entropy \
+        --max-seconds 270 --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
     ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     for probe in "rmsnorm wide _rmsnorm LOOP_PASS2_REVERSED=0" "rmsnorm wide _rmsnorm LOOP_PASS2_REVERSED=1" \
                  "cross_entropy llama7b-short _row_loss LANE_MAX=0" "cross_entropy llama7b-short _row_loss LANE_MAX=1"; do

@@ -37,7 +37,7 @@ RESIDENT_BYTES_PER_THREAD = 128  # resident path warps = row bytes / this / 32, 
 LOOP_BLOCK_N = 2048  # chunk width of the looped path
 LOOP_NUM_WARPS = 16
 LOOP_NUM_STAGES = 1  # software-pipelined chunks of the looped path (1: none; more: cp.async prefetch into shared memory)
-LOOP_PASS2_REVERSED = 1  # the looped path's second pass walks the row backwards (1) or forwards (0)
+LOOP_PASS2_REVERSED = 0  # the looped path's second pass walks the row backwards (1) or forwards (0)
 
 
 @triton.jit

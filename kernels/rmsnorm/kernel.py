@@ -25,8 +25,8 @@ MAX_FUSED_N = 16384  # widest (aligned) row the rows path takes
 RESIDENT_MAX_KB = 32  # widest row, alignment slack included, held in registers
 RESIDENT_PART_KB = 32  # a resident row is held as up to four parts of this size plus a tail
 RESIDENT_BYTES_PER_THREAD = 128  # resident path warps = row bytes / this / 32, within 4..32
-LOOP_BLOCK_N = 2048  # chunk width of the looped path
-LOOP_NUM_WARPS = 16
+LOOP_BLOCK_N = 4096  # chunk width of the looped path
+LOOP_NUM_WARPS = 8
 LOOP_NUM_STAGES = 1  # software-pipelined chunks of the looped path (1: none; more: cp.async prefetch into shared memory)
 LOOP_PASS2_REVERSED = 1  # the looped path's second pass walks the row backwards (1) or forwards (0)
 

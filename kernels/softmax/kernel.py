@@ -38,7 +38,7 @@ RESIDENT_MAX_KB = 32  # widest row, alignment slack included, held in registers 
 RESIDENT_PART_KB = 32  # a resident row is held as up to four parts of this size plus a tail
 RESIDENT_BYTES_PER_THREAD = 128  # resident path warps = row bytes / this / 32, within 4..32
 LOOP_BLOCK_N = 8192  # chunk width of the online path, aligned widths
-LOOP_NUM_WARPS = 8
+LOOP_NUM_WARPS = 16
 LOOP_NUM_STAGES = 1  # software-pipelined chunks (1: none; more: cp.async prefetch into shared memory)
 VEC_LOOP_BLOCK_N = 2048  # the same for other widths (H200 sweep, run 4b: 2048 x 8 warps, 4 stages)
 VEC_LOOP_NUM_WARPS = 8
