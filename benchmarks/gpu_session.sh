@@ -30,7 +30,8 @@
 #          against forwards, of per-lane running maxima (LANE_MAX: softmax, cross-entropy) against a row
 #          max per chunk, and of warps per row; winners written into kernel.py (copies in applied/, to
 #          commit before run6b); those five starters' correctness at full shapes
-#   run6b: those five starters side by side (eager, torch.compile); Nsight Compute of both settings
+#   run6b: cross-entropy's fused mean swept (FUSED_MEAN), then those five starters side by side (eager,
+#          torch.compile); Nsight Compute of both settings of each new knob
 #   run4d: the final side by side: the offline tuner under a budget (rmsnorm, softmax, cross_entropy),
 #          then kernel quality of all ten tasks (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
@@ -238,7 +239,10 @@ run6a)  # sweeps: second pass backwards vs forwards, per-lane maxima vs a row ma
     step starters 90 python3 benchmarks/starters_check.py --tasks rmsnorm,layernorm,add_rmsnorm,softmax,cross_entropy \
         --json "$R/starters.json"
     ;;
-run6b)  # run6a's winners (committed): those five starters side by side, then DRAM bytes by Nsight, both directions
+run6b)  # run6a's winners (committed) and cross-entropy's fused mean (swept first, applied when 1% better):
+        # those five starters side by side, then Nsight Compute of both settings of each new knob
+    sw cross_entropy_fused 40 --task cross_entropy --dtypes bfloat16 --apply-best --grid FUSED_MEAN=0,1
+    mkdir -p "$R/applied"; cp kernels/cross_entropy/kernel.py "$R/applied/cross_entropy.kernel.py.txt"
     step kernel_quality 300 python3 benchmarks/kernel_quality.py --tasks rmsnorm,layernorm,add_rmsnorm,softmax,cross_entropy \
         --max-seconds 270 --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
     ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)

@@ -7,8 +7,10 @@ never materialised and the logits are read exactly once; the row's loss
 Each row is split into a short head up to the first 16-byte boundary, full
 unmasked chunks whose address the compiler knows is aligned (vector loads even
 when V is odd, e.g. 50257), and a masked tail.
-Pass 2, one program: sums the row losses and counts the rows in a fixed order,
-so the result is bitwise deterministic (no atomics).
+Pass 2: the last row program to finish (FUSED_MEAN; a second one-program
+launch otherwise) sums the row losses and counts the rows in a fixed order, so
+the result is bitwise deterministic (an atomic counter picks who sums; no
+atomic adds of losses).
 """
 
 import torch
@@ -21,6 +23,7 @@ NUM_WARPS = 4
 NUM_STAGES = 1  # software-pipelined chunks of the row loop (1: none; more: cp.async prefetch into shared memory)
 REDUCE_BLOCK = 1024  # row losses per step of the final reduction
 LANE_MAX = 1  # 1: a running max per 16-byte lane, no block reduction per chunk; 0: a row max per chunk
+FUSED_MEAN = 1  # 1: the last row program sums the losses (one launch after a counter reset); 0: a second kernel
 
 _IGNORE_INDEX = -100  # F.cross_entropy's default (lower-case-prefixed: not a knob)
 
@@ -48,8 +51,9 @@ def _lane_update(m, s, x):
 
 
 @triton.jit
-def _row_loss(LOGITS, TARGETS, LOSS, V, stride_row, ignore_index,
-              BLOCK: tl.constexpr, ALIGN: tl.constexpr, STAGES: tl.constexpr, LANES: tl.constexpr):
+def _row_loss(LOGITS, TARGETS, LOSS, OUT, DONE, M, V, stride_row, ignore_index,
+              BLOCK: tl.constexpr, ALIGN: tl.constexpr, STAGES: tl.constexpr, LANES: tl.constexpr,
+              FUSED: tl.constexpr, REDUCE: tl.constexpr):
     row = tl.program_id(0)
     row_start = row.to(tl.int64) * stride_row
     row_ptr = LOGITS + row_start
@@ -95,10 +99,20 @@ def _row_loss(LOGITS, TARGETS, LOSS, V, stride_row, ignore_index,
     safe = tl.minimum(tl.maximum(target, 0), V - 1)  # never read outside the row
     x_t = tl.load(row_ptr + safe).to(tl.float32)
     tl.store(LOSS + row, tl.where(valid, lse - x_t, 0.0))
+    if FUSED:
+        # acq_rel: this row's loss is visible before the count says so, and the last program
+        # to count sees every row's.
+        if tl.atomic_add(DONE, 1, sem="acq_rel") == M - 1:
+            _mean_of_rows(LOSS, TARGETS, OUT, M, ignore_index, REDUCE)
 
 
 @triton.jit
 def _mean_loss(LOSS, TARGETS, OUT, M, ignore_index, BLOCK: tl.constexpr):
+    _mean_of_rows(LOSS, TARGETS, OUT, M, ignore_index, BLOCK)
+
+
+@triton.jit
+def _mean_of_rows(LOSS, TARGETS, OUT, M, ignore_index, BLOCK: tl.constexpr):
     total = tl.zeros([BLOCK], dtype=tl.float32)
     count = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(0, M, BLOCK):
@@ -122,8 +136,10 @@ def kernel_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     m, v = logits.shape
     row_loss = torch.empty(m, dtype=torch.float32, device=logits.device)
     out = torch.empty((), dtype=logits.dtype, device=logits.device)
-    _row_loss[(m,)](logits, targets, row_loss, v, logits.stride(0), _IGNORE_INDEX,
+    done = torch.zeros(1, dtype=torch.int32, device=logits.device) if FUSED_MEAN else row_loss
+    _row_loss[(m,)](logits, targets, row_loss, out, done, m, v, logits.stride(0), _IGNORE_INDEX,
                     BLOCK=BLOCK_V, ALIGN=16 // logits.element_size(), STAGES=NUM_STAGES,
-                    LANES=LANE_MAX, num_warps=NUM_WARPS)
-    _mean_loss[(1,)](row_loss, targets, out, m, _IGNORE_INDEX, BLOCK=REDUCE_BLOCK, num_warps=4)
+                    LANES=LANE_MAX, FUSED=FUSED_MEAN, REDUCE=REDUCE_BLOCK, num_warps=NUM_WARPS)
+    if not FUSED_MEAN:
+        _mean_loss[(1,)](row_loss, targets, out, m, _IGNORE_INDEX, BLOCK=REDUCE_BLOCK, num_warps=4)
     return out
