@@ -22,7 +22,8 @@ BLOCK_V = 4096  # logits per chunk of the row loop
 NUM_WARPS = 4
 NUM_STAGES = 1  # software-pipelined chunks of the row loop (1: none; more: cp.async prefetch into shared memory)
 REDUCE_BLOCK = 1024  # row losses per step of the final reduction
-LANE_MAX = 1  # 1: a running max per 16-byte lane, no block reduction per chunk; 0: a row max per chunk
+LANE_MAX = 1  # 1: a running max per lane (one thread's vector), no block reduction per chunk; 0: a row max per chunk
+LANE_ELEMS = 8  # logits per lane, at least one 16-byte vector (fp32: 8 = two vectors, one exp per 8 logits)
 FUSED_MEAN = 1  # 1: the last row program sums the losses (one launch after a counter reset); 0: a second kernel
 
 _IGNORE_INDEX = -100  # F.cross_entropy's default (lower-case-prefixed: not a knob)
@@ -40,19 +41,21 @@ def _online_update(m, s, x):
 
 @triton.jit
 def _lane_update(m, s, x):
-    # Fold a chunk x[LANES, ALIGN] (-inf where masked) into per-lane running maxima m and sums s
-    # of exp(x - m). A lane is one thread's 16-byte vector, so its max and sum never leave the
-    # thread: no block reduction (shuffles and barriers) per chunk, for one more exponential per lane.
-    m_new = tl.maximum(m, tl.max(x, axis=1))
+    # Fold a chunk x[VECS, LANES, ALIGN] (-inf where masked) into per-lane running maxima m and
+    # sums s of exp(x - m). Lane j is the 16-byte vectors x[:, j, :], all held by one thread, so its
+    # max and sum never leave the thread: no block reduction (shuffles and barriers) per chunk, for
+    # one more exponential per lane. (A lane as one [LANES, VECS * ALIGN] row would be split
+    # across threads by the 16-byte layout and need a shuffle per chunk.)
+    m_new = tl.maximum(m, tl.max(tl.max(x, axis=2), axis=0))
     m_scaled = tl.where(m_new == -float("inf"), 0.0, m_new * 1.4426950408889634)  # lanes of only -inf keep s = 0
-    s = s * tl.exp2(m * 1.4426950408889634 - m_scaled) + tl.sum(
-        tl.exp2(x * 1.4426950408889634 - m_scaled[:, None]), axis=1)
+    s = s * tl.exp2(m * 1.4426950408889634 - m_scaled) + tl.sum(tl.sum(
+        tl.exp2(x * 1.4426950408889634 - m_scaled[None, :, None]), axis=2), axis=0)
     return m_new, s
 
 
 @triton.jit
 def _row_loss(LOGITS, TARGETS, LOSS, OUT, DONE, M, V, stride_row, ignore_index,
-              BLOCK: tl.constexpr, ALIGN: tl.constexpr, STAGES: tl.constexpr, LANES: tl.constexpr,
+              BLOCK: tl.constexpr, ALIGN: tl.constexpr, STAGES: tl.constexpr, VECS: tl.constexpr,
               FUSED: tl.constexpr, REDUCE: tl.constexpr):
     row = tl.program_id(0)
     row_start = row.to(tl.int64) * stride_row
@@ -68,11 +71,14 @@ def _row_loss(LOGITS, TARGETS, LOSS, OUT, DONE, M, V, stride_row, ignore_index,
     n_full = (V - head) // BLOCK
     body = LOGITS + tl.multiple_of(row_start + head, ALIGN)
     tail = head + n_full * BLOCK
-    if LANES:
-        # The chunk as [BLOCK // ALIGN, ALIGN]: row j is lane j's 16-byte vector.
-        offs = tl.arange(0, BLOCK // ALIGN)[:, None] * ALIGN + tl.arange(0, ALIGN)[None, :]
-        m_l = tl.full([BLOCK // ALIGN], -float("inf"), tl.float32)
-        s_l = tl.zeros([BLOCK // ALIGN], tl.float32)
+    if VECS:
+        # The chunk as [VECS, LANES, ALIGN]: VECS slabs of LANES 16-byte vectors; lane j owns vector j
+        # of every slab (each slab's loads stay coalesced).
+        LANES: tl.constexpr = BLOCK // (VECS * ALIGN)
+        offs = (tl.arange(0, VECS)[:, None, None] * (LANES * ALIGN) + tl.arange(0, LANES)[None, :, None] * ALIGN
+                + tl.arange(0, ALIGN)[None, None, :])
+        m_l = tl.full([LANES], -float("inf"), tl.float32)
+        s_l = tl.zeros([LANES], tl.float32)
         for i in tl.range(0, n_full, num_stages=STAGES):
             m_l, s_l = _lane_update(m_l, s_l, tl.load(body + i * BLOCK + offs).to(tl.float32))
         cols = tail + offs  # the tail, masked; lanes wholly past the row see only -inf
@@ -137,9 +143,11 @@ def kernel_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     row_loss = torch.empty(m, dtype=torch.float32, device=logits.device)
     out = torch.empty((), dtype=logits.dtype, device=logits.device)
     done = torch.zeros(1, dtype=torch.int32, device=logits.device) if FUSED_MEAN else row_loss
+    align = 16 // logits.element_size()  # elements per 16-byte vector
+    vecs = max(1, min(LANE_ELEMS, BLOCK_V) // align) if LANE_MAX else 0  # 16-byte vectors per lane
     _row_loss[(m,)](logits, targets, row_loss, out, done, m, v, logits.stride(0), _IGNORE_INDEX,
-                    BLOCK=BLOCK_V, ALIGN=16 // logits.element_size(), STAGES=NUM_STAGES,
-                    LANES=LANE_MAX, FUSED=FUSED_MEAN, REDUCE=REDUCE_BLOCK, num_warps=NUM_WARPS)
+                    BLOCK=BLOCK_V, ALIGN=align, STAGES=NUM_STAGES,
+                    VECS=vecs, FUSED=FUSED_MEAN, REDUCE=REDUCE_BLOCK, num_warps=NUM_WARPS)
     if not FUSED_MEAN:
         _mean_loss[(1,)](row_loss, targets, out, m, _IGNORE_INDEX, BLOCK=REDUCE_BLOCK, num_warps=4)
     return out

@@ -38,9 +38,13 @@ def assert_close(out, logits, targets, dtype_name):
     assert verdict["passed"], verdict["why"]
 
 
-@pytest.mark.parametrize("lane_max", [1, 0])
+# (LANE_MAX, LANE_ELEMS): per-lane maxima over one 16-byte vector (fp32), two (fp32) or more, and a row max
+LANES = pytest.mark.parametrize("lanes", [(1, 4), (1, 8), (1, 32), (0, 8)], ids=["lane4", "lane8", "lane32", "rowmax"])
+
+
+@LANES
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
-def test_rows_off_the_16_byte_boundary_with_the_max_in_the_head(dtype, lane_max):
+def test_rows_off_the_16_byte_boundary_with_the_max_in_the_head(dtype, lanes):
     # A storage offset of 1 and an odd vocabulary give every row a different
     # misalignment; the dominant logit sits in the first columns (the unaligned head).
     m, v = 6, 4099
@@ -54,23 +58,24 @@ def test_rows_off_the_16_byte_boundary_with_the_max_in_the_head(dtype, lane_max)
     logits = storage[1:].view(m, v)
     targets = torch.randint(0, v, (m,), generator=g)
     targets[1] = -100
-    assert_close(kernel(LANE_MAX=lane_max).kernel_fn(logits, targets), logits, targets, dtype)
+    ker = kernel(LANE_MAX=lanes[0], LANE_ELEMS=lanes[1])
+    assert_close(ker.kernel_fn(logits, targets), logits, targets, dtype)
 
 
-@pytest.mark.parametrize("lane_max", [1, 0])
-def test_masked_logits_whole_lanes_and_chunks_of_minus_inf(lane_max):
+@LANES
+def test_masked_logits_whole_lanes_and_chunks_of_minus_inf(lanes):
     # Vocabulary masking writes -inf: whole 16-byte lanes, a whole chunk, all but the target,
     # and rows narrower than one chunk (no body, only head and tail), must all stay finite.
     m, v = 5, 2 * 1024 + 37
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(m, v, generator=g)
-    logits[0, 8:64] = -float("inf")  # whole lanes
+    logits[0, 8:200] = -float("inf")  # whole lanes, of 4 to 32 logits
     logits[1, :1024 + 100] = -float("inf")  # the head, a whole chunk and more
     logits[2, :] = -float("inf")
     logits[2, 1500] = 4.0  # one finite logit, the target's
     logits[3, 1024:] = -float("inf")  # the tail and the last chunk
     targets = torch.tensor([3, 2000, 1500, 5, 70])
-    ker = kernel(LANE_MAX=lane_max, BLOCK_V=1024)
+    ker = kernel(LANE_MAX=lanes[0], LANE_ELEMS=lanes[1], BLOCK_V=1024)
     assert_close(ker.kernel_fn(logits, targets), logits, targets, "float32")
     narrow = logits[:, :300].contiguous()
     assert_close(ker.kernel_fn(narrow, targets % 300), narrow, targets % 300, "float32")
