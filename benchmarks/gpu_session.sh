@@ -32,11 +32,14 @@
 #          commit before run6b); those five starters' correctness at full shapes
 #   run6b: cross-entropy's fused mean swept (FUSED_MEAN), then those five starters side by side (eager,
 #          torch.compile); Nsight Compute of both settings of each new knob
+#   run6c: cross-entropy's lane width swept (winner applied), Nsight Compute of softmax where it misses and of
+#          fp32 cross-entropy lanes, then kernel quality of all ten starters, each shape beside a copy of
+#          the same bytes (its ceiling at that size)
 #   run4d: the final side by side: the offline tuner under a budget (rmsnorm, softmax, cross_entropy),
 #          then kernel quality of all ten tasks (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
 # Usage on the device (carry .whl):
-#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b | run6c
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -254,6 +257,27 @@ run6b)  # run6a's winners (committed) and cross-entropy's fused mean (swept firs
             --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
             python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16 "$4"
     done
+    ;;
+run6c)  # cross-entropy's lane width (fp32 lanes of 4 logits regressed in run6b) swept with per-lane maxima on
+        # and off, winner applied; its correctness; Nsight Compute of softmax at the shapes that miss and of
+        # fp32 cross-entropy lanes of 4 vs 8; then the side by side of all ten starters, each shape beside a
+        # copy of the same bytes
+    step starters 40 python3 benchmarks/starters_check.py --tasks cross_entropy --json "$R/starters.json"
+    sw cross_entropy_lanes 75 --task cross_entropy --dtypes float32,bfloat16 --apply-best \
+        --grid LANE_MAX=0,1 --grid LANE_ELEMS=8,16
+    mkdir -p "$R/applied"; cp kernels/cross_entropy/kernel.py "$R/applied/cross_entropy.kernel.py.txt"
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    for probe in "softmax odd _softmax bfloat16 LANE_MAX=1" "softmax gpt2-small-hidden _softmax bfloat16 LANE_MAX=1" \
+                 "softmax gpt2-vocab _softmax bfloat16 LANE_MAX=1" \
+                 "cross_entropy gpt2-b1 _row_loss float32 LANE_ELEMS=4" "cross_entropy gpt2-b1 _row_loss float32 LANE_ELEMS=8"; do
+        set -- $probe
+        step "ncu_$1_$2_$4_$5" 30 "$ncu" --clock-control none -k "regex:$3" --launch-skip 2 --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
+            --section LaunchStats --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
+            python3 benchmarks/ncu_probe.py "$1" "$2" "$4" "$5"
+    done
+    step kernel_quality 400 python3 benchmarks/kernel_quality.py --max-seconds 370 --compile-dtypes float16,bfloat16 \
+        --json "$R/kernel_quality.json"
     ;;
 sweeps)
     sw matmul 150 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \

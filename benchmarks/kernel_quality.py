@@ -12,6 +12,9 @@ For each task in kernels/ (or --tasks), each default shape, each declared dtype
               would bill compile for a copy), default mode for memory-bound ones.
               Dynamo is reset before each shape/dtype and the graph count is
               checked, so a silent fallback to eager is reported, never timed.
+  * copy      memory-bound tasks: a device copy of the same byte count (half read,
+              half written), timed the same way: what the memory system gives at
+              this size, launch and ramp included (vs_same_size_copy = copy / scored)
 Timing: CUDA events around each call, the L2 flushed (a 256 MiB read, --flush)
 before every call, inputs rotated over 3 independently generated sets, median with
 p20/p80 (10 calls when they agree within 3%, else about --target-ms of calls).
@@ -266,6 +269,8 @@ def run_task(task_dir: Path, tuned_dir: Path | None, dtypes: list[str], timer: T
                         row["notes"].append(f"{label} differs from eager: {verdict['why']}")
                     row["times"][label] = timer(mod.kernel_fn, sets)
                 row["times"]["eager"] = timer(ref_mod.reference, sets)
+                if not compute:
+                    row["times"]["copy"] = same_size_copy(timer, row["bytes"])
                 if args.compile and dtype_name in args.compile_dtypes:
                     if time.perf_counter() < min(deadline, compile_until):
                         fn, why, compile_s = compiled_reference(ref_mod, mode, sets[0])
@@ -288,6 +293,16 @@ def run_task(task_dir: Path, tuned_dir: Path | None, dtypes: list[str], timer: T
     return rows
 
 
+def same_size_copy(timer: Timer, nbytes: int) -> dict:
+    """A device copy moving nbytes (nbytes // 2 read, as many written), timed like the kernels."""
+    import torch
+
+    half = max(1, nbytes // 2)
+    pairs = [(torch.empty(half, dtype=torch.uint8, device=timer.device),
+              torch.empty(half, dtype=torch.uint8, device=timer.device)) for _ in range(N_INPUT_SETS)]
+    return timer(lambda s, d: d.copy_(s), pairs)
+
+
 def _derive(row: dict, roof: dict) -> None:
     """Throughput, % of roofline and speedups from the medians."""
     best = "tuned" if "tuned" in row["times"] else "starter"
@@ -301,7 +316,7 @@ def _derive(row: dict, roof: dict) -> None:
         else:
             pct = 100 * t["gbps"] / roof["bandwidth_gbps"]
         t["pct_roofline"] = pct
-        if pct > 100.0:  # last guard: the probes should already hold the best rate seen
+        if pct > 100.0 and label != "copy":  # last guard: the probes should already hold the best rate seen
             t["pct_roofline_raw"] = pct
             t["pct_roofline"] = 100.0
             row["notes"].append(f"{label} beats the measured ceiling ({pct:.1f}%): clamped to 100%")
@@ -309,6 +324,8 @@ def _derive(row: dict, roof: dict) -> None:
     for other in ("eager", "compile"):
         if k and other in row["times"]:
             row[f"speedup_vs_{other}"] = row["times"][other]["median_us"] / k["median_us"]
+    if k and "copy" in row["times"]:  # 1.0: as fast as a plain copy of the same bytes
+        row["vs_same_size_copy"] = row["times"]["copy"]["median_us"] / k["median_us"]
 
 
 def _row_line(row: dict) -> str:
@@ -404,8 +421,20 @@ def summarize_by_dtype(rows: list[dict]) -> list[dict]:
             "targets_met": sum(t["status"] == "met" for t in tg),
             "targets_missed": [f"{t['target']} {t['shown']} (goal {t['goal']:g})" for t in tg if t["status"] == "missed"],
             "targets_not_measured": sum(t["status"] == "not measured" for t in tg),
+            "geomean_vs_same_size_copy": _geomean([r.get("vs_same_size_copy") for r in timed]),
+            **_copy_by_size(timed),
         })
     return out
+
+
+def _copy_by_size(rows: list[dict]) -> dict:
+    """% of roofline that a plain copy of each shape's bytes reaches, geomean per target size class:
+    the ceiling a memory-bound kernel has at that size, launch and ramp included."""
+    copies = [(r["bytes"], r["times"]["copy"]["pct_roofline"]) for r in rows if "copy" in r["times"]]
+    if not copies:
+        return {}
+    return {"same_size_copy_pct_ge_128mb": _geomean([p for b, p in copies if b >= 128 * MB]),
+            "same_size_copy_pct_16_128mb": _geomean([p for b, p in copies if 16 * MB <= b < 128 * MB])}
 
 
 def print_summary(by_dtype: list[dict], roof: dict) -> None:
@@ -414,14 +443,15 @@ def print_summary(by_dtype: list[dict], roof: dict) -> None:
     print(f"\nSummary: geomean over shapes of the scored kernel (tuned if given, else starter); % of roofline "
           f"against the {ceilings_line(roof)}")
     print(f"{'task':<16}{'dtype':<10}{'timed':>6}{'%roof':>8}{'vs eager':>10}{'vs compile':>11}  "
-          f"{'worst shape (%roof)':<28}targets")
+          f"{'vs copy':>8}  {'worst shape (%roof)':<28}targets")
     for s in by_dtype:
         worst = f"{s['worst_shape']} ({s['worst_pct_roofline']:.1f}%)" if s["worst_shape"] else "-"
         tg = f"{s['targets_met']} met, {len(s['targets_missed'])} missed"
         if s["targets_not_measured"]:
             tg += f", {s['targets_not_measured']} n/a"
         print(f"{s['task']:<16}{s['dtype']:<10}{s['timed']:>3}/{s['shapes']:<2}{f(s['geomean_pct_roofline'], '{:.1f}'):>8}"
-              f"{f(s['geomean_speedup_vs_eager']):>10}{f(s['geomean_speedup_vs_compile']):>11}  {worst:<28}{tg}")
+              f"{f(s['geomean_speedup_vs_eager']):>10}{f(s['geomean_speedup_vs_compile']):>11}"
+              f"{f(s['geomean_vs_same_size_copy']):>8}  {worst:<28}{tg}")
     missed = [(s["task"], s["dtype"], m) for s in by_dtype for m in s["targets_missed"]]
     if missed:
         print("missed targets:")

@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-PATHS = ("starter", "tuned", "eager", "compile")
+PATHS = ("starter", "tuned", "eager", "compile", "copy")  # copy: the same bytes, memory-bound tasks
 
 
 def _x(v) -> str:
@@ -23,16 +23,25 @@ def _x(v) -> str:
 
 
 def summary(data: dict, tasks: set[str], dtypes: set[str]) -> list[str]:
-    lines = ["| task | dtype | % roofline | vs eager | vs compile | worst shape (% roofline) | targets missed |",
-             "| --- | --- | ---: | ---: | ---: | --- | --- |"]
+    lines = ["| task | dtype | % roofline | vs eager | vs compile | vs same-size copy | same-size copy % (≥128 MB / 16–128 MB) "
+             "| worst shape (% roofline) | targets missed |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for s in data["summary_by_dtype"]:
         if (tasks and s["task"] not in tasks) or (dtypes and s["dtype"] not in dtypes):
             continue
         missed = "; ".join(s.get("targets_missed") or []) or "none"
         lines.append(f"| {s['task']} | {s['dtype']} | {s['geomean_pct_roofline']:.1f} | "
                      f"{_x(s['geomean_speedup_vs_eager'])} | {_x(s['geomean_speedup_vs_compile'])} | "
+                     f"{_x(s.get('geomean_vs_same_size_copy'))} | {_copy_cell(s)} | "
                      f"{s['worst_shape']} ({s['worst_pct_roofline']:.1f}) | {missed} |")
     return lines
+
+
+def _copy_cell(s: dict) -> str:
+    big, mid = s.get("same_size_copy_pct_ge_128mb"), s.get("same_size_copy_pct_16_128mb")
+    if big is None and mid is None:
+        return "—"
+    return " / ".join("—" if v is None else f"{v:.1f}" for v in (big, mid))
 
 
 def shapes(data: dict, tasks: set[str], dtypes: set[str]) -> list[str]:

@@ -27,6 +27,9 @@ def test_kernel_quality_smoke(tmp_path):
         assert {"starter", "tuned", "eager"} <= set(r["times"]), r
         assert r["starter_matches_eager"] and r["tuned_matches_eager"]
         assert r["times"]["starter"]["median_us"] > 0 and r["bytes"] > 0 and r["flops"] > 0
+        # Memory-bound rows carry a copy of the same bytes (their ceiling at that size); matmul none.
+        assert ("copy" in r["times"]) == (r["task"] == "rmsnorm"), r
+        assert (r.get("vs_same_size_copy", 0) > 0) == (r["task"] == "rmsnorm"), r
     names = {s["task"]: s for s in data["summary"]}
     assert [t["target"] for t in names["matmul"]["targets"]][0].startswith("% of cuBLAS")
     assert "% of copy BW" in names["rmsnorm"]["targets"][0]["target"]
