@@ -259,12 +259,13 @@ run6b)  # run6a's winners (committed) and cross-entropy's fused mean (swept firs
     done
     ;;
 run6c)  # cross-entropy's lane width (fp32 lanes of 4 logits regressed in run6b) swept with per-lane maxima on
-        # and off, winner applied; its correctness; Nsight Compute of softmax at the shapes that miss and of
+        # and off, then its fused mean with a kept counter (no memset launch), winners applied; its correctness; Nsight Compute of softmax at the shapes that miss and of
         # fp32 cross-entropy lanes of 4 vs 8; then the side by side of all ten starters, each shape beside a
         # copy of the same bytes
     step starters 40 python3 benchmarks/starters_check.py --tasks cross_entropy --json "$R/starters.json"
     sw cross_entropy_lanes 75 --task cross_entropy --dtypes float32,bfloat16 --apply-best \
         --grid LANE_MAX=0,1 --grid LANE_ELEMS=8,16
+    sw cross_entropy_fused 40 --task cross_entropy --dtypes bfloat16 --apply-best --grid FUSED_MEAN=0,1,2
     mkdir -p "$R/applied"; cp kernels/cross_entropy/kernel.py "$R/applied/cross_entropy.kernel.py.txt"
     ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     for probe in "softmax odd _softmax bfloat16 LANE_MAX=1" "softmax gpt2-small-hidden _softmax bfloat16 LANE_MAX=1" \

@@ -24,7 +24,8 @@ NUM_STAGES = 1  # software-pipelined chunks of the row loop (1: none; more: cp.a
 REDUCE_BLOCK = 1024  # row losses per step of the final reduction
 LANE_MAX = 1  # 1: a running max per lane (one thread's vector), no block reduction per chunk; 0: a row max per chunk
 LANE_ELEMS = 8  # logits per lane, at least one 16-byte vector (fp32: 8 = two vectors, one exp per 8 logits)
-FUSED_MEAN = 1  # 1: the last row program sums the losses (one launch after a counter reset); 0: a second kernel
+FUSED_MEAN = 1  # the last row program sums the losses: 1, its counter zeroed per call (a memset launch);
+                # 2, a counter kept per stream that the last program zeroes (one launch); 0: a second kernel
 
 _IGNORE_INDEX = -100  # F.cross_entropy's default (lower-case-prefixed: not a knob)
 
@@ -110,6 +111,7 @@ def _row_loss(LOGITS, TARGETS, LOSS, OUT, DONE, M, V, stride_row, ignore_index,
         # to count sees every row's.
         if tl.atomic_add(DONE, 1, sem="acq_rel") == M - 1:
             _mean_of_rows(LOSS, TARGETS, OUT, M, ignore_index, REDUCE)
+            tl.store(DONE, 0)  # every program has counted: ready for the next launch (FUSED_MEAN 2)
 
 
 @triton.jit
@@ -131,6 +133,18 @@ def _mean_of_rows(LOSS, TARGETS, OUT, M, ignore_index, BLOCK: tl.constexpr):
     tl.store(OUT, (tl.sum(total, axis=0) / tl.sum(count, axis=0)).to(OUT.dtype.element_ty))
 
 
+_counters: dict = {}  # (device, stream) -> the int32 counter of FUSED_MEAN 2
+
+
+def _done_counter(device: torch.device) -> torch.Tensor:
+    # One counter per stream: launches on one stream run in order, so each finds it zeroed by the last.
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    counter = _counters.get((device, stream))
+    if counter is None:
+        counter = _counters[(device, stream)] = torch.zeros(1, dtype=torch.int32, device=device)
+    return counter
+
+
 def kernel_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     if logits.dim() != 2 or targets.shape != (logits.shape[0],):
         raise ValueError(f"cross_entropy: need logits[M, V] and targets[M], got {tuple(logits.shape)} "
@@ -142,7 +156,10 @@ def kernel_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     m, v = logits.shape
     row_loss = torch.empty(m, dtype=torch.float32, device=logits.device)
     out = torch.empty((), dtype=logits.dtype, device=logits.device)
-    done = torch.zeros(1, dtype=torch.int32, device=logits.device) if FUSED_MEAN else row_loss
+    if FUSED_MEAN == 2:
+        done = _done_counter(logits.device)
+    else:
+        done = torch.zeros(1, dtype=torch.int32, device=logits.device) if FUSED_MEAN else row_loss
     align = 16 // logits.element_size()  # elements per 16-byte vector
     vecs = max(1, min(LANE_ELEMS, BLOCK_V) // align) if LANE_MAX else 0  # 16-byte vectors per lane
     _row_loss[(m,)](logits, targets, row_loss, out, done, m, v, logits.stride(0), _IGNORE_INDEX,

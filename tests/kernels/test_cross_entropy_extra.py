@@ -100,7 +100,7 @@ def test_chunk_sizes_the_tuner_may_pick(tmp_path, block_v):
     assert row["kernel"]["passed"], row["kernel"]["why"]
 
 
-@pytest.mark.parametrize("fused", [1, 0], ids=["last-program-sums", "second-kernel"])
+@pytest.mark.parametrize("fused", [1, 2, 0], ids=["last-program-sums", "kept-counter", "second-kernel"])
 def test_bitwise_deterministic_and_exact_in_both_final_reductions(fused):
     ref = sc.load_module(TASK / "reference.py", "ce-extra")
     logits, targets = ref.make_inputs({"M": 64, "V": 777}, torch.float32, "cpu", 5)
@@ -111,12 +111,23 @@ def test_bitwise_deterministic_and_exact_in_both_final_reductions(fused):
         assert torch.equal(ker.kernel_fn(logits, targets), first)
 
 
-@pytest.mark.parametrize("fused", [1, 0])
+@pytest.mark.parametrize("fused", [1, 2, 0])
 def test_every_row_ignored_gives_nan_like_torch(fused):
     logits = torch.randn(4, 300)
     targets = torch.full((4,), -100)
     out = kernel(FUSED_MEAN=fused).kernel_fn(logits, targets)
     assert torch.isnan(F.cross_entropy(logits, targets)) and torch.isnan(out)
+
+
+def test_the_kept_counter_is_zero_after_every_call_whatever_the_row_count():
+    # FUSED_MEAN 2 reuses one counter per stream: the last program must leave it at 0, or the
+    # next call (with any number of rows) would pick the wrong last program and a stale sum.
+    ref = sc.load_module(TASK / "reference.py", "ce-extra")
+    ker = kernel(FUSED_MEAN=2, REDUCE_BLOCK=16)
+    for m, seed in ((64, 1), (7, 2), (1, 3), (40, 4)):
+        logits, targets = ref.make_inputs({"M": m, "V": 300}, torch.float32, "cpu", seed)
+        assert_close(ker.kernel_fn(logits, targets), logits, targets, "float32")
+        assert [int(c) for c in ker._counters.values()] == [0]
 
 
 def test_shape_mismatch_is_refused():
