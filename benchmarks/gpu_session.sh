@@ -272,12 +272,12 @@ run6c)  # cross-entropy's lane width (fp32 lanes of 4 logits regressed in run6b)
                  "softmax gpt2-vocab _softmax bfloat16 LANE_MAX=1" \
                  "cross_entropy gpt2-b1 _row_loss float32 LANE_ELEMS=4" "cross_entropy gpt2-b1 _row_loss float32 LANE_ELEMS=8"; do
         set -- $probe
-        step "ncu_$1_$2_$4_$5" 30 "$ncu" --clock-control none -k "regex:$3" --launch-skip 2 --launch-count 1 \
+        step "ncu_$1_$2_$4_$5" 20 "$ncu" --clock-control none -k "regex:$3" --launch-skip 2 --launch-count 1 \
             --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
             --section LaunchStats --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
             python3 benchmarks/ncu_probe.py "$1" "$2" "$4" "$5"
     done
-    step kernel_quality 400 python3 benchmarks/kernel_quality.py --max-seconds 370 --compile-dtypes float16,bfloat16 \
+    step kernel_quality 330 python3 benchmarks/kernel_quality.py --max-seconds 300 --compile-dtypes float16,bfloat16 \
         --json "$R/kernel_quality.json"
     ;;
 sweeps)
