@@ -35,11 +35,12 @@
 #   run6c: cross-entropy's lane width swept (winner applied), Nsight Compute of softmax where it misses and of
 #          fp32 cross-entropy lanes, then kernel quality of all ten starters, each shape beside a copy of
 #          the same bytes (its ceiling at that size)
+#   run6d: cross-entropy and matmul starters after run6c (correctness at full shapes, side by side)
 #   run4d: the final side by side: the offline tuner under a budget (rmsnorm, softmax, cross_entropy),
 #          then kernel quality of all ten tasks (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
 # Usage on the device (carry .whl):
-#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b | run6c
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b | run6c | run6d
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -259,9 +260,11 @@ run6b)  # run6a's winners (committed) and cross-entropy's fused mean (swept firs
     done
     ;;
 run6c)  # cross-entropy's lane width (fp32 lanes of 4 logits regressed in run6b) swept with per-lane maxima on
-        # and off, then its fused mean with a kept counter (no memset launch), winners applied; its correctness; Nsight Compute of softmax at the shapes that miss and of
-        # fp32 cross-entropy lanes of 4 vs 8; then the side by side of all ten starters, each shape beside a
-        # copy of the same bytes
+        # and off, then its fused mean with a kept counter (no memset launch), winners applied; its correctness;
+        # Nsight Compute of softmax at the shapes that miss and of fp32 cross-entropy lanes of 4 vs 8; then the
+        # side by side of all ten starters, each shape beside a copy of the same bytes. (Ran on tree c74b22e:
+        # LANE_ELEMS and FUSED_MEAN 2 were removed after it, see docs/benchmarks.md run 6; the ncu probes of
+        # fp32 lanes ran after the sweep had set LANE_MAX=0, so both profiled the row-max kernel.)
     step starters 40 python3 benchmarks/starters_check.py --tasks cross_entropy --json "$R/starters.json"
     sw cross_entropy_lanes 75 --task cross_entropy --dtypes float32,bfloat16 --apply-best \
         --grid LANE_MAX=0,1 --grid LANE_ELEMS=8,16
@@ -279,6 +282,12 @@ run6c)  # cross-entropy's lane width (fp32 lanes of 4 logits regressed in run6b)
     done
     step kernel_quality 330 python3 benchmarks/kernel_quality.py --max-seconds 300 --compile-dtypes float16,bfloat16 \
         --json "$R/kernel_quality.json"
+    ;;
+run6d)  # the two starters changed after run6c: cross-entropy (16-bit lanes, fp32 row max, two launches) and
+        # matmul (TMA_FLATTEN 1, run 5's confirmed keep): correctness at full shapes, then side by side
+    step starters 60 python3 benchmarks/starters_check.py --tasks cross_entropy,matmul --json "$R/starters.json"
+    step kernel_quality 330 python3 benchmarks/kernel_quality.py --tasks cross_entropy,matmul --max-seconds 300 \
+        --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
     ;;
 sweeps)
     sw matmul 150 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \

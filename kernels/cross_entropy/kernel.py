@@ -7,10 +7,11 @@ never materialised and the logits are read exactly once; the row's loss
 Each row is split into a short head up to the first 16-byte boundary, full
 unmasked chunks whose address the compiler knows is aligned (vector loads even
 when V is odd, e.g. 50257), and a masked tail.
-Pass 2: the last row program to finish (FUSED_MEAN; a second one-program
-launch otherwise) sums the row losses and counts the rows in a fixed order, so
-the result is bitwise deterministic (an atomic counter picks who sums; no
-atomic adds of losses).
+Pass 1 keeps a running max and sum per 16-byte lane for 16-bit logits (no block
+reduction per chunk) and a row max per chunk for fp32 (faster there, H200 run 6c).
+Pass 2: a second one-program launch (or, FUSED_MEAN, the last row program to
+finish) sums the row losses and counts the rows in a fixed order, so the result
+is bitwise deterministic (no atomic adds of losses).
 """
 
 import torch
@@ -22,10 +23,9 @@ BLOCK_V = 4096  # logits per chunk of the row loop
 NUM_WARPS = 4
 NUM_STAGES = 1  # software-pipelined chunks of the row loop (1: none; more: cp.async prefetch into shared memory)
 REDUCE_BLOCK = 1024  # row losses per step of the final reduction
-LANE_MAX = 1  # 1: a running max per lane (one thread's vector), no block reduction per chunk; 0: a row max per chunk
-LANE_ELEMS = 8  # logits per lane, at least one 16-byte vector (fp32: 8 = two vectors, one exp per 8 logits)
-FUSED_MEAN = 1  # the last row program sums the losses: 1, its counter zeroed per call (a memset launch);
-                # 2, a counter kept per stream that the last program zeroes (one launch); 0: a second kernel
+LANE_MAX = 1  # 16-bit logits: 1, a running max per 16-byte lane, no block reduction per chunk; 0, a row max per chunk
+FP32_LANE_MAX = 0  # the same for fp32 logits (lanes of 4: slower at 1024 rows, H200 run 6c)
+FUSED_MEAN = 0  # 1: the last row program sums the losses (after a memset of its counter); 0: a second kernel
 
 _IGNORE_INDEX = -100  # F.cross_entropy's default (lower-case-prefixed: not a knob)
 
@@ -42,21 +42,19 @@ def _online_update(m, s, x):
 
 @triton.jit
 def _lane_update(m, s, x):
-    # Fold a chunk x[VECS, LANES, ALIGN] (-inf where masked) into per-lane running maxima m and
-    # sums s of exp(x - m). Lane j is the 16-byte vectors x[:, j, :], all held by one thread, so its
-    # max and sum never leave the thread: no block reduction (shuffles and barriers) per chunk, for
-    # one more exponential per lane. (A lane as one [LANES, VECS * ALIGN] row would be split
-    # across threads by the 16-byte layout and need a shuffle per chunk.)
-    m_new = tl.maximum(m, tl.max(tl.max(x, axis=2), axis=0))
+    # Fold a chunk x[LANES, ALIGN] (-inf where masked) into per-lane running maxima m and sums s
+    # of exp(x - m). A lane is one thread's 16-byte vector, so its max and sum never leave the
+    # thread: no block reduction (shuffles and barriers) per chunk, for one more exponential per lane.
+    m_new = tl.maximum(m, tl.max(x, axis=1))
     m_scaled = tl.where(m_new == -float("inf"), 0.0, m_new * 1.4426950408889634)  # lanes of only -inf keep s = 0
-    s = s * tl.exp2(m * 1.4426950408889634 - m_scaled) + tl.sum(tl.sum(
-        tl.exp2(x * 1.4426950408889634 - m_scaled[None, :, None]), axis=2), axis=0)
+    s = s * tl.exp2(m * 1.4426950408889634 - m_scaled) + tl.sum(
+        tl.exp2(x * 1.4426950408889634 - m_scaled[:, None]), axis=1)
     return m_new, s
 
 
 @triton.jit
 def _row_loss(LOGITS, TARGETS, LOSS, OUT, DONE, M, V, stride_row, ignore_index,
-              BLOCK: tl.constexpr, ALIGN: tl.constexpr, STAGES: tl.constexpr, VECS: tl.constexpr,
+              BLOCK: tl.constexpr, ALIGN: tl.constexpr, STAGES: tl.constexpr, LANES: tl.constexpr,
               FUSED: tl.constexpr, REDUCE: tl.constexpr):
     row = tl.program_id(0)
     row_start = row.to(tl.int64) * stride_row
@@ -72,14 +70,11 @@ def _row_loss(LOGITS, TARGETS, LOSS, OUT, DONE, M, V, stride_row, ignore_index,
     n_full = (V - head) // BLOCK
     body = LOGITS + tl.multiple_of(row_start + head, ALIGN)
     tail = head + n_full * BLOCK
-    if VECS:
-        # The chunk as [VECS, LANES, ALIGN]: VECS slabs of LANES 16-byte vectors; lane j owns vector j
-        # of every slab (each slab's loads stay coalesced).
-        LANES: tl.constexpr = BLOCK // (VECS * ALIGN)
-        offs = (tl.arange(0, VECS)[:, None, None] * (LANES * ALIGN) + tl.arange(0, LANES)[None, :, None] * ALIGN
-                + tl.arange(0, ALIGN)[None, None, :])
-        m_l = tl.full([LANES], -float("inf"), tl.float32)
-        s_l = tl.zeros([LANES], tl.float32)
+    if LANES:
+        # The chunk as [BLOCK // ALIGN, ALIGN]: row j is lane j's 16-byte vector.
+        offs = tl.arange(0, BLOCK // ALIGN)[:, None] * ALIGN + tl.arange(0, ALIGN)[None, :]
+        m_l = tl.full([BLOCK // ALIGN], -float("inf"), tl.float32)
+        s_l = tl.zeros([BLOCK // ALIGN], tl.float32)
         for i in tl.range(0, n_full, num_stages=STAGES):
             m_l, s_l = _lane_update(m_l, s_l, tl.load(body + i * BLOCK + offs).to(tl.float32))
         cols = tail + offs  # the tail, masked; lanes wholly past the row see only -inf
@@ -111,7 +106,6 @@ def _row_loss(LOGITS, TARGETS, LOSS, OUT, DONE, M, V, stride_row, ignore_index,
         # to count sees every row's.
         if tl.atomic_add(DONE, 1, sem="acq_rel") == M - 1:
             _mean_of_rows(LOSS, TARGETS, OUT, M, ignore_index, REDUCE)
-            tl.store(DONE, 0)  # every program has counted: ready for the next launch (FUSED_MEAN 2)
 
 
 @triton.jit
@@ -133,18 +127,6 @@ def _mean_of_rows(LOSS, TARGETS, OUT, M, ignore_index, BLOCK: tl.constexpr):
     tl.store(OUT, (tl.sum(total, axis=0) / tl.sum(count, axis=0)).to(OUT.dtype.element_ty))
 
 
-_counters: dict = {}  # (device, stream) -> the int32 counter of FUSED_MEAN 2
-
-
-def _done_counter(device: torch.device) -> torch.Tensor:
-    # One counter per stream: launches on one stream run in order, so each finds it zeroed by the last.
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    counter = _counters.get((device, stream))
-    if counter is None:
-        counter = _counters[(device, stream)] = torch.zeros(1, dtype=torch.int32, device=device)
-    return counter
-
-
 def kernel_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     if logits.dim() != 2 or targets.shape != (logits.shape[0],):
         raise ValueError(f"cross_entropy: need logits[M, V] and targets[M], got {tuple(logits.shape)} "
@@ -156,15 +138,11 @@ def kernel_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     m, v = logits.shape
     row_loss = torch.empty(m, dtype=torch.float32, device=logits.device)
     out = torch.empty((), dtype=logits.dtype, device=logits.device)
-    if FUSED_MEAN == 2:
-        done = _done_counter(logits.device)
-    else:
-        done = torch.zeros(1, dtype=torch.int32, device=logits.device) if FUSED_MEAN else row_loss
-    align = 16 // logits.element_size()  # elements per 16-byte vector
-    vecs = max(1, min(LANE_ELEMS, BLOCK_V) // align) if LANE_MAX else 0  # 16-byte vectors per lane
+    done = torch.zeros(1, dtype=torch.int32, device=logits.device) if FUSED_MEAN else row_loss
+    lanes = FP32_LANE_MAX if logits.element_size() == 4 else LANE_MAX
     _row_loss[(m,)](logits, targets, row_loss, out, done, m, v, logits.stride(0), _IGNORE_INDEX,
-                    BLOCK=BLOCK_V, ALIGN=align, STAGES=NUM_STAGES,
-                    VECS=vecs, FUSED=FUSED_MEAN, REDUCE=REDUCE_BLOCK, num_warps=NUM_WARPS)
+                    BLOCK=BLOCK_V, ALIGN=16 // logits.element_size(), STAGES=NUM_STAGES,
+                    LANES=lanes, FUSED=FUSED_MEAN, REDUCE=REDUCE_BLOCK, num_warps=NUM_WARPS)
     if not FUSED_MEAN:
         _mean_loss[(1,)](row_loss, targets, out, m, _IGNORE_INDEX, BLOCK=REDUCE_BLOCK, num_warps=4)
     return out
