@@ -286,8 +286,10 @@ run6c)  # cross-entropy's lane width (fp32 lanes of 4 logits regressed in run6b)
 run6d)  # the two starters changed after run6c: cross-entropy (16-bit lanes, fp32 row max, two launches) and
         # matmul (TMA_FLATTEN 1, run 5's confirmed keep): correctness at full shapes, then side by side
     step starters 60 python3 benchmarks/starters_check.py --tasks cross_entropy,matmul --json "$R/starters.json"
-    step kernel_quality 330 python3 benchmarks/kernel_quality.py --tasks cross_entropy,matmul --max-seconds 300 \
+    step kernel_quality 300 python3 benchmarks/kernel_quality.py --tasks cross_entropy,matmul --max-seconds 270 \
         --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
+    step gpu_tests 150 python3 -m pytest -m gpu tests/gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -x \
+        -p no:cacheprovider
     ;;
 sweeps)
     sw matmul 150 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \
