@@ -35,7 +35,8 @@
 #   run6c: cross-entropy's lane width swept (winner applied), Nsight Compute of softmax where it misses and of
 #          fp32 cross-entropy lanes, then kernel quality of all ten starters, each shape beside a copy of
 #          the same bytes (its ceiling at that size)
-#   run6d: cross-entropy and matmul starters after run6c (correctness at full shapes, side by side)
+#   run6d: cross-entropy and matmul starters after run6c, softmax resident-path warps swept (applied);
+#          correctness at full shapes, side by side, GPU-marked tests
 #   run4d: the final side by side: the offline tuner under a budget (rmsnorm, softmax, cross_entropy),
 #          then kernel quality of all ten tasks (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
@@ -284,12 +285,16 @@ run6c)  # cross-entropy's lane width (fp32 lanes of 4 logits regressed in run6b)
         --json "$R/kernel_quality.json"
     ;;
 run6d)  # the two starters changed after run6c: cross-entropy (16-bit lanes, fp32 row max, two launches) and
-        # matmul (TMA_FLATTEN 1, run 5's confirmed keep): correctness at full shapes, then side by side
-    step starters 60 python3 benchmarks/starters_check.py --tasks cross_entropy,matmul --json "$R/starters.json"
-    step kernel_quality 300 python3 benchmarks/kernel_quality.py --tasks cross_entropy,matmul --max-seconds 270 \
+        # matmul (TMA_FLATTEN 1, run 5's confirmed keep); softmax's resident path at 3001x5003 (144 registers,
+        # 19% occupancy, issue-bound in run6c's Nsight) swept over warps per row; correctness at full shapes,
+        # then side by side; GPU-marked tests
+    sw softmax_resident 40 --task softmax --shapes odd --dtypes bfloat16,float32 --apply-best \
+        --grid RESIDENT_BYTES_PER_THREAD=32,64,128 --grid RESIDENT_PART_KB=16,32
+    mkdir -p "$R/applied"; cp kernels/softmax/kernel.py "$R/applied/softmax.kernel.py.txt"
+    step starters 80 python3 benchmarks/starters_check.py --tasks cross_entropy,matmul,softmax --json "$R/starters.json"
+    step kernel_quality 300 python3 benchmarks/kernel_quality.py --tasks cross_entropy,matmul,softmax --max-seconds 270 \
         --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
-    step gpu_tests 150 python3 -m pytest -m gpu tests/gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -x \
-        -p no:cacheprovider
+    step gpu_tests 90 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
     ;;
 sweeps)
     sw matmul 150 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \
