@@ -2,6 +2,7 @@
 
     python3 benchmarks/quality_tables.py benchmarks/results/h200-run3/run3b/kernel_quality.json
     python3 benchmarks/quality_tables.py RUN.json --shapes --tasks matmul,softmax --dtypes bfloat16
+    python3 benchmarks/quality_tables.py OLDER.json NEWER.json   # NEWER's tasks replace OLDER's
 
 Summary: one row per task and dtype (geomean over the task's shapes). --shapes: one
 row per shape with every path's median latency and % of roofline, and the rate of
@@ -62,14 +63,28 @@ def shapes(data: dict, tasks: set[str], dtypes: set[str]) -> list[str]:
     return lines
 
 
+def merged(runs: list[dict]) -> dict:
+    """One table from several runs: each task's rows and summaries come from the last run that has it."""
+    out = {"rows": [], "summary_by_dtype": []}
+    for run in runs:
+        tasks = {r["task"] for r in run["rows"]}
+        for key in out:
+            out[key] = [r for r in out[key] if r["task"] not in tasks] + list(run[key])
+    order = {t: i for i, t in enumerate(sorted({r["task"] for r in out["rows"]}))}
+    for key in out:
+        out[key].sort(key=lambda r: order[r["task"]])  # stable: dtype and shape order within a task kept
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("json", type=Path)
+    ap.add_argument("json", type=Path, nargs="+",
+                    help="kernel_quality.py JSON; with several, a task measured in a later file replaces its rows")
     ap.add_argument("--shapes", action="store_true", help="one row per shape instead of the summary")
     ap.add_argument("--tasks", default="")
     ap.add_argument("--dtypes", default="")
     args = ap.parse_args(argv)
-    data = json.loads(args.json.read_text())
+    data = merged([json.loads(p.read_text()) for p in args.json])
     tasks = {t for t in args.tasks.split(",") if t}
     dtypes = {d for d in args.dtypes.split(",") if d}
     print("\n".join((shapes if args.shapes else summary)(data, tasks, dtypes)))

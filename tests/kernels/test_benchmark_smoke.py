@@ -110,3 +110,18 @@ def test_knob_sweep_smoke_ranks_every_combination_and_applies_the_best(tmp_path)
 def test_knob_sweep_refuses_an_unknown_knob(tmp_path):
     proc = _run("knob_sweep.py", "--smoke", "--task", "rmsnorm", "--grid", "NO_SUCH_KNOB=1", tmp_path=tmp_path)
     assert proc.returncode != 0 and "no knob NO_SUCH_KNOB" in proc.stderr
+
+
+def test_quality_tables_merge_takes_each_task_from_its_latest_run():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import quality_tables as qt
+
+    def run(task_shapes):
+        rows = [{"task": t, "dtype": "bfloat16", "shape": s} for t, s in task_shapes]
+        return {"rows": rows, "summary_by_dtype": [{"task": t, "dtype": "bfloat16"} for t in dict(task_shapes)]}
+
+    old = run([("softmax", "old"), ("rmsnorm", "old")])
+    new = run([("softmax", "new-a"), ("softmax", "new-b")])
+    out = qt.merged([old, new])
+    assert [(r["task"], r["shape"]) for r in out["rows"]] == [("rmsnorm", "old"), ("softmax", "new-a"), ("softmax", "new-b")]
+    assert [s["task"] for s in out["summary_by_dtype"]] == ["rmsnorm", "softmax"]
