@@ -35,7 +35,7 @@ MAX_FUSED_N = 16384  # widest (aligned) row the rows path takes
 # bf16: 4096x32000 146 vs 206 us, 4096x50257 310 vs 354 us): a program holding 64-100 KB fills the
 # register file alone, and its loads stand idle while it reduces.
 RESIDENT_MAX_KB = 32  # widest row, alignment slack included, held in registers by one program
-RESIDENT_PART_KB = 32  # a resident row is held as up to four parts of this size plus a tail
+RESIDENT_PART_KB = 16  # a resident row is held as up to four parts of this size plus a tail
 RESIDENT_BYTES_PER_THREAD = 128  # resident path warps = row bytes / this / 32, within 4..32
 LOOP_BLOCK_N = 8192  # chunk width of the online path, aligned widths
 LOOP_NUM_WARPS = 16
