@@ -37,11 +37,13 @@
 #          the same bytes (its ceiling at that size)
 #   run6d: cross-entropy and matmul starters after run6c, softmax resident-path warps swept (applied);
 #          correctness at full shapes, side by side, GPU-marked tests
+#   run6e: Nsight Compute of the misses without a profile (rmsnorm/layernorm under compile, matmul odd,
+#          cross-entropy 4096x32000, softmax odd with pipe utilisation); small-tile matmul sweep at odd
 #   run4d: the final side by side: the offline tuner under a budget (rmsnorm, softmax, cross_entropy),
 #          then kernel quality of all ten tasks (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
 # Usage on the device (carry .whl):
-#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b | run6c | run6d
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b | run6c | run6d | run6e
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -295,6 +297,25 @@ run6d)  # the two starters changed after run6c: cross-entropy (16-bit lanes, fp3
     step kernel_quality 300 python3 benchmarks/kernel_quality.py --tasks cross_entropy,matmul,softmax --max-seconds 270 \
         --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
     step gpu_tests 90 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
+    ;;
+run6e)  # profiles of the misses run 6 had no Nsight data for (bf16): rmsnorm 16384x8192 and layernorm 32768x768
+        # (under torch.compile), matmul 3000x5000x1000, cross-entropy 4096x32000; softmax 3001x5003 again with
+        # the pipes' utilisation; a small-tile matmul sweep at 3000x5000x1000 (not applied)
+    sw matmul_odd 70 --task matmul --shapes odd --dtypes bfloat16 \
+        --grid SMALL_BLOCK_N=128,256 --grid SMALL_NUM_STAGES=3,4,5 --grid SMALL_PROGRAMS_PER_SM=1,2
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    sections=(--section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis
+              --section LaunchStats --section InstructionStats)
+    bytes=dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct
+    pipes=sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
+    for probe in "rmsnorm large _rmsnorm" "layernorm gpt2-small-b32 _layernorm" "matmul odd _matmul" \
+                 "cross_entropy llama7b _row_loss" "softmax odd _softmax"; do
+        set -- $probe
+        step "ncu_$1_$2" 25 "$ncu" --clock-control none -k "regex:$3" --launch-skip 2 --launch-count 1 \
+            "${sections[@]}" --metrics "$bytes" python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16
+        step "ncu_pipes_$1_$2" 25 "$ncu" --clock-control none -k "regex:$3" --launch-skip 2 --launch-count 1 \
+            --metrics "$pipes" python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16
+    done
     ;;
 sweeps)
     sw matmul 150 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \
