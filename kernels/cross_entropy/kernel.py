@@ -138,7 +138,7 @@ def kernel_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     m, v = logits.shape
     row_loss = torch.empty(m, dtype=torch.float32, device=logits.device)
     out = torch.empty((), dtype=logits.dtype, device=logits.device)
-    done = torch.zeros(1, dtype=torch.int32, device=logits.device) if FUSED_MEAN else row_loss
+    done = torch.zeros(1, dtype=torch.int32, device=logits.device) if FUSED_MEAN else row_loss  # unused unfused
     lanes = FP32_LANE_MAX if logits.element_size() == 4 else LANE_MAX
     _row_loss[(m,)](logits, targets, row_loss, out, done, m, v, logits.stride(0), _IGNORE_INDEX,
                     BLOCK=BLOCK_V, ALIGN=16 // logits.element_size(), STAGES=NUM_STAGES,
