@@ -38,7 +38,8 @@
 #   run6d: cross-entropy and matmul starters after run6c, softmax resident-path warps swept (applied);
 #          correctness at full shapes, side by side, GPU-marked tests
 #   run6e: Nsight Compute of the misses without a profile (rmsnorm/layernorm under compile, matmul odd,
-#          cross-entropy 4096x32000, softmax odd with pipe utilisation); small-tile matmul sweep at odd
+#          cross-entropy 4096x32000, softmax odd with pipe utilisation) and of Inductor's and cuBLAS's
+#          kernels at those shapes; big-tile matmul sweep at odd
 #   run4d: the final side by side: the offline tuner under a budget (rmsnorm, softmax, cross_entropy),
 #          then kernel quality of all ten tasks (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
@@ -300,9 +301,11 @@ run6d)  # the two starters changed after run6c: cross-entropy (16-bit lanes, fp3
     ;;
 run6e)  # profiles of the misses run 6 had no Nsight data for (bf16): rmsnorm 16384x8192 and layernorm 32768x768
         # (under torch.compile), matmul 3000x5000x1000, cross-entropy 4096x32000; softmax 3001x5003 again with
-        # the pipes' utilisation; a small-tile matmul sweep at 3000x5000x1000 (not applied)
-    sw matmul_odd 70 --task matmul --shapes odd --dtypes bfloat16 \
-        --grid SMALL_BLOCK_N=128,256 --grid SMALL_NUM_STAGES=3,4,5 --grid SMALL_PROGRAMS_PER_SM=1,2
+        # the pipes' utilisation; a matmul sweep at 3000x5000x1000, which takes the big tiles (128x256 fill
+        # 91% of its waves, so the SMALL_* knobs never reach it): the wave-fill threshold (95 sends it to the
+        # small tiles), stages and tile grouping (not applied)
+    sw matmul_odd 90 --task matmul --shapes odd --dtypes float16,bfloat16 \
+        --grid MIN_WAVE_FILL_PCT=85,95 --grid NUM_STAGES=3,4 --grid GROUP_M=8,16
     ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     sections=(--section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis
               --section LaunchStats --section InstructionStats)
@@ -315,6 +318,14 @@ run6e)  # profiles of the misses run 6 had no Nsight data for (bf16): rmsnorm 16
             "${sections[@]}" --metrics "$bytes" python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16
         step "ncu_pipes_$1_$2" 25 "$ncu" --clock-control none -k "regex:$3" --launch-skip 2 --launch-count 1 \
             --metrics "$pipes" python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16
+    done
+    # ...and what they are measured against: Inductor's kernels (max-autotune) for the two misses under
+    # compile, cuBLAS for matmul; one call each, after the warm-up and autotuning, in a profiler range
+    for probe in "compile rmsnorm large triton_" "compile layernorm gpt2-small-b32 triton_" \
+                 "eager matmul odd gemm|nvjet|xmma|cutlass"; do
+        set -- $probe
+        step "ncu_$1_$2_$3" 120 "$ncu" --clock-control none --profile-from-start off -k "regex:$4" --launch-count 3 \
+            "${sections[@]}" --metrics "$bytes,$pipes" python3 benchmarks/ncu_probe.py --run "$1" "$2" "$3" bfloat16
     done
     ;;
 sweeps)

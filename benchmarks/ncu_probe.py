@@ -2,11 +2,15 @@
 
     ncu --clock-control none -k regex:_rmsnorm --launch-skip 2 --launch-count 1 \\
         --section SpeedOfLight --section Occupancy --section WarpStateStats \\
-        python3 benchmarks/ncu_probe.py rmsnorm wide bfloat16 [KNOB=VALUE ...]
+        python3 benchmarks/ncu_probe.py [--run starter|eager|compile] rmsnorm wide bfloat16 [KNOB=VALUE ...]
 
+--run eager runs the task's reference instead (cuBLAS for matmul), --run
+compile the reference under torch.compile (Inductor's Triton kernels: match
+them with -k regex:triton_), to profile what the starter is measured against.
 KNOB=VALUE sets a module-level knob of kernel.py first (to profile a setting
 against the default without editing the file). The first calls compile and
-warm up (skip them with --launch-skip); every call is the starter's real
+warm up (skip them with --launch-skip, or profile only the last call, made
+inside a cudaProfilerStart/Stop range, with --profile-from-start off); every call is the starter's real
 kernel_fn on the task's own inputs for that shape.
 """
 
@@ -19,9 +23,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import starters_check as sc  # noqa: E402
 
 
+RUNS = ("starter", "eager", "compile")
+
+
 def main(argv: list[str]) -> int:
+    run = "starter"
+    if argv[:1] == ["--run"]:
+        run, argv = (argv[1] if len(argv) > 1 else ""), argv[2:]
+        if run not in RUNS:
+            raise SystemExit(f"--run takes one of {', '.join(RUNS)}")
     if len(argv) < 3 or not all("=" in a for a in argv[3:]):
-        raise SystemExit("usage: ncu_probe.py TASK SHAPE DTYPE [KNOB=VALUE ...]")
+        raise SystemExit("usage: ncu_probe.py [--run starter|eager|compile] TASK SHAPE DTYPE [KNOB=VALUE ...]")
     task, shape_name, dtype_name = argv[:3]
     import torch
 
@@ -39,9 +51,19 @@ def main(argv: list[str]) -> int:
             raise SystemExit(f"{task}'s kernel.py has no int knob {name}")
         setattr(ker, name, int(value))
     inputs = ref.make_inputs(dict(shape.dims), getattr(torch, dtype_name), "cuda", 0)
+    if run == "compile":  # what kernel_quality.py measures; its autotuning runs in the warm-up below
+        fn = torch.compile(ref.reference, mode="max-autotune")
+    else:
+        fn = ker.kernel_fn if run == "starter" else ref.reference
     for _ in range(4):
-        ker.kernel_fn(*inputs)
+        fn(*inputs)
     torch.cuda.synchronize()
+    # One more call inside a profiler range: `ncu --profile-from-start off` sees only it (and
+    # no autotuning launch); without that flag the range is a no-op and --launch-skip decides.
+    torch.cuda.profiler.start()
+    fn(*inputs)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
     return 0
 
 
