@@ -40,11 +40,12 @@
 #   run6e: Nsight Compute of the misses without a profile (rmsnorm/layernorm under compile, matmul odd,
 #          cross-entropy 4096x32000, softmax odd with pipe utilisation) and of Inductor's and cuBLAS's
 #          kernels at those shapes; big-tile matmul sweep at odd
+#   run6f: rmsnorm's and layernorm's rows path swept over warps and row block (their misses under compile)
 #   run4d: the final side by side: the offline tuner under a budget (rmsnorm, softmax, cross_entropy),
 #          then kernel quality of all ten tasks (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
 # Usage on the device (carry .whl):
-#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b | run6c | run6d | run6e
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b | run6c | run6d | run6e | run6f
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -327,6 +328,14 @@ run6e)  # profiles of the misses run 6 had no Nsight data for (bf16): rmsnorm 16
         step "ncu_$1_$2_$3" 120 "$ncu" --clock-control none --profile-from-start off -k "regex:$4" --launch-count 3 \
             "${sections[@]}" --metrics "$bytes,$pipes" python3 benchmarks/ncu_probe.py --run "$1" "$2" "$3" bfloat16
     done
+    ;;
+run6f)  # the two misses under torch.compile, after run6e's Nsight (ours 52-54 registers and 50-56% occupancy,
+        # Inductor's 23-32 registers and 100%, same bytes): rows-path warps and row block, rmsnorm's resident
+        # path for 8192-wide rows; every shape, not applied (kernel_quality after the choice)
+    sw rmsnorm 150 --task rmsnorm --dtypes bfloat16 \
+        --grid NUM_WARPS=8,16 --grid MAX_FUSED_N=4096,16384 --grid RESIDENT_BYTES_PER_THREAD=32,64,128
+    sw layernorm 150 --task layernorm --dtypes bfloat16 \
+        --grid NUM_WARPS=4,8,16 --grid ROW_BLOCK_ELEMS=2048,4096,8192
     ;;
 sweeps)
     sw matmul 150 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \
