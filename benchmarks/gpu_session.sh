@@ -41,11 +41,12 @@
 #          cross-entropy 4096x32000, softmax odd with pipe utilisation) and of Inductor's and cuBLAS's
 #          kernels at those shapes; big-tile matmul sweep at odd
 #   run6f: rmsnorm's and layernorm's rows path swept over warps and row block (their misses under compile)
+#   run6g: Inductor's rmsnorm/layernorm kernels profiled in the mode measured; rmsnorm 8192-wide rows looped
 #   run4d: the final side by side: the offline tuner under a budget (rmsnorm, softmax, cross_entropy),
 #          then kernel quality of all ten tasks (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
 # Usage on the device (carry .whl):
-#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b | run6c | run6d | run6e | run6f
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b | run6c | run6d | run6e | run6f | run6g
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -336,6 +337,21 @@ run6f)  # the two misses under torch.compile, after run6e's Nsight (ours 52-54 r
         --grid NUM_WARPS=8,16 --grid MAX_FUSED_N=4096,16384 --grid RESIDENT_BYTES_PER_THREAD=32,64,128
     sw layernorm 150 --task layernorm --dtypes bfloat16 \
         --grid NUM_WARPS=4,8,16 --grid ROW_BLOCK_ELEMS=2048,4096,8192
+    ;;
+run6g)  # run6e profiled Inductor under max-autotune, but kernel_quality compiles memory-bound references in
+        # default mode: those two probes again as measured; rmsnorm's 8192-wide rows on the looped path
+        # (two passes, the second from L2, as Inductor's kernel does) swept at the widths it would take
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    for probe in "rmsnorm large" "layernorm gpt2-small-b32"; do
+        set -- $probe
+        step "ncu_compile_$1_$2" 120 "$ncu" --clock-control none --profile-from-start off -k "regex:triton_" \
+            --launch-count 3 --section SpeedOfLight --section Occupancy --section WarpStateStats \
+            --section MemoryWorkloadAnalysis --section LaunchStats --section InstructionStats \
+            --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
+            python3 benchmarks/ncu_probe.py --run compile "$1" "$2" bfloat16
+    done
+    sw rmsnorm_looped 120 --task rmsnorm --shapes odd,large --dtypes float16,bfloat16 --grid MAX_FUSED_N=4096 \
+        --grid RESIDENT_MAX_KB=8 --grid LOOP_BLOCK_N=1024,2048,4096 --grid LOOP_NUM_WARPS=4,8,16
     ;;
 sweeps)
     sw matmul 150 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \
