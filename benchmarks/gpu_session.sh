@@ -41,7 +41,8 @@
 #          cross-entropy 4096x32000, softmax odd with pipe utilisation) and of Inductor's and cuBLAS's
 #          kernels at those shapes; big-tile matmul sweep at odd
 #   run6f: rmsnorm's and layernorm's rows path swept over warps and row block (their misses under compile)
-#   run6g: Inductor's rmsnorm/layernorm kernels profiled in the mode measured; rmsnorm 8192-wide rows looped
+#   run6g: Inductor's rmsnorm/layernorm kernels profiled in the mode measured, and their source; rmsnorm 8192-wide
+#          rows looped (odd+large, then large alone with both pass-2 directions)
 #   run4d: the final side by side: the offline tuner under a budget (rmsnorm, softmax, cross_entropy),
 #          then kernel quality of all ten tasks (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
@@ -352,6 +353,14 @@ run6g)  # run6e profiled Inductor under max-autotune, but kernel_quality compile
     done
     sw rmsnorm_looped 120 --task rmsnorm --shapes odd,large --dtypes float16,bfloat16 --grid MAX_FUSED_N=4096 \
         --grid RESIDENT_MAX_KB=8 --grid LOOP_BLOCK_N=1024,2048,4096 --grid LOOP_NUM_WARPS=4,8,16
+    # Inductor's source for both (its chunk, rows per program and warps), and the looped path at the one
+    # shape it misses, with both pass-2 directions (the geomean above mixes in odd, where resident wins)
+    for probe in "rmsnorm large" "layernorm gpt2-small-b32"; do
+        set -- $probe
+        step "inductor_code_$1_$2" 120 env TORCH_LOGS=output_code python3 benchmarks/ncu_probe.py --run compile "$1" "$2" bfloat16
+    done
+    sw rmsnorm_looped_large 100 --task rmsnorm --shapes large --dtypes bfloat16 --grid MAX_FUSED_N=4096 \
+        --grid RESIDENT_MAX_KB=8 --grid LOOP_BLOCK_N=1024,2048,4096 --grid LOOP_NUM_WARPS=8,16 --grid LOOP_PASS2_REVERSED=0,1
     ;;
 sweeps)
     sw matmul 150 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \
