@@ -43,11 +43,13 @@
 #   run6f: rmsnorm's and layernorm's rows path swept over warps and row block (their misses under compile)
 #   run6g: Inductor's rmsnorm/layernorm kernels profiled in the mode measured, and their source; rmsnorm 8192-wide
 #          rows looped (odd+large, then large alone with both pass-2 directions)
+#   run6h: rmsnorm's rows path in chunks (as Inductor's kernel) and its warps, layernorm's rows path down to one
+#          warp per row (as Inductor's); winners applied; correctness, Nsight, side by side, GPU tests
 #   run4d: the final side by side: the offline tuner under a budget (rmsnorm, softmax, cross_entropy),
 #          then kernel quality of all ten tasks (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
 # Usage on the device (carry .whl):
-#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b | run6c | run6d | run6e | run6f | run6g
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b | run6c | run6d | run6e | run6f | run6g | run6h
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -361,6 +363,32 @@ run6g)  # run6e profiled Inductor under max-autotune, but kernel_quality compile
     done
     sw rmsnorm_looped_large 100 --task rmsnorm --shapes large --dtypes bfloat16 --grid MAX_FUSED_N=4096 \
         --grid RESIDENT_MAX_KB=8 --grid LOOP_BLOCK_N=1024,2048,4096 --grid LOOP_NUM_WARPS=8,16 --grid LOOP_PASS2_REVERSED=0,1
+    ;;
+run6h)  # after run6g's Inductor source: its rmsnorm walks 8192-wide rows in chunks, twice (32
+        # registers, 16 warps, 100% occupancy, 125 us in Nsight vs our 130), its layernorm at 32768x768 is one
+        # warp per row (no cross-warp reduction; ours spreads each row over 4 warps). Swept here: rmsnorm's rows
+        # path in chunks (ROWS_CHUNK_N, new) and its warps per row block, layernorm's rows path down to one warp
+        # per row; winners applied (copies in applied/), then correctness, Nsight of both, side by side, GPU tests
+    sw rmsnorm_chunked 90 --task rmsnorm --shapes llama7b-layer,odd,large --dtypes bfloat16,float32 --apply-best \
+        --grid ROWS_CHUNK_N=0,1024,2048,4096 --grid CHUNK_NUM_WARPS=4,8,16
+    sw rmsnorm_rows 90 --task rmsnorm --dtypes bfloat16,float32 --apply-best \
+        --grid ROW_BLOCK_ELEMS=1024,2048,4096,8192 --grid NUM_WARPS=1,2,4,8
+    sw layernorm_rows 90 --task layernorm --dtypes bfloat16 --apply-best \
+        --grid ROW_BLOCK_ELEMS=1024,2048,4096 --grid NUM_WARPS=1,2,4
+    mkdir -p "$R/applied"
+    for t in rmsnorm layernorm; do cp "kernels/$t/kernel.py" "$R/applied/$t.kernel.py.txt"; done
+    step starters 80 python3 benchmarks/starters_check.py --tasks rmsnorm,layernorm --json "$R/starters.json"
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    for probe in "rmsnorm large _rmsnorm" "layernorm gpt2-small-b32 _layernorm"; do
+        set -- $probe
+        step "ncu_$1_$2" 60 "$ncu" --clock-control none --profile-from-start off -k "regex:$3" --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section LaunchStats \
+            --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
+            python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16
+    done
+    step kernel_quality 250 python3 benchmarks/kernel_quality.py --tasks rmsnorm,layernorm --max-seconds 220 \
+        --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
+    step gpu_tests 90 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
     ;;
 sweeps)
     sw matmul 150 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \

@@ -3,6 +3,7 @@
 Three paths, by row width:
   * rows: several short rows per program (so small hidden sizes still keep
     enough bytes in flight), for widths Triton can prove 16-byte aligned;
+    rows wider than ROWS_CHUNK_N are walked in chunks, twice (the second from L2);
   * resident: one program per row holds the whole row in registers, in the
     input dtype (up to RESIDENT_MAX_KB), so x is read from memory exactly once.
     A row of odd width starts anywhere, so the program loads from the 16-byte
@@ -19,8 +20,10 @@ import triton.language as tl
 
 # Tunable knobs: module-level constants the offline tuner rewrites.
 ROW_BLOCK_ELEMS = 8192  # elements each program holds (rows x padded row width)
-NUM_WARPS = 8
+NUM_WARPS = 8  # per ROW_BLOCK_ELEMS of a program's rows: a row wider than that gets proportionally more
 MAX_FUSED_N = 16384  # widest (aligned) row the rows path takes
+ROWS_CHUNK_N = 0  # rows path: rows padded wider than this are walked in chunks of it, twice (0: held whole)
+CHUNK_NUM_WARPS = 8  # warps of a chunked rows program
 # Rows held in registers: up to 32 KB; wider ones loop, measured faster (H200, run 4b: 1024x50257 bf16 79 vs 93 us).
 RESIDENT_MAX_KB = 32  # widest row, alignment slack included, held in registers
 RESIDENT_PART_KB = 32  # a resident row is held as up to four parts of this size plus a tail
@@ -44,6 +47,31 @@ def _rmsnorm_rows(X, W, Y, M, N, stride_x, stride_y, eps,
     w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
     y = x * rstd[:, None] * w[None, :]
     tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rmsnorm_rows_chunked(X, W, Y, M, N, stride_x, stride_y, eps,
+                          BLOCK_M: tl.constexpr, CHUNK_N: tl.constexpr):
+    """The rows path for wide aligned rows, holding only a chunk in registers (as Inductor's kernel
+    does): pass 1 sums squares, pass 2 re-reads x, by then in L2 (a program's rows are a few KB)."""
+    rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    rmask = rows < M
+    x_rows = X + rows[:, None] * stride_x
+    acc = tl.zeros([BLOCK_M, CHUNK_N], dtype=tl.float32)
+    for start in tl.range(0, N, CHUNK_N):
+        cols = start + tl.arange(0, CHUNK_N)
+        mask = rmask[:, None] & (cols < N)[None, :]
+        x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        acc += x * x
+    rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=1) / N + eps)
+    y_rows = Y + rows[:, None] * stride_y
+    for start in tl.range(0, N, CHUNK_N):
+        cols = start + tl.arange(0, CHUNK_N)
+        cmask = cols < N
+        mask = rmask[:, None] & cmask[None, :]
+        x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        w = tl.load(W + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        tl.store(y_rows + cols[None, :], (x * rstd[:, None] * w[None, :]).to(Y.dtype.element_ty), mask=mask)
 
 
 # ---- resident path: c counts elements from the row's 16-byte-aligned base; the row is
@@ -203,9 +231,13 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     if n <= MAX_FUSED_N and (_rows_aligned(n, x2, y) or resident is None):
         block_n = triton.next_power_of_2(n)
         block_m = max(1, min(ROW_BLOCK_ELEMS // block_n, triton.next_power_of_2(m)))
-        _rmsnorm_rows[(triton.cdiv(m, block_m),)](
-            x2, weight, y, m, n, x2.stride(0), y.stride(0), eps,
-            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=NUM_WARPS)
+        grid = (triton.cdiv(m, block_m),)
+        if 0 < ROWS_CHUNK_N < block_n:
+            _rmsnorm_rows_chunked[grid](x2, weight, y, m, n, x2.stride(0), y.stride(0), eps,
+                                        BLOCK_M=block_m, CHUNK_N=ROWS_CHUNK_N, num_warps=CHUNK_NUM_WARPS)
+        else:
+            _rmsnorm_rows[grid](x2, weight, y, m, n, x2.stride(0), y.stride(0), eps, BLOCK_M=block_m,
+                                BLOCK_N=block_n, num_warps=NUM_WARPS * max(1, block_n // ROW_BLOCK_ELEMS))
     elif resident is not None:
         part, parts, tail, warps = resident
         _rmsnorm_resident[(m,)](x2, weight, y, n, x2.stride(0), y.stride(0), eps,
