@@ -45,11 +45,12 @@
 #          rows looped (odd+large, then large alone with both pass-2 directions)
 #   run6h: rmsnorm's rows path in chunks (as Inductor's kernel) and its warps, layernorm's rows path down to one
 #          warp per row (as Inductor's); winners applied; correctness, Nsight, side by side, GPU tests
+#   run6i: the rows paths of rmsnorm/layernorm with 32-bit offsets and x evict-first (as Inductor's kernels)
 #   run4d: the final side by side: the offline tuner under a budget (rmsnorm, softmax, cross_entropy),
 #          then kernel quality of all ten tasks (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
 # Usage on the device (carry .whl):
-#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b | run6c | run6d | run6e | run6f | run6g | run6h
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b | run6c | run6d | run6e | run6f | run6g | run6h | run6i
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -389,6 +390,29 @@ run6h)  # after run6g's Inductor source: its rmsnorm walks 8192-wide rows in chu
     step kernel_quality 250 python3 benchmarks/kernel_quality.py --tasks rmsnorm,layernorm --max-seconds 220 \
         --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
     step gpu_tests 90 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
+    ;;
+run6i)  # run6h: at 32 registers and 100% occupancy (16 warps) our rmsnorm 16384x8192 still ran 129.4 us in Nsight
+        # against Inductor's 125.1 (same bytes), so occupancy was not the gap; Inductor's kernels also index in
+        # 32 bits and mark x's last read evict-first. Both swept on the rows paths (ROWS_INT32, ROWS_EVICT_FIRST,
+        # new), with the chunked rows at 4096 x 16 warps (run6h's best there); winners applied; correctness,
+        # Nsight, side by side
+    sw rmsnorm_rows 90 --task rmsnorm --dtypes bfloat16,float32 --apply-best \
+        --grid ROWS_INT32=0,1 --grid ROWS_EVICT_FIRST=0,1 --grid ROWS_CHUNK_N=0,4096 --grid CHUNK_NUM_WARPS=16
+    sw layernorm_rows 60 --task layernorm --dtypes bfloat16,float32 --apply-best \
+        --grid ROWS_INT32=0,1 --grid ROWS_EVICT_FIRST=0,1
+    mkdir -p "$R/applied"
+    for t in rmsnorm layernorm; do cp "kernels/$t/kernel.py" "$R/applied/$t.kernel.py.txt"; done
+    step starters 80 python3 benchmarks/starters_check.py --tasks rmsnorm,layernorm --json "$R/starters.json"
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    for probe in "rmsnorm large _rmsnorm" "layernorm gpt2-small-b32 _layernorm"; do
+        set -- $probe
+        step "ncu_$1_$2" 60 "$ncu" --clock-control none --profile-from-start off -k "regex:$3" --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section LaunchStats \
+            --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
+            python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16
+    done
+    step kernel_quality 250 python3 benchmarks/kernel_quality.py --tasks rmsnorm,layernorm --max-seconds 220 \
+        --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
     ;;
 sweeps)
     sw matmul 150 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \

@@ -29,6 +29,8 @@ ROW_BLOCK_ELEMS = 4096  # elements each program holds (rows x padded row width)
 NUM_WARPS = 4
 FP32_ROW_BLOCK_ELEMS = 4096  # fp32: the same 16 KB of x per program as 8192 16-bit elements
 FP32_NUM_WARPS = 8
+ROWS_INT32 = 0  # rows path: 32-bit element offsets when every offset fits (1), else always 64-bit (0)
+ROWS_EVICT_FIRST = 0  # rows path: x marked evict-first in L2 (it is read once), leaving L2 to y's writes
 MAX_FUSED_N = 16384  # widest (aligned) row the rows path takes
 # Rows held in registers: up to 32 KB; wider ones loop, measured faster (H200, run 4b: 1024x50257 bf16 98 vs 160 us).
 RESIDENT_MAX_KB = 32  # widest row, alignment slack included, held in registers by one program
@@ -41,20 +43,26 @@ LOOP_PASS2_REVERSED = 0  # the looped path's second pass walks the row backwards
 
 
 @triton.jit
-def _layernorm_rows(X, W, B, Y, M, N, stride_x, stride_y, eps,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _layernorm_rows(X, W, B, Y, M, N, stride_x, stride_y, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    INT32: tl.constexpr, EVICT_FIRST: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    if not INT32:  # 64-bit unless the caller proved every element offset fits 32 bits
+        rows = rows.to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     cmask = cols < N
     mask = (rows < M)[:, None] & cmask[None, :]
-    x = tl.load(X + rows[:, None].to(tl.int64) * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if EVICT_FIRST:
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0,
+                    eviction_policy="evict_first").to(tl.float32)
+    else:
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     mean = tl.sum(x, axis=1) / N
     xc = tl.where(mask, x - mean[:, None], 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / N + eps)
     w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
     b = tl.load(B + cols, mask=cmask, other=0.0).to(tl.float32)
     y = xc * rstd[:, None] * w[None, :] + b[None, :]
-    tl.store(Y + rows[:, None].to(tl.int64) * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
 # ---- resident path: c counts elements from the row's 16-byte-aligned base; the row is
@@ -259,9 +267,11 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
         # of x: 6001x5120 bf16 ran 41.1 us on 4 warps, 38.7 on 8 (H200, runs 5b and 4d). fp32's
         # 16 KB blocks were measured at a fixed FP32_NUM_WARPS.
         warps = FP32_NUM_WARPS if fp32 else NUM_WARPS * max(1, block_n // elems)
-        _layernorm_rows[(triton.cdiv(m, block_m),)](
-            x2, weight, bias, y, m, n, x2.stride(0), y.stride(0), eps,
-            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=min(32, warps))
+        grid = (triton.cdiv(m, block_m),)
+        int32 = bool(ROWS_INT32) and _offsets_fit_int32(grid[0] * block_m, n, x2, y)
+        _layernorm_rows[grid](x2, weight, bias, y, m, n, x2.stride(0), y.stride(0), eps, BLOCK_M=block_m,
+                              BLOCK_N=block_n, INT32=int32, EVICT_FIRST=bool(ROWS_EVICT_FIRST),
+                              num_warps=min(32, warps))
     elif resident is not None:
         part, parts, tail, warps = resident
         _layernorm_resident[(m,)](x2, weight, bias, y, n, x2.stride(0), y.stride(0), eps, PART=part, PARTS=parts,
@@ -278,6 +288,12 @@ def _vector_width(*rows: torch.Tensor) -> int:
     if len({t.stride(0) for t in rows}) == 1 and all(t.data_ptr() % 16 == 0 for t in rows):
         return 16 // rows[0].element_size()
     return 1
+
+
+def _offsets_fit_int32(rows: int, n: int, *tensors: torch.Tensor) -> bool:
+    """Every element offset the rows programs form (rows of them, padded ones included: masked, but
+    computed) fits int32: the largest is (rows - 1) * stride + next_power_of_2(n) - 1."""
+    return all((rows - 1) * t.stride(0) + triton.next_power_of_2(n) - 1 < 2**31 for t in tensors)
 
 
 def _rows_aligned(n: int, *rows: torch.Tensor) -> bool:

@@ -216,3 +216,31 @@ def test_rmsnorm_chunked_rows_match_the_reference(n, m, dtype, monkeypatch):
 def test_rmsnorm_rows_held_whole_at_or_under_the_chunk(monkeypatch):
     calls = _check("rmsnorm", "float16", 4, 768, _contiguous, monkeypatch, ROWS_CHUNK_N=1024)
     assert calls[0][0] == "_rmsnorm_rows"
+
+
+@pytest.mark.parametrize("task", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("evict_first", [0, 1])
+def test_rows_path_with_32_bit_offsets(task, evict_first, monkeypatch):
+    """ROWS_INT32 and ROWS_EVICT_FIRST are tuner knobs of the rows path: exact either way; the
+    32-bit offsets are taken only when they fit (9 rows, one past the last program's, masked)."""
+    calls = _check(task, "bfloat16", 9, 768, _contiguous, monkeypatch, ROWS_INT32=1, ROWS_EVICT_FIRST=evict_first,
+                   ROW_BLOCK_ELEMS=2048)
+    (name, kwargs), = calls
+    assert name == f"_{task}_rows" and kwargs["INT32"] is True and kwargs["EVICT_FIRST"] is bool(evict_first)
+
+
+@pytest.mark.parametrize("task", ["rmsnorm", "layernorm"])
+def test_32_bit_offsets_only_where_they_fit(task):
+    ker = sc.load_module(REPO / "kernels" / task / "kernel.py", "align")
+
+    class Rows:  # only the row stride counts (a view's offsets, not its storage)
+        def __init__(self, stride):
+            self._stride = stride
+
+        def stride(self, dim):
+            return self._stride
+
+    assert ker._offsets_fit_int32(4, 768, Rows(768), Rows(768))
+    assert not ker._offsets_fit_int32(4, 768, Rows(768), Rows(2**30))  # 3 * 2^30: past 2^31
+    assert ker._offsets_fit_int32(2**21, 768, Rows(1024))  # largest offset (2^21 - 1) * 1024 + 1023 = 2^31 - 1
+    assert not ker._offsets_fit_int32(2**21 + 1, 768, Rows(1024))
