@@ -46,11 +46,12 @@
 #   run6h: rmsnorm's rows path in chunks (as Inductor's kernel) and its warps, layernorm's rows path down to one
 #          warp per row (as Inductor's); winners applied; correctness, Nsight, side by side, GPU tests
 #   run6i: the rows paths of rmsnorm/layernorm with 32-bit offsets and x evict-first (as Inductor's kernels)
+#   run6j: run6i's winners; rmsnorm's chunked rows where chunks tile the row, swept and applied; side by side
 #   run4d: the final side by side: the offline tuner under a budget (rmsnorm, softmax, cross_entropy),
 #          then kernel quality of all ten tasks (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
 # Usage on the device (carry .whl):
-#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b | run6c | run6d | run6e | run6f | run6g | run6h | run6i
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b | run6c | run6d | run6e | run6f | run6g | run6h | run6i | run6j
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -413,6 +414,27 @@ run6i)  # run6h: at 32 registers and 100% occupancy (16 warps) our rmsnorm 16384
     done
     step kernel_quality 250 python3 benchmarks/kernel_quality.py --tasks rmsnorm,layernorm --max-seconds 220 \
         --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
+    ;;
+run6j)  # run6i's winners applied by hand (32-bit offsets on: layernorm 32768x768 3% faster, neutral elsewhere;
+        # evict-first x slower everywhere, off); rmsnorm's chunked rows now only where chunks tile the row
+        # (run6h/6i: 4096 x 16 warps 2.4% faster at 16384x8192, slower at 6001x5120 where the second chunk
+        # was three quarters masked): swept again, applied; correctness, Nsight, side by side of both norms
+    sw rmsnorm_chunked 90 --task rmsnorm --dtypes bfloat16,float32 --apply-best \
+        --grid ROWS_CHUNK_N=0,1024,2048,4096 --grid CHUNK_NUM_WARPS=4,8,16
+    mkdir -p "$R/applied"
+    for t in rmsnorm layernorm; do cp "kernels/$t/kernel.py" "$R/applied/$t.kernel.py.txt"; done
+    step starters 80 python3 benchmarks/starters_check.py --tasks rmsnorm,layernorm --json "$R/starters.json"
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    for probe in "rmsnorm large _rmsnorm" "layernorm gpt2-small-b32 _layernorm"; do
+        set -- $probe
+        step "ncu_$1_$2" 60 "$ncu" --clock-control none --profile-from-start off -k "regex:$3" --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section LaunchStats \
+            --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
+            python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16
+    done
+    step kernel_quality 250 python3 benchmarks/kernel_quality.py --tasks rmsnorm,layernorm --max-seconds 220 \
+        --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
+    step gpu_tests 90 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
     ;;
 sweeps)
     sw matmul 150 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \

@@ -3,7 +3,7 @@
 Three paths, by row width:
   * rows: several short rows per program (so small hidden sizes still keep
     enough bytes in flight), for widths Triton can prove 16-byte aligned;
-    rows wider than ROWS_CHUNK_N are walked in chunks, twice (the second from L2);
+    rows that are a multiple of ROWS_CHUNK_N wide are walked in chunks, twice (the second from L2);
   * resident: one program per row holds the whole row in registers, in the
     input dtype (up to RESIDENT_MAX_KB), so x is read from memory exactly once.
     A row of odd width starts anywhere, so the program loads from the 16-byte
@@ -23,9 +23,11 @@ import triton.language as tl
 ROW_BLOCK_ELEMS = 2048  # elements each program holds (rows x padded row width)
 NUM_WARPS = 4  # per ROW_BLOCK_ELEMS of a program's rows: a row wider than that gets proportionally more
 MAX_FUSED_N = 16384  # widest (aligned) row the rows path takes
-ROWS_CHUNK_N = 0  # rows path: rows padded wider than this are walked in chunks of it, twice (0: held whole)
+ROWS_CHUNK_N = 0  # rows path: rows that are whole multiples of this are walked in chunks of it, twice (0: held)
 CHUNK_NUM_WARPS = 8  # warps of a chunked rows program
-ROWS_INT32 = 0  # rows paths: 32-bit element offsets when every offset fits (1), else always 64-bit (0)
+# 32-bit offsets: layernorm 32768x768 bf16 27.1 vs 28.0 us, neutral elsewhere (run 6i sweeps, both norms)
+ROWS_INT32 = 1  # rows paths: 32-bit element offsets when every offset fits (1), else always 64-bit (0)
+# evict-first x measured slower at every shape (16384x8192 bf16 137.8 vs 130.0 us; run 6i)
 ROWS_EVICT_FIRST = 0  # rows path: x marked evict-first in L2 (it is read once), leaving L2 to y's writes
 # Rows held in registers: up to 32 KB; wider ones loop, measured faster (H200, run 4b: 1024x50257 bf16 79 vs 93 us).
 RESIDENT_MAX_KB = 32  # widest row, alignment slack included, held in registers
@@ -249,7 +251,8 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
         block_m = max(1, min(ROW_BLOCK_ELEMS // block_n, triton.next_power_of_2(m)))
         grid = (triton.cdiv(m, block_m),)
         int32 = bool(ROWS_INT32) and _offsets_fit_int32(grid[0] * block_m, n, x2, y)
-        if 0 < ROWS_CHUNK_N < block_n:
+        if 0 < ROWS_CHUNK_N < n and n % ROWS_CHUNK_N == 0:  # only where chunks tile the row: 6001x5120 in
+            # chunks of 4096 (masked three quarters of its second) ran 39.0 us against 34.6 held (run 6h)
             _rmsnorm_rows_chunked[grid](x2, weight, y, m, n, x2.stride(0), y.stride(0), eps, BLOCK_M=block_m,
                                         CHUNK_N=ROWS_CHUNK_N, INT32=int32, num_warps=CHUNK_NUM_WARPS)
         else:
