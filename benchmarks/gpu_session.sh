@@ -46,12 +46,13 @@
 #   run6h: rmsnorm's rows path in chunks (as Inductor's kernel) and its warps, layernorm's rows path down to one
 #          warp per row (as Inductor's); winners applied; correctness, Nsight, side by side, GPU tests
 #   run6i: the rows paths of rmsnorm/layernorm with 32-bit offsets and x evict-first (as Inductor's kernels)
-#   run6j: run6i's winners; rmsnorm's chunked rows where chunks tile the row, swept and applied; side by side
+#   run6j: run6i's winners; rmsnorm's chunked rows where chunks tile the row, swept; side by side of both norms
+#   run6k: the final tree: correctness of the norms, the side by side of all ten starters in one run
 #   run4d: the final side by side: the offline tuner under a budget (rmsnorm, softmax, cross_entropy),
 #          then kernel quality of all ten tasks (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
 # Usage on the device (carry .whl):
-#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b | run6c | run6d | run6e | run6f | run6g | run6h | run6i | run6j
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b | run6c | run6d | run6e | run6f | run6g | run6h | run6i | run6j | run6k
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -435,6 +436,12 @@ run6j)  # run6i's winners applied by hand (32-bit offsets on: layernorm 32768x76
     step kernel_quality 250 python3 benchmarks/kernel_quality.py --tasks rmsnorm,layernorm --max-seconds 220 \
         --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
     step gpu_tests 90 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
+    ;;
+run6k)  # the tree as it stands after run 6 (rmsnorm's 4096-wide chunks set by hand from run6j's sweep): its
+        # correctness, then the side by side of all ten starters in one run, each shape beside a same-size copy
+    step starters 60 python3 benchmarks/starters_check.py --tasks rmsnorm,layernorm --json "$R/starters.json"
+    step kernel_quality 400 python3 benchmarks/kernel_quality.py --max-seconds 370 --compile-dtypes float16,bfloat16 \
+        --json "$R/kernel_quality.json"
     ;;
 sweeps)
     sw matmul 150 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \

@@ -29,8 +29,8 @@ ROW_BLOCK_ELEMS = 4096  # elements each program holds (rows x padded row width)
 NUM_WARPS = 4
 FP32_ROW_BLOCK_ELEMS = 4096  # fp32: the same 16 KB of x per program as 8192 16-bit elements
 FP32_NUM_WARPS = 8
-# 32-bit offsets: 32768x768 bf16 27.1 vs 28.0 us, fp32 53.4 vs 54.0, neutral elsewhere (run 6i sweep);
-# evict-first x slower at every shape (that one 30.4 us)
+# 32-bit offsets: neutral (run 6i sweep: 32768x768 bf16 27.1 vs 28.0 us, fp32 53.4 vs 54.0, not reproduced by
+# run 6j's side by side: 27.9), one register less; evict-first x slower at every shape (that one 30.4 us)
 ROWS_INT32 = 1  # rows path: 32-bit element offsets when every offset fits (1), else always 64-bit (0)
 ROWS_EVICT_FIRST = 0  # rows path: x marked evict-first in L2 (it is read once), leaving L2 to y's writes
 MAX_FUSED_N = 16384  # widest (aligned) row the rows path takes

@@ -23,9 +23,12 @@ import triton.language as tl
 ROW_BLOCK_ELEMS = 2048  # elements each program holds (rows x padded row width)
 NUM_WARPS = 4  # per ROW_BLOCK_ELEMS of a program's rows: a row wider than that gets proportionally more
 MAX_FUSED_N = 16384  # widest (aligned) row the rows path takes
-ROWS_CHUNK_N = 0  # rows path: rows that are whole multiples of this are walked in chunks of it, twice (0: held)
-CHUNK_NUM_WARPS = 8  # warps of a chunked rows program
-# 32-bit offsets: layernorm 32768x768 bf16 27.1 vs 28.0 us, neutral elsewhere (run 6i sweeps, both norms)
+# Chunks of 4096 x 16 warps: 16384x8192 bf16 126.3 vs 128.9 us held, fp32 254.6 vs 258.6, the only shape they
+# touch (run 6j sweep; 2% in runs 6h and 6i too). Under the 1% geomean bar the sweep applies by, so set by hand.
+ROWS_CHUNK_N = 4096  # rows path: rows that are whole multiples of this are walked in chunks of it, twice (0: held)
+CHUNK_NUM_WARPS = 16  # warps of a chunked rows program
+# 32-bit offsets: neutral (run 6i sweeps: layernorm 32768x768 bf16 27.1 vs 28.0 us, not reproduced by run 6j's
+# side by side, 27.9), one register less; Inductor indexes these shapes in 32 bits too
 ROWS_INT32 = 1  # rows paths: 32-bit element offsets when every offset fits (1), else always 64-bit (0)
 # evict-first x measured slower at every shape (16384x8192 bf16 137.8 vs 130.0 us; run 6i)
 ROWS_EVICT_FIRST = 0  # rows path: x marked evict-first in L2 (it is read once), leaving L2 to y's writes
