@@ -3,6 +3,7 @@
     python3 benchmarks/quality_tables.py benchmarks/results/h200-run3/run3b/kernel_quality.json
     python3 benchmarks/quality_tables.py RUN.json --shapes --tasks matmul,softmax --dtypes bfloat16
     python3 benchmarks/quality_tables.py OLDER.json NEWER.json   # NEWER's tasks replace OLDER's
+    python3 benchmarks/quality_tables.py RUN.json --targets      # every target's value, met or not
 
 Summary: one row per task and dtype (geomean over the task's shapes). --shapes: one
 row per shape with every path's median latency and % of roofline, and the rate of
@@ -63,6 +64,22 @@ def shapes(data: dict, tasks: set[str], dtypes: set[str]) -> list[str]:
     return lines
 
 
+def target_values(data: dict, tasks: set[str], dtypes: set[str]) -> list[str]:
+    """Every target of issue 8 per task and dtype with its measured value, met or not (the summary
+    names only the misses)."""
+    import kernel_quality as kq
+
+    lines = ["| task | dtype | target | value | goal | status |", "| --- | --- | --- | ---: | ---: | --- |"]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in data["rows"]:
+        if (not tasks or r["task"] in tasks) and (not dtypes or r["dtype"] in dtypes):
+            groups.setdefault((r["task"], r["dtype"]), []).append(r)
+    for (task, dtype), rows in groups.items():
+        for t in kq.targets(task, rows[0]["bound"], rows):
+            lines.append(f"| {task} | {dtype} | {t['target']} | {t['shown']} | {t['goal']:g} | {t['status']} |")
+    return lines
+
+
 def merged(runs: list[dict]) -> dict:
     """One table from several runs: each task's rows and summaries come from the last run that has it."""
     out = {"rows": [], "summary_by_dtype": []}
@@ -80,14 +97,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("json", type=Path, nargs="+",
                     help="kernel_quality.py JSON; with several, a task measured in a later file replaces its rows")
-    ap.add_argument("--shapes", action="store_true", help="one row per shape instead of the summary")
+    view = ap.add_mutually_exclusive_group()
+    view.add_argument("--shapes", action="store_true", help="one row per shape instead of the summary")
+    view.add_argument("--targets", action="store_true", help="every target's value per task and dtype, met or not")
     ap.add_argument("--tasks", default="")
     ap.add_argument("--dtypes", default="")
     args = ap.parse_args(argv)
     data = merged([json.loads(p.read_text()) for p in args.json])
     tasks = {t for t in args.tasks.split(",") if t}
     dtypes = {d for d in args.dtypes.split(",") if d}
-    print("\n".join((shapes if args.shapes else summary)(data, tasks, dtypes)))
+    view = shapes if args.shapes else target_values if args.targets else summary
+    print("\n".join(view(data, tasks, dtypes)))
     return 0
 
 

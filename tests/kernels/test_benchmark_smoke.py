@@ -125,3 +125,18 @@ def test_quality_tables_merge_takes_each_task_from_its_latest_run():
     out = qt.merged([old, new])
     assert [(r["task"], r["shape"]) for r in out["rows"]] == [("rmsnorm", "old"), ("softmax", "new-a"), ("softmax", "new-b")]
     assert [s["task"] for s in out["summary_by_dtype"]] == ["rmsnorm", "softmax"]
+
+
+def test_quality_tables_targets_show_met_values_too():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import quality_tables as qt
+
+    def row(shape, mb, pct, vs_compile):
+        return {"task": "rmsnorm", "dtype": "bfloat16", "shape": shape, "bound": "memory", "bytes": mb * 2**20,
+                "scored": "starter", "times": {"starter": {"pct_roofline": pct}}, "speedup_vs_compile": vs_compile}
+
+    data = {"rows": [row("big", 256, 90.0, 1.2), row("mid", 64, 60.0, 0.98)], "summary_by_dtype": []}
+    lines = qt.target_values(data, set(), set())
+    assert "| rmsnorm | bfloat16 | % of copy BW, >= 128 MB (geomean) | 90.0 | 85 | met |" in lines
+    assert "| rmsnorm | bfloat16 | % of copy BW, 16-128 MB (geomean) | 60.0 | 65 | missed |" in lines
+    assert "| rmsnorm | bfloat16 | vs torch.compile, slowest shape (x) | 0.98x | 1 | missed |" in lines
