@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,13 @@ M = 4
 name = "t"
 M = 4
 """
+
+
+def with_knob(source: str, name: str, value: int) -> str:
+    """The source with one knob's line set to value (whatever it was); the change is checked."""
+    out, n = re.subn(rf"^{name} = \d+", f"{name} = {value}", source, count=1, flags=re.M)
+    assert n == 1 and out != source, f"{name} is not a knob line here, or already {value}"
+    return out
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import pytest
 
 from autokernel_tui.agents.base import AgentUnavailable, ProposalRejected
 from autokernel_tui.agents.claude import ClaudeAgent
-from tests.agents.conftest import SECRET
+from tests.agents.conftest import SECRET, with_knob
 from tests.fakes.anthropic_server import (FakeAnthropicServer, http_error, message_stream, overloaded, rate_limited,
                                           stream_error, stream_events)
 
@@ -17,8 +17,8 @@ def server():
 
 @pytest.fixture
 def good(rmsnorm_ctx):
-    src = rmsnorm_ctx.incumbent_source.replace("NUM_WARPS = 8", "NUM_WARPS = 4")
-    return {"source": src, "description": "Use 4 warps\nextra line", "hypothesis": "fewer warps, less sync"}
+    src = with_knob(rmsnorm_ctx.incumbent_source, "NUM_WARPS", 2)
+    return {"source": src, "description": "Use 2 warps\nextra line", "hypothesis": "fewer warps, less sync"}
 
 
 def _agent(settings, server, sleeps=None):
@@ -35,12 +35,12 @@ def test_streams_thinking_in_order_and_the_tool_call_becomes_the_proposal(server
     assert [e.text for e in events if e.kind == "text"] == ["Submitting."]
     kinds = [e.kind for e in events]
     assert kinds.index("thinking") < kinds.index("text")
-    assert p.source == good["source"] and p.description == "Use 4 warps" and p.hypothesis == good["hypothesis"]
+    assert p.source == good["source"] and p.description == "Use 2 warps" and p.hypothesis == good["hypothesis"]
     assert p.agent == "claude-sonnet-4-5" and not p.repaired
     body = server.requests[0].body
     assert body["thinking"] == {"type": "enabled", "budget_tokens": 8000} and body["stream"] is True
     assert body["tools"][0]["name"] == "submit_kernel"
-    assert "NUM_WARPS = 8" in body["messages"][0]["content"]  # the incumbent is in the context
+    assert rmsnorm_ctx.incumbent_source in body["messages"][0]["content"]  # the incumbent is in the context
 
 
 def test_stable_prefix_carries_a_cache_breakpoint(server, fast_settings, rmsnorm_ctx, good):

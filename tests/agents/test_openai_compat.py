@@ -4,7 +4,7 @@ import pytest
 
 from autokernel_tui.agents.base import AgentUnavailable, ProposalRejected
 from autokernel_tui.agents.openai_compat import OpenAICompatAgent
-from tests.agents.conftest import SECRET
+from tests.agents.conftest import SECRET, with_knob
 from tests.fakes.openai_server import FakeOpenAIServer, chat_stream, chunks, http_error
 
 
@@ -16,7 +16,7 @@ def server():
 
 @pytest.fixture
 def good(rmsnorm_ctx):
-    src = rmsnorm_ctx.incumbent_source.replace("ROW_BLOCK_ELEMS = 8192", "ROW_BLOCK_ELEMS = 16384")
+    src = with_knob(rmsnorm_ctx.incumbent_source, "ROW_BLOCK_ELEMS", 16384)
     return {"source": src, "description": "Bigger row blocks", "hypothesis": "more bytes in flight"}
 
 
