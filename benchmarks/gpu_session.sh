@@ -74,6 +74,23 @@ sw() {  # sw NAME SECONDS ARGS...: a knob sweep as a step, starting no combinati
     step "sweep_$name" "$limit" python3 benchmarks/knob_sweep.py --max-seconds $((limit - 15)) \
         --json "$R/sweep_$name.json" "$@"
 }
+norms_measured() {  # after a norm sweep: the files measured, their correctness, Nsight at the misses under
+    # compile (bf16, the last call only), both norms side by side
+    local ncu probe t
+    mkdir -p "$R/applied"
+    for t in rmsnorm layernorm; do cp "kernels/$t/kernel.py" "$R/applied/$t.kernel.py.txt"; done
+    step starters 80 python3 benchmarks/starters_check.py --tasks rmsnorm,layernorm --json "$R/starters.json"
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    for probe in "rmsnorm large _rmsnorm" "layernorm gpt2-small-b32 _layernorm"; do
+        set -- $probe
+        step "ncu_$1_$2" 60 "$ncu" --clock-control none --profile-from-start off -k "regex:$3" --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section LaunchStats \
+            --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
+            python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16
+    done
+    step kernel_quality 250 python3 benchmarks/kernel_quality.py --tasks rmsnorm,layernorm --max-seconds 220 \
+        --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
+}
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
   python3 -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
   git log -1 --format='commit %H %s' 2>/dev/null  # the copy's git metadata can lag its files:
@@ -378,19 +395,7 @@ run6h)  # after run6g's Inductor source: its rmsnorm walks 8192-wide rows in chu
         --grid ROW_BLOCK_ELEMS=1024,2048,4096,8192 --grid NUM_WARPS=1,2,4,8
     sw layernorm_rows 90 --task layernorm --dtypes bfloat16 --apply-best \
         --grid ROW_BLOCK_ELEMS=1024,2048,4096 --grid NUM_WARPS=1,2,4
-    mkdir -p "$R/applied"
-    for t in rmsnorm layernorm; do cp "kernels/$t/kernel.py" "$R/applied/$t.kernel.py.txt"; done
-    step starters 80 python3 benchmarks/starters_check.py --tasks rmsnorm,layernorm --json "$R/starters.json"
-    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-    for probe in "rmsnorm large _rmsnorm" "layernorm gpt2-small-b32 _layernorm"; do
-        set -- $probe
-        step "ncu_$1_$2" 60 "$ncu" --clock-control none --profile-from-start off -k "regex:$3" --launch-count 1 \
-            --section SpeedOfLight --section Occupancy --section LaunchStats \
-            --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
-            python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16
-    done
-    step kernel_quality 250 python3 benchmarks/kernel_quality.py --tasks rmsnorm,layernorm --max-seconds 220 \
-        --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
+    norms_measured
     step gpu_tests 90 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
     ;;
 run6i)  # run6h: at 32 registers and 100% occupancy (16 warps) our rmsnorm 16384x8192 still ran 129.4 us in Nsight
@@ -402,19 +407,7 @@ run6i)  # run6h: at 32 registers and 100% occupancy (16 warps) our rmsnorm 16384
         --grid ROWS_INT32=0,1 --grid ROWS_EVICT_FIRST=0,1 --grid ROWS_CHUNK_N=0,4096 --grid CHUNK_NUM_WARPS=16
     sw layernorm_rows 60 --task layernorm --dtypes bfloat16,float32 --apply-best \
         --grid ROWS_INT32=0,1 --grid ROWS_EVICT_FIRST=0,1
-    mkdir -p "$R/applied"
-    for t in rmsnorm layernorm; do cp "kernels/$t/kernel.py" "$R/applied/$t.kernel.py.txt"; done
-    step starters 80 python3 benchmarks/starters_check.py --tasks rmsnorm,layernorm --json "$R/starters.json"
-    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-    for probe in "rmsnorm large _rmsnorm" "layernorm gpt2-small-b32 _layernorm"; do
-        set -- $probe
-        step "ncu_$1_$2" 60 "$ncu" --clock-control none --profile-from-start off -k "regex:$3" --launch-count 1 \
-            --section SpeedOfLight --section Occupancy --section LaunchStats \
-            --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
-            python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16
-    done
-    step kernel_quality 250 python3 benchmarks/kernel_quality.py --tasks rmsnorm,layernorm --max-seconds 220 \
-        --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
+    norms_measured
     ;;
 run6j)  # run6i's winners applied by hand (32-bit offsets on: layernorm 32768x768 3% faster, neutral elsewhere;
         # evict-first x slower everywhere, off); rmsnorm's chunked rows now only where chunks tile the row
@@ -422,19 +415,7 @@ run6j)  # run6i's winners applied by hand (32-bit offsets on: layernorm 32768x76
         # was three quarters masked): swept again, applied; correctness, Nsight, side by side of both norms
     sw rmsnorm_chunked 90 --task rmsnorm --dtypes bfloat16,float32 --apply-best \
         --grid ROWS_CHUNK_N=0,1024,2048,4096 --grid CHUNK_NUM_WARPS=4,8,16
-    mkdir -p "$R/applied"
-    for t in rmsnorm layernorm; do cp "kernels/$t/kernel.py" "$R/applied/$t.kernel.py.txt"; done
-    step starters 80 python3 benchmarks/starters_check.py --tasks rmsnorm,layernorm --json "$R/starters.json"
-    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-    for probe in "rmsnorm large _rmsnorm" "layernorm gpt2-small-b32 _layernorm"; do
-        set -- $probe
-        step "ncu_$1_$2" 60 "$ncu" --clock-control none --profile-from-start off -k "regex:$3" --launch-count 1 \
-            --section SpeedOfLight --section Occupancy --section LaunchStats \
-            --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
-            python3 benchmarks/ncu_probe.py "$1" "$2" bfloat16
-    done
-    step kernel_quality 250 python3 benchmarks/kernel_quality.py --tasks rmsnorm,layernorm --max-seconds 220 \
-        --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
+    norms_measured
     step gpu_tests 90 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q -p no:cacheprovider
     ;;
 run6k)  # the tree as it stands after run 6 (rmsnorm's 4096-wide chunks set by hand from run6j's sweep): its
