@@ -402,7 +402,7 @@ run6i)  # run6h: at 32 registers and 100% occupancy (16 warps) our rmsnorm 16384
         # against Inductor's 125.1 (same bytes), so occupancy was not the gap; Inductor's kernels also index in
         # 32 bits and mark x's last read evict-first. Both swept on the rows paths (ROWS_INT32, ROWS_EVICT_FIRST,
         # new), with the chunked rows at 4096 x 16 warps (run6h's best there); winners applied; correctness,
-        # Nsight, side by side
+        # Nsight, side by side. (Ran on tree 6e90be5: ROWS_EVICT_FIRST, slower at every shape, was removed after.)
     sw rmsnorm_rows 90 --task rmsnorm --dtypes bfloat16,float32 --apply-best \
         --grid ROWS_INT32=0,1 --grid ROWS_EVICT_FIRST=0,1 --grid ROWS_CHUNK_N=0,4096 --grid CHUNK_NUM_WARPS=16
     sw layernorm_rows 60 --task layernorm --dtypes bfloat16,float32 --apply-best \

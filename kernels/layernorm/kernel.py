@@ -30,9 +30,8 @@ NUM_WARPS = 4
 FP32_ROW_BLOCK_ELEMS = 4096  # fp32: the same 16 KB of x per program as 8192 16-bit elements
 FP32_NUM_WARPS = 8
 # 32-bit offsets: neutral (run 6i sweep: 32768x768 bf16 27.1 vs 28.0 us, fp32 53.4 vs 54.0, not reproduced by
-# run 6j's side by side: 27.9), one register less; evict-first x slower at every shape (that one 30.4 us)
+# run 6j's side by side: 27.9), one register less
 ROWS_INT32 = 1  # rows path: 32-bit element offsets when every offset fits (1), else always 64-bit (0)
-ROWS_EVICT_FIRST = 0  # rows path: x marked evict-first in L2 (it is read once), leaving L2 to y's writes
 MAX_FUSED_N = 16384  # widest (aligned) row the rows path takes
 # Rows held in registers: up to 32 KB; wider ones loop, measured faster (H200, run 4b: 1024x50257 bf16 98 vs 160 us).
 RESIDENT_MAX_KB = 32  # widest row, alignment slack included, held in registers by one program
@@ -46,18 +45,16 @@ LOOP_PASS2_REVERSED = 0  # the looped path's second pass walks the row backwards
 
 @triton.jit
 def _layernorm_rows(X, W, B, Y, M, N, stride_x, stride_y, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    INT32: tl.constexpr, EVICT_FIRST: tl.constexpr):
+                    INT32: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     if not INT32:  # 64-bit unless the caller proved every element offset fits 32 bits
         rows = rows.to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     cmask = cols < N
     mask = (rows < M)[:, None] & cmask[None, :]
-    if EVICT_FIRST:
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0,
-                    eviction_policy="evict_first").to(tl.float32)
-    else:
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    # No evict-first on x though it is read once: x kept in L2 measured faster at every shape
+    # (16384x8192 bf16 130.0 vs 137.8 us, 32768x768 layernorm 28.0 vs 30.4; H200, run 6i).
+    x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     mean = tl.sum(x, axis=1) / N
     xc = tl.where(mask, x - mean[:, None], 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / N + eps)
@@ -272,8 +269,7 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
         grid = (triton.cdiv(m, block_m),)
         int32 = bool(ROWS_INT32) and _offsets_fit_int32(grid[0] * block_m, n, x2, y)
         _layernorm_rows[grid](x2, weight, bias, y, m, n, x2.stride(0), y.stride(0), eps, BLOCK_M=block_m,
-                              BLOCK_N=block_n, INT32=int32, EVICT_FIRST=bool(ROWS_EVICT_FIRST),
-                              num_warps=min(32, warps))
+                              BLOCK_N=block_n, INT32=int32, num_warps=min(32, warps))
     elif resident is not None:
         part, parts, tail, warps = resident
         _layernorm_resident[(m,)](x2, weight, bias, y, n, x2.stride(0), y.stride(0), eps, PART=part, PARTS=parts,

@@ -30,8 +30,6 @@ CHUNK_NUM_WARPS = 16  # warps of a chunked rows program
 # 32-bit offsets: neutral (run 6i sweeps: layernorm 32768x768 bf16 27.1 vs 28.0 us, not reproduced by run 6j's
 # side by side, 27.9), one register less; Inductor indexes these shapes in 32 bits too
 ROWS_INT32 = 1  # rows paths: 32-bit element offsets when every offset fits (1), else always 64-bit (0)
-# evict-first x measured slower at every shape (16384x8192 bf16 137.8 vs 130.0 us; run 6i)
-ROWS_EVICT_FIRST = 0  # rows path: x marked evict-first in L2 (it is read once), leaving L2 to y's writes
 # Rows held in registers: up to 32 KB; wider ones loop, measured faster (H200, run 4b: 1024x50257 bf16 79 vs 93 us).
 RESIDENT_MAX_KB = 32  # widest row, alignment slack included, held in registers
 RESIDENT_PART_KB = 32  # a resident row is held as up to four parts of this size plus a tail
@@ -53,17 +51,15 @@ def _row_index(BLOCK_M: tl.constexpr, INT32: tl.constexpr):
 
 @triton.jit
 def _rmsnorm_rows(X, W, Y, M, N, stride_x, stride_y, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  INT32: tl.constexpr, EVICT_FIRST: tl.constexpr):
+                  INT32: tl.constexpr):
     rows = _row_index(BLOCK_M, INT32)
     cols = tl.arange(0, BLOCK_N)
     rmask = rows < M
     cmask = cols < N
     mask = rmask[:, None] & cmask[None, :]
-    if EVICT_FIRST:
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0,
-                    eviction_policy="evict_first").to(tl.float32)
-    else:
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    # No evict-first on x though it is read once: x kept in L2 measured faster at every shape
+    # (16384x8192 bf16 130.0 vs 137.8 us, 32768x768 layernorm 28.0 vs 30.4; H200, run 6i).
+    x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)
     w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
     y = x * rstd[:, None] * w[None, :]
@@ -74,7 +70,7 @@ def _rmsnorm_rows(X, W, Y, M, N, stride_x, stride_y, eps, BLOCK_M: tl.constexpr,
 def _rmsnorm_rows_chunked(X, W, Y, M, N, stride_x, stride_y, eps,
                           BLOCK_M: tl.constexpr, CHUNK_N: tl.constexpr, INT32: tl.constexpr):
     """The rows path for wide aligned rows, holding only a chunk in registers (as Inductor's kernel
-    does): pass 1 sums squares, pass 2 re-reads x, by then in L2 (a program's rows are a few KB)."""
+    does): pass 1 sums squares, pass 2 re-reads x from L2 (only the programs' own rows are in flight)."""
     rows = _row_index(BLOCK_M, INT32)
     rmask = rows < M
     x_rows = X + rows[:, None] * stride_x
@@ -259,9 +255,9 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
             _rmsnorm_rows_chunked[grid](x2, weight, y, m, n, x2.stride(0), y.stride(0), eps, BLOCK_M=block_m,
                                         CHUNK_N=ROWS_CHUNK_N, INT32=int32, num_warps=CHUNK_NUM_WARPS)
         else:
+            warps = min(32, NUM_WARPS * max(1, block_n // ROW_BLOCK_ELEMS))
             _rmsnorm_rows[grid](x2, weight, y, m, n, x2.stride(0), y.stride(0), eps, BLOCK_M=block_m,
-                                BLOCK_N=block_n, INT32=int32, EVICT_FIRST=bool(ROWS_EVICT_FIRST),
-                                num_warps=min(32, NUM_WARPS * max(1, block_n // ROW_BLOCK_ELEMS)))
+                                BLOCK_N=block_n, INT32=int32, num_warps=warps)
     elif resident is not None:
         part, parts, tail, warps = resident
         _rmsnorm_resident[(m,)](x2, weight, y, n, x2.stride(0), y.stride(0), eps,

@@ -219,15 +219,14 @@ def test_rmsnorm_rows_held_whole_unless_chunks_tile_them(n, chunk, monkeypatch):
     assert calls[0][0] == "_rmsnorm_rows"
 
 
+@pytest.mark.parametrize("int32", [1, 0])
 @pytest.mark.parametrize("task", ["rmsnorm", "layernorm"])
-@pytest.mark.parametrize("evict_first", [0, 1])
-def test_rows_path_with_32_bit_offsets(task, evict_first, monkeypatch):
-    """ROWS_INT32 and ROWS_EVICT_FIRST are tuner knobs of the rows path: exact either way; the
-    32-bit offsets are taken only when they fit (9 rows, one past the last program's, masked)."""
-    calls = _check(task, "bfloat16", 9, 768, _contiguous, monkeypatch, ROWS_INT32=1, ROWS_EVICT_FIRST=evict_first,
-                   ROW_BLOCK_ELEMS=2048)
+def test_rows_path_with_32_bit_offsets_or_64(task, int32, monkeypatch):
+    """ROWS_INT32 is a tuner knob of the rows path: exact either way; the 32-bit offsets are taken
+    only when they fit (9 rows, one past the last program's, masked)."""
+    calls = _check(task, "bfloat16", 9, 768, _contiguous, monkeypatch, ROWS_INT32=int32, ROW_BLOCK_ELEMS=2048)
     (name, kwargs), = calls
-    assert name == f"_{task}_rows" and kwargs["INT32"] is True and kwargs["EVICT_FIRST"] is bool(evict_first)
+    assert name == f"_{task}_rows" and kwargs["INT32"] is bool(int32)
 
 
 @pytest.mark.parametrize("task", ["rmsnorm", "layernorm"])
