@@ -48,11 +48,12 @@
 #   run6i: the rows paths of rmsnorm/layernorm with 32-bit offsets and x evict-first (as Inductor's kernels)
 #   run6j: run6i's winners; rmsnorm's chunked rows where chunks tile the row, swept; side by side of both norms
 #   run6k: the final tree: correctness of the norms, the side by side of all ten starters in one run
+#   run6l: the norms again after a knob's removal (correctness, side by side)
 #   run4d: the final side by side: the offline tuner under a budget (rmsnorm, softmax, cross_entropy),
 #          then kernel quality of all ten tasks (starter, tuned, eager, torch.compile in fp16 and bf16)
 #
 # Usage on the device (carry .whl):
-#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b | run6c | run6d | run6e | run6f | run6g | run6h | run6i | run6j | run6k
+#   bash benchmarks/gpu_session.sh part1 | part2 [KQ_SECONDS] | gputests | harness | sweeps | run3a | run3b | run3c | run4a | run4b | run4c | run4d | run5a | run5b | run5c | run5d | run6a | run6b | run6c | run6d | run6e | run6f | run6g | run6h | run6i | run6j | run6k | run6l
 set -u
 part=${1:?part1, part2 or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -423,6 +424,12 @@ run6k)  # the tree as it stands after run 6 (rmsnorm's 4096-wide chunks set by h
     step starters 60 python3 benchmarks/starters_check.py --tasks rmsnorm,layernorm --json "$R/starters.json"
     step kernel_quality 400 python3 benchmarks/kernel_quality.py --max-seconds 370 --compile-dtypes float16,bfloat16 \
         --json "$R/kernel_quality.json"
+    ;;
+run6l)  # the norms after ROWS_EVICT_FIRST's removal (the kernels run 6k measured, less the dead branch):
+        # correctness at full shapes and their side by side again
+    step starters 60 python3 benchmarks/starters_check.py --tasks rmsnorm,layernorm --json "$R/starters.json"
+    step kernel_quality 250 python3 benchmarks/kernel_quality.py --tasks rmsnorm,layernorm --max-seconds 220 \
+        --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
     ;;
 sweeps)
     sw matmul 150 --task matmul --shapes gpt2-qkv,gpt2-mlp-down,odd --dtypes float16,bfloat16 \
