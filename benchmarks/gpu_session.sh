@@ -427,12 +427,13 @@ run6k)  # the tree as it stands after run 6 (rmsnorm's 4096-wide chunks set by h
     ;;
 run6l)  # the norms after ROWS_EVICT_FIRST's removal (the kernels run 6k measured, less the dead branch):
         # correctness at full shapes and their side by side again. (Its rmsnorm fp16 gpt2-small and odd starter
-        # timings came back disturbed, p20-p80 10-33 and 106-206 us: run6m measures rmsnorm fp16 again.)
+        # timings came back disturbed, p20-p80 10-33 and 106-206 us: run6m, not yet run, measures them again.)
     step starters 60 python3 benchmarks/starters_check.py --tasks rmsnorm,layernorm --json "$R/starters.json"
     step kernel_quality 250 python3 benchmarks/kernel_quality.py --tasks rmsnorm,layernorm --max-seconds 220 \
         --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
     ;;
-run6m)  # rmsnorm fp16 again (run6l's disturbed timings), with compile beside it
+run6m)  # rmsnorm fp16 again (run6l's disturbed timings), with compile beside it. Not run yet: run 6's device
+        # time ran out before it
     step kernel_quality 120 python3 benchmarks/kernel_quality.py --tasks rmsnorm --dtypes float16 --max-seconds 100 \
         --compile-dtypes float16 --json "$R/kernel_quality.json"
     ;;
