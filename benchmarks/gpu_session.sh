@@ -403,7 +403,7 @@ run6i)  # run6h: at 32 registers and 100% occupancy (16 warps) our rmsnorm 16384
         # against Inductor's 125.1 (same bytes), so occupancy was not the gap; Inductor's kernels also index in
         # 32 bits and mark x's last read evict-first. Both swept on the rows paths (ROWS_INT32, ROWS_EVICT_FIRST,
         # new), with the chunked rows at 4096 x 16 warps (run6h's best there); winners applied; correctness,
-        # Nsight, side by side. (Ran on tree 6e90be5: ROWS_EVICT_FIRST, slower at every shape, was removed after.)
+        # Nsight, side by side. (Ran on tree 6e90be5: ROWS_EVICT_FIRST, geomean 0.97-0.98x, was removed after.)
     sw rmsnorm_rows 90 --task rmsnorm --dtypes bfloat16,float32 --apply-best \
         --grid ROWS_INT32=0,1 --grid ROWS_EVICT_FIRST=0,1 --grid ROWS_CHUNK_N=0,4096 --grid CHUNK_NUM_WARPS=16
     sw layernorm_rows 60 --task layernorm --dtypes bfloat16,float32 --apply-best \
@@ -411,7 +411,7 @@ run6i)  # run6h: at 32 registers and 100% occupancy (16 warps) our rmsnorm 16384
     norms_measured
     ;;
 run6j)  # run6i's winners applied by hand (32-bit offsets on: layernorm 32768x768 3% faster, neutral elsewhere;
-        # evict-first x slower everywhere, off); rmsnorm's chunked rows now only where chunks tile the row
+        # evict-first x 3-9% slower at the big shapes, off); rmsnorm's chunked rows now only where chunks tile the row
         # (run6h/6i: 4096 x 16 warps 2.4% faster at 16384x8192, slower at 6001x5120 where the second chunk
         # was three quarters masked): swept again, applied; correctness, Nsight, side by side of both norms
     sw rmsnorm_chunked 90 --task rmsnorm --dtypes bfloat16,float32 --apply-best \

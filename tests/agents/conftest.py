@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 from autokernel_tui.agents.base import AgentContext
+from autokernel_tui.agents.knobs import rewrite
 from autokernel_tui.config import AgentSettings
 from autokernel_tui.tasks.spec import load_spec, starters_dir
 
@@ -36,9 +36,9 @@ M = 4
 
 
 def with_knob(source: str, name: str, value: int) -> str:
-    """The source with one knob's line set to value (whatever it was); the change is checked."""
-    out, n = re.subn(rf"^{name} = \d+", f"{name} = {value}", source, count=1, flags=re.M)
-    assert n == 1 and out != source, f"{name} is not a knob line here, or already {value}"
+    """The source with one knob set to value (whatever it was), by the tuner's own rewrite; the change is checked."""
+    out = rewrite(source, {name: value})
+    assert out != source, f"{name} is already {value}"
     return out
 
 
