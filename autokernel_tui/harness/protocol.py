@@ -13,6 +13,7 @@ import struct
 from typing import Any
 
 _HEADER = struct.Struct(">I")
+MAX_MESSAGE = 256 << 20  # a reply from a contestant is never trusted to size the judge's memory
 
 
 def send(fd: int, message: dict[str, Any]) -> None:
@@ -36,11 +37,17 @@ def _read_exact(fd: int, n: int) -> bytes | None:
 
 
 def recv(fd: int) -> dict[str, Any] | None:
-    """The next message, or None when the pipe was closed."""
+    """The next message, or None when the pipe was closed. Raises ValueError on a malformed frame."""
     header = _read_exact(fd, _HEADER.size)
     if header is None:
         return None
-    body = _read_exact(fd, _HEADER.unpack(header)[0])
+    size = _HEADER.unpack(header)[0]
+    if size > MAX_MESSAGE:
+        raise ValueError(f"message of {size} bytes, over the {MAX_MESSAGE} byte limit")
+    body = _read_exact(fd, size)
     if body is None:
         return None
-    return json.loads(body.decode("utf-8"))
+    try:
+        return json.loads(body.decode("utf-8"))
+    except RecursionError:
+        raise ValueError("message nested too deeply") from None

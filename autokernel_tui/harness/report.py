@@ -80,6 +80,7 @@ class Report:
     wall_s: float = 0.0
     peak_vram_mb: float = 0.0
     stderr_tail: str = ""
+    sandbox: str = ""  # what confined the candidate (bwrap, landlock, ...) and what was unavailable
 
     @property
     def passed(self) -> bool:

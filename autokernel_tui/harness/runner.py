@@ -1,15 +1,20 @@
 """The harness, parent side (stdlib only: the engine process never imports torch).
 
-``Harness`` keeps one warm worker process (torch and Triton imported, CUDA
-initialised) in its own process group and talks to it over a private pipe. A
-candidate that hangs, crashes the process, exits, blows up memory or poisons the
-CUDA context costs one evaluation: the group is killed, the outcome classified
-(TIMEOUT / CRASH), the stderr tail kept, and a fresh worker started for the next
-request.
+``Harness`` keeps one warm judge process (torch and Triton imported, CUDA
+initialised; ``harness.worker.judge``) and talks to it over a private pipe. The
+judge runs inside a bubblewrap sandbox where user namespaces allow (its own
+mount view without the workspace, git or $HOME; no network; its own pid
+namespace that dies with this process) and with an environment holding no
+secrets; it runs each candidate in a fresh contestant process confined further
+by Landlock (``harness.sandbox``). A candidate that hangs, crashes, exits or
+blows up memory costs one evaluation; a judge that fails is killed and started
+afresh for the next request. ``docs/SECURITY.md`` says what is promised.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import select
 import shutil
@@ -24,17 +29,23 @@ from typing import Any
 
 from autokernel_tui.harness import protocol, stats
 from autokernel_tui.harness.report import Comparison, Report
+from autokernel_tui.harness.roofline import cache_dir
+from autokernel_tui.harness.sandbox import bwrap, environment
 from autokernel_tui.harness.static_check import check_source
+from autokernel_tui.redaction import redact
 from autokernel_tui.tasks.spec import HARNESS_OWNED, KERNEL_FILE, load_spec, owned_file_hashes
 
 STARTUP_TIMEOUT_S = 300.0
 PREPARE_TIMEOUT_S = 1800.0  # baselines + torch.compile of the reference, once per GPU x task (then cached)
+JUDGE_MARGIN_S = 120.0  # past the contestants' own deadlines, the judge itself is presumed stuck
 TAIL_CHARS = 4000
+SCRATCH_PREFIX = "autokernel-harness-"
+SANDBOX_MODES = ("auto", "bwrap", "landlock", "off")
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def _default_memory_limit_mb() -> float:
-    """Kill a worker whose resident memory passes 75% of this machine's RAM."""
+    """Kill a contestant whose resident memory passes 75% of this machine's RAM."""
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
             for line in fh:
@@ -55,14 +66,47 @@ def _rss_mb(pid: int) -> float:
 
 def _describe_exit(code: int | None) -> str:
     if code is None:
-        return "the worker stopped answering"
+        return "the judge stopped answering"
     if code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return f"the worker was killed by {name}"
-    return f"the worker exited with code {code} (os._exit / sys.exit in candidate code?)"
+        return f"the judge was killed by {name}"
+    return f"the judge exited with code {code}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_scratch(root: str | None = None) -> list[str]:
+    """Remove scratch folders left by harnesses whose process is gone (a kill -9, a power cut)."""
+    removed = []
+    root = root or tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(SCRATCH_PREFIX):
+            continue
+        pid_text = name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        if pid_text.isdigit() and not _pid_alive(int(pid_text)):
+            path = os.path.join(root, name)
+            try:
+                if os.stat(path).st_uid == os.getuid():
+                    shutil.rmtree(path, ignore_errors=True)
+                    removed.append(path)
+            except OSError:
+                pass
+    return removed
 
 
 class _Failure(Exception):
@@ -73,46 +117,84 @@ class _Failure(Exception):
 
 
 class Harness:
-    """Evaluate and compare kernel.py candidates in an isolated, warm worker.
+    """Evaluate and compare kernel.py candidates in sandboxed contestants judged by a warm judge.
 
     ``device``: "auto" (CUDA if available, else the CPU Triton interpreter), "cuda" or "cpu".
+    ``sandbox``: "auto" (bwrap where it works, Landlock inside it or alone), "bwrap" (refuse to run
+    without it), "landlock" (Landlock only), "off" (no confinement: for debugging; every report says so).
     """
 
     def __init__(self, timeout_s: float = 180.0, device: str = "auto", keep_margin: float = 1.01,
                  memory_limit_mb: float | None = None, python: str | None = None,
-                 confirm_keeps: bool = True) -> None:
+                 confirm_keeps: bool = True, sandbox: str = "auto") -> None:
         if device not in ("auto", "cuda", "cpu"):
             raise ValueError(f"device must be auto, cuda or cpu, not {device!r}")
+        if sandbox not in SANDBOX_MODES:
+            raise ValueError(f"sandbox must be one of {', '.join(SANDBOX_MODES)}, not {sandbox!r}")
         self.timeout_s = float(timeout_s)
         self.device = device
         self.keep_margin = float(keep_margin)
         self.confirm_keeps = bool(confirm_keeps)
         self.memory_limit_mb = memory_limit_mb or _default_memory_limit_mb()
         self.python = python or sys.executable
+        self.sandbox = sandbox
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._info: dict[str, Any] | None = None
-        self._tmp = Path(tempfile.mkdtemp(prefix="autokernel-harness-"))
+        clean_stale_scratch()
+        self._tmp = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
         os.chmod(self._tmp, 0o700)
+        self._scratch = self._tmp / "scratch"
+        self._scratch.mkdir()
+        self._cache = cache_dir()
         self._log_path = self._tmp / "worker.log"
         self._prepared: set[tuple[str, bool]] = set()
-        self._copies = 0
-        self.restarts = 0
+        self._tasks: dict[str, Path] = {}
+        self._judge_restarts = 0
+        self._replaced = 0
 
-    # Worker lifecycle -------------------------------------------------------------
+    @property
+    def restarts(self) -> int:
+        """Worker processes replaced after a failure: judges restarted plus contestants lost."""
+        return self._judge_restarts + self._replaced
+
+    # The judge's process ----------------------------------------------------------
+    def _launch_plan(self) -> tuple[list[str], dict[str, str], str, bool, list[str]]:
+        """(command prefix, environment, what confines it, use Landlock, what a contestant may read)."""
+        self._cache.mkdir(parents=True, exist_ok=True)
+        env = environment.clean(
+            os.environ, PYTHONPATH=os.pathsep.join(p for p in (_PKG_ROOT, os.environ.get("PYTHONPATH")) if p),
+            PYTHONUNBUFFERED="1", HOME=str(self._scratch), TMPDIR=str(self._scratch),
+            AUTOKERNEL_CACHE_DIR=str(self._cache), TRITON_CACHE_DIR=str(self._cache / "triton-judge"),
+            TORCHINDUCTOR_CACHE_DIR=str(self._cache / "inductor"))
+        mounts = bwrap.python_mounts(_PKG_ROOT).read_only
+        read_roots = mounts + ["/dev", "/proc", "/sys", str(self._scratch)]
+        if self.sandbox == "off":
+            return [], env, "NO SANDBOX (harness.sandbox = off): candidate code runs as you", False, read_roots
+        why_not = bwrap.probe() if self.sandbox in ("auto", "bwrap") else "not asked for (harness.sandbox = landlock)"
+        if why_not is None:
+            prefix = bwrap.command([], env=env, package_root=_PKG_ROOT, read_write=[str(self._tmp), str(self._cache)],
+                                   workdir=str(self._scratch), hide=bwrap.hidden_paths(os.getcwd()))
+            return (prefix, env, "bwrap: own mount view (no workspace, git or home), no network, own pid namespace",
+                    True, ["/"])
+        if self.sandbox == "bwrap":
+            raise RuntimeError(f"harness.sandbox = bwrap, but {why_not}")
+        return [], env, f"no bwrap ({why_not}); secrets kept out of the environment", True, read_roots
+
     def _start(self) -> None:
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = _PKG_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        env.setdefault("PYTHONUNBUFFERED", "1")
+        prefix, env, description, landlock, read_roots = self._launch_plan()
+        argv = [self.python, "-m", "autokernel_tui.harness.worker.judge", "--req-fd", str(req_r),
+                "--resp-fd", str(resp_w), "--device", self.device, "--scratch", str(self._scratch),
+                "--cache", str(self._cache), "--timeout", str(self.timeout_s),
+                "--memory-limit-mb", str(self.memory_limit_mb), "--read-roots", json.dumps(read_roots),
+                "--sandbox", description] + (["--landlock"] if landlock else [])
         log = open(self._log_path, "ab")
         try:
             self._proc = subprocess.Popen(
-                [self.python, "-m", "autokernel_tui.harness.worker", "--req-fd", str(req_r),
-                 "--resp-fd", str(resp_w), "--device", self.device],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(req_r, resp_w),
-                start_new_session=True, env=env, cwd=str(self._tmp))
+                prefix + argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                pass_fds=(req_r, resp_w), start_new_session=True, env=env, cwd=str(self._scratch))
         finally:
             log.close()
             os.close(req_r)
@@ -124,10 +206,10 @@ class Harness:
             reply = self._wait_reply(STARTUP_TIMEOUT_S, offset)
         except _Failure as failure:
             last = [ln for ln in self._tail(offset).splitlines() if ln.strip()]
-            raise RuntimeError(f"the harness worker did not start ({failure.reason}): "
+            raise RuntimeError(f"the harness judge did not start ({failure.reason}): "
                                f"{last[-1] if last else 'no output'}") from None
         if not reply.get("ready"):
-            raise _Failure("CRASH", f"the harness worker did not start: {reply.get('error', reply)}")
+            raise _Failure("CRASH", f"the harness judge did not start: {reply.get('error', reply)}")
         self._info = reply["info"]
 
     def _log_offset(self) -> int:
@@ -143,14 +225,14 @@ class Harness:
                 data = fh.read()
         except OSError:
             return ""
-        return data.decode("utf-8", "replace")[-TAIL_CHARS:]
+        return redact(data.decode("utf-8", "replace")[-TAIL_CHARS:])
 
     def _kill(self) -> int | None:
         proc, self._proc = self._proc, None
         if proc is None:
             return None
         try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the whole group: candidate children too
+            os.killpg(proc.pid, signal.SIGKILL)  # bwrap (and with it the sandbox's pid namespace) or the judge
         except (ProcessLookupError, PermissionError):
             pass
         try:
@@ -172,24 +254,28 @@ class Harness:
             left = deadline - time.monotonic()
             if left <= 0:
                 self._kill()
-                self.restarts += 1
-                raise _Failure("TIMEOUT", f"no verdict within {timeout_s:.0f} s (hang or infinite loop?): "
-                                          "worker killed and restarted")
+                self._judge_restarts += 1
+                raise _Failure("TIMEOUT", f"no verdict within {timeout_s:.0f} s: the judge was killed and restarted")
             ready, _, _ = select.select([self._resp], [], [], min(0.25, left))
             if ready:
-                reply = protocol.recv(self._resp)
+                try:
+                    reply = protocol.recv(self._resp)
+                except ValueError as exc:
+                    self._kill()
+                    self._judge_restarts += 1
+                    raise _Failure("CRASH", f"the judge broke the protocol ({exc})") from None
                 if reply is not None:
                     return reply
                 code = self._proc.wait(timeout=10) if self._proc else None
                 self._kill()
-                self.restarts += 1
+                self._judge_restarts += 1
                 raise _Failure("CRASH", _describe_exit(code))
             rss = _rss_mb(pid)
             if rss > self.memory_limit_mb:
                 self._kill()
-                self.restarts += 1
-                raise _Failure("CRASH", f"memory blowup: the worker used {rss / 1024:.1f} GiB of host memory "
-                                        f"(limit {self.memory_limit_mb / 1024:.1f} GiB): worker killed")
+                self._judge_restarts += 1
+                raise _Failure("CRASH", f"memory blowup: the harness used {rss / 1024:.1f} GiB of host memory "
+                                        f"(limit {self.memory_limit_mb / 1024:.1f} GiB): killed")
 
     def _request(self, message: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], str]:
         """Send one request; (reply, stderr tail). Raises _Failure on TIMEOUT / CRASH."""
@@ -209,9 +295,11 @@ class Harness:
             failure = _Failure("CRASH", _describe_exit(code))
             failure.tail = self._tail(offset)  # type: ignore[attr-defined]
             raise failure from None
+        if "replaced" in reply:
+            self._replaced = int(reply["replaced"])
         if reply.get("restart"):
             self._kill()
-            self.restarts += 1
+            self._judge_restarts += 1
         return reply, self._tail(offset)
 
     # Public API -----------------------------------------------------------------
@@ -221,22 +309,31 @@ class Harness:
                 self._request({"op": "info"}, STARTUP_TIMEOUT_S)
             return dict(self._info or {})
 
-    def _private_copy(self, task_dir: Path, source: str) -> Path:
-        self._copies += 1
-        dest = self._tmp / f"task-{self._copies}"
-        dest.mkdir()
-        for name in HARNESS_OWNED:
-            shutil.copy2(task_dir / name, dest / name)
-        (dest / KERNEL_FILE).write_text(source, encoding="utf-8")
+    def _task_copy(self, task_dir: Path) -> Path:
+        """The task's harness-owned files, copied where the judge (and nothing of the workspace) is."""
+        hashes = owned_file_hashes(task_dir)
+        key = hashlib.sha256(json.dumps(hashes, sort_keys=True).encode()).hexdigest()[:16]
+        dest = self._scratch / f"task-{task_dir.name}-{key}"
+        if not dest.exists():
+            tmp = self._scratch / f".{dest.name}.partial"
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            for name in HARNESS_OWNED:
+                shutil.copy2(task_dir / name, tmp / name)
+            # The task format wants a kernel.py beside them; the judge never reads it (sources travel
+            # in the requests), so a placeholder says what it is.
+            (tmp / KERNEL_FILE).write_text("# placeholder: the judge evaluates the source it is sent\n",
+                                           encoding="utf-8")
+            tmp.rename(dest)
         return dest
 
-    def _prepare(self, task_dir: Path, quick: bool) -> None:
-        key = (str(task_dir), quick)
+    def _prepare(self, copy: Path, quick: bool) -> None:
+        key = (str(copy), quick)
         if key not in self._prepared:
-            reply, _ = self._request({"op": "prepare", "task_dir": str(task_dir), "quick": quick},
+            reply, _ = self._request({"op": "prepare", "task_dir": str(copy), "quick": quick},
                                      max(PREPARE_TIMEOUT_S, self.timeout_s))
             if not reply.get("ok"):
-                raise RuntimeError(f"harness worker could not prepare {task_dir.name}: {reply.get('error')}")
+                raise RuntimeError(f"harness judge could not prepare {copy.name}: {reply.get('error')}")
             self._prepared.add(key)
 
     def evaluate(self, task_dir: str | Path, kernel_source: str | None = None, quick: bool = False,
@@ -247,7 +344,7 @@ class Harness:
         with self._lock:
             info = self._info or {}
             base = Report(status="PASS", task=spec.name, device=info.get("name", ""),
-                          timing_meaningful=bool(info.get("timing_meaningful")))
+                          timing_meaningful=bool(info.get("timing_meaningful")), sandbox=info.get("sandbox", ""))
             if owned_hashes is not None:
                 current = owned_file_hashes(task_dir)
                 changed = sorted(k for k in set(owned_hashes) | set(current) if owned_hashes.get(k) != current.get(k))
@@ -269,13 +366,12 @@ class Harness:
             if base.status != "PASS":
                 base.stage, base.wall_s = "static", time.monotonic() - t0
                 return base
-            copy = self._private_copy(task_dir, kernel_source) if kernel_source is not None else None
-            work_dir = copy or task_dir
+            copy = self._task_copy(task_dir)
             try:
-                self._prepare(work_dir if copy is None else task_dir, quick)
+                self._prepare(copy, quick)
                 t0 = time.monotonic()  # request -> verdict, baselines (cached once per GPU x task) apart
-                reply, tail = self._request({"op": "evaluate", "task_dir": str(work_dir), "quick": quick,
-                                             "kernel_path": str(work_dir / KERNEL_FILE)}, self.timeout_s)
+                reply, tail = self._request({"op": "evaluate", "task_dir": str(copy), "quick": quick,
+                                             "source": source}, self.timeout_s + JUDGE_MARGIN_S)
                 if reply.get("ok"):
                     report = Report.from_dict(reply["report"])
                 else:  # a harness bug: this evaluation fails loudly, the caller carries on
@@ -289,9 +385,7 @@ class Harness:
                 report.status, report.reason = failure.status, failure.reason
                 report.stage = "smoke"
                 report.stderr_tail = getattr(failure, "tail", "")
-            finally:
-                if copy is not None:
-                    shutil.rmtree(copy, ignore_errors=True)
+            report.reason = redact(report.reason)
             report.wall_s = time.monotonic() - t0
             return report
 
@@ -300,7 +394,7 @@ class Harness:
         """Paired timing of candidate vs incumbent; ``faster`` when the CI's low end clears the margin.
 
         With ``confirm`` (default: ``confirm_keeps``) a comparison that calls the candidate faster
-        is repeated with the roles swapped (the incumbent loaded and run first), and only a
+        is repeated with the roles swapped (the incumbent's batches run first), and only a
         candidate that both call faster is. The second one's numbers are reported: they were
         not selected for being high. Why: on the H200 (run 4d) one comparison put a change that
         alters no compiled kernel at 1.017x [1.011, 1.022], and the next at 0.984x.
@@ -320,27 +414,24 @@ class Harness:
     def _compare_once(self, task_dir: Path, candidate_source: str, incumbent_source: str, quick: bool,
                       swapped: bool) -> Comparison:
         load_spec(task_dir)
-        # Swapped: the worker's "candidate" slot (loaded first, run first on even reps, smoke-checked)
-        # holds the incumbent, so any bias of the slot falls on the other side.
+        # Swapped: the judge's "candidate" side (smoke-checked, first in every other batch pair)
+        # holds the incumbent, so any bias of the side falls on the other one.
         first_src, second_src = (incumbent_source, candidate_source) if swapped else (candidate_source,
                                                                                       incumbent_source)
         with self._lock:
-            cand = self._private_copy(task_dir, first_src)
-            inc = self._private_copy(task_dir, second_src)
+            copy = self._task_copy(task_dir)
             try:
-                self._prepare(task_dir, quick)
-                reply, _ = self._request({"op": "compare", "task_dir": str(cand), "quick": quick,
-                                          "candidate_path": str(cand / KERNEL_FILE),
-                                          "incumbent_path": str(inc / KERNEL_FILE)}, self.timeout_s)
+                self._prepare(copy, quick)
+                reply, _ = self._request({"op": "compare", "task_dir": str(copy), "quick": quick,
+                                          "candidate": first_src, "incumbent": second_src},
+                                         2 * self.timeout_s + JUDGE_MARGIN_S)
             except _Failure as failure:
-                return Comparison(1.0, 0.0, 0.0, False, 0, "", status=failure.status, reason=failure.reason)
-            finally:
-                shutil.rmtree(cand, ignore_errors=True)
-                shutil.rmtree(inc, ignore_errors=True)
+                return Comparison(1.0, 0.0, 0.0, False, 0, "", status=failure.status, reason=redact(failure.reason))
         if not reply.get("ok"):
-            raise RuntimeError(f"harness worker error: {reply.get('error')}")
+            raise RuntimeError(f"harness judge error: {reply.get('error')}")
         if reply.get("status") != "PASS":
-            return Comparison(1.0, 0.0, 0.0, False, 0, "", status=reply["status"], reason=reply.get("reason", ""))
+            return Comparison(1.0, 0.0, 0.0, False, 0, "", status=reply["status"],
+                              reason=redact(reply.get("reason", "")))
         rows = reply["rows"]
         cand_key, inc_key = ("incumbent_us", "candidate_us") if swapped else ("candidate_us", "incumbent_us")
         pairs = [(r[cand_key], r[inc_key]) for r in rows]
@@ -356,7 +447,7 @@ class Harness:
 
     def close(self) -> None:
         with self._lock:
-            # The worker keeps nothing unsaved (caches are written as they are filled), and a
+            # The judge keeps nothing unsaved (caches are written as they are filled), and a
             # torch interpreter can take seconds to tear down: kill the group outright.
             self._kill()
             shutil.rmtree(self._tmp, ignore_errors=True)
@@ -371,5 +462,6 @@ class Harness:
         try:
             if self._proc is not None:
                 self._kill()
+            shutil.rmtree(self._tmp, ignore_errors=True)
         except Exception:  # noqa: BLE001
             pass

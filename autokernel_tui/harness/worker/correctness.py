@@ -14,22 +14,11 @@ from typing import Any
 
 import torch
 
-from autokernel_tui.harness.errors import Verdict
+from autokernel_tui.harness.worker.errors import Verdict
 
 
 def as_tuple(out: Any) -> tuple:
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
-
-
-@dataclass(frozen=True)
-class OutputMeta:
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-    device: torch.device
-
-
-def meta_of(outs: tuple) -> list[OutputMeta]:
-    return [OutputMeta(tuple(o.shape), o.dtype, o.device) for o in outs]
 
 
 def precise_reference(ref_module: Any, inputs: tuple) -> tuple:
@@ -55,8 +44,13 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1 and a1 > a0 and b1 > b0
 
 
-def check_structure(outs: tuple, expected: list[OutputMeta], inputs: tuple, where: str, stage: str) -> None:
-    """Raise a Verdict unless ``outs`` look exactly like the reference's outputs."""
+def check_structure(outs: tuple, expected: list[dict[str, Any]], inputs: tuple, where: str, stage: str) -> None:
+    """Raise a Verdict unless ``outs`` look exactly like the reference's outputs.
+
+    ``expected``: per output ``{"shape": [...], "dtype": "float16", "device": "cuda"}`` (what
+    ``transfer.describe`` gives for the reference's outputs). Runs in the contestant, a first
+    filter with a clear reason; the judge checks shape and dtype again on what it receives.
+    """
     if len(outs) != len(expected):
         raise Verdict("FAIL", stage, f"{where}: kernel_fn returned {len(outs)} output(s), expected {len(expected)}")
     for i, (o, want) in enumerate(zip(outs, expected)):
@@ -66,15 +60,16 @@ def check_structure(outs: tuple, expected: list[OutputMeta], inputs: tuple, wher
         if type(o) is not torch.Tensor:
             raise Verdict("REJECTED", stage, f"{label} is a {type(o).__name__} (tensor subclass or lazy "
                                              "output): return a plain, materialized torch.Tensor")
-        if o.device != want.device:
-            raise Verdict("FAIL", stage, f"{label} is on {o.device}, expected {want.device}")
-        if tuple(o.shape) != want.shape:
-            raise Verdict("FAIL", stage, f"{label} has shape {tuple(o.shape)}, expected {want.shape}")
-        if o.dtype != want.dtype:
-            if o.dtype.is_floating_point and want.dtype.is_floating_point and o.dtype.itemsize < want.dtype.itemsize:
-                raise Verdict("REJECTED", stage, f"{label} is {str(o.dtype)[6:]}, lower precision than the "
-                                                 f"task's {str(want.dtype)[6:]}")
-            raise Verdict("FAIL", stage, f"{label} has dtype {str(o.dtype)[6:]}, expected {str(want.dtype)[6:]}")
+        if o.device.type != want["device"]:
+            raise Verdict("FAIL", stage, f"{label} is on {o.device}, expected {want['device']}")
+        if list(o.shape) != list(want["shape"]):
+            raise Verdict("FAIL", stage, f"{label} has shape {tuple(o.shape)}, expected {tuple(want['shape'])}")
+        got = str(o.dtype).removeprefix("torch.")
+        if got != want["dtype"]:
+            wanted = getattr(torch, want["dtype"])
+            if o.dtype.is_floating_point and wanted.is_floating_point and o.dtype.itemsize < wanted.itemsize:
+                raise Verdict("REJECTED", stage, f"{label} is {got}, lower precision than the task's {want['dtype']}")
+            raise Verdict("FAIL", stage, f"{label} has dtype {got}, expected {want['dtype']}")
         for k, t in enumerate(inputs):
             if isinstance(t, torch.Tensor) and _overlaps(o, t):
                 raise Verdict("REJECTED", stage, f"{label} aliases input {k} (returns an input's memory)")

@@ -1,0 +1,222 @@
+"""A contestant: the one process that runs a candidate's kernel.py (worker side).
+
+Forked by the zygote, it first initialises the device (a spare, ready before it
+is needed), then waits to be assigned one kernel source. On assignment it
+confines itself with Landlock (writes only to its scratch folder and its own
+Triton cache), loads the task's ``reference.py`` for ``make_inputs`` only, and
+imports the candidate. From then on it answers the judge's requests on its
+socket: build inputs from a recipe, call ``kernel_fn`` under the runtime
+guards, hand outputs over, time calls with the one timer, fingerprint them.
+
+Nothing this process says is trusted: the judge checks every output against
+its own reference, verifies the fingerprints of timed calls, and compares the
+time it measures from outside with the times reported here. The guards below
+are a first filter that gives honest mistakes a clear reason early.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from autokernel_tui.harness import protocol
+from autokernel_tui.harness.worker import guards, inputs as inputs_mod, transfer
+from autokernel_tui.harness.worker.correctness import as_tuple, check_inputs_unchanged, check_structure, \
+    snapshot_inputs
+from autokernel_tui.harness.worker.errors import Verdict, one_line
+from autokernel_tui.harness.worker.loading import load_module
+from autokernel_tui.harness.worker.timing import L2Flusher, time_reps, warm_up
+
+BASE_CACHE_BYTES = {"cuda": 24 << 30, "cpu": 512 << 20}
+FILE_SIZE_LIMIT = 8 << 30
+
+
+def candidate_error(exc: BaseException, where: str, stage: str) -> Verdict:
+    """Classify an exception raised by candidate code."""
+    msg = one_line(f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+        return Verdict("CRASH", stage, f"{where}: candidate tried to exit the worker ({type(exc).__name__})")
+    text = str(exc)
+    if "CUDA error" in text or "illegal memory access" in text or type(exc).__name__ == "AcceleratorError":
+        return Verdict("CRASH", stage, f"{where}: {msg} (CUDA context poisoned)", restart=True)
+    if isinstance(exc, torch.OutOfMemoryError):
+        return Verdict("FAIL", stage, f"{where}: out of GPU memory: {msg}")
+    return Verdict("FAIL", stage, f"{where}: kernel_fn raised {msg}")
+
+
+class Contestant:
+    def __init__(self, sock: socket.socket, device: str) -> None:
+        self.sock = sock
+        self.device = device
+        self.cuda = device == "cuda"
+        self.fn: Callable | None = None
+        self.builder: inputs_mod.InputBuilder | None = None
+        self.sets: dict[str, tuple] = {}
+        self.last: tuple = ()
+        self.batch: list[tuple] = []
+        self.scratch: Path | None = None
+        self.flusher: L2Flusher | None = None
+        self.launches = guards.LaunchCounter()
+        self.snapshot: guards.IdentitySnapshot | None = None
+
+    # Requests ----------------------------------------------------------------------------
+    def assign(self, msg: dict) -> dict:
+        self.scratch = Path(msg["scratch"])
+        # Every cache this process may fill is its own: nothing it writes is read by another kernel.
+        os.environ["TRITON_CACHE_DIR"] = msg["triton_cache"]
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(self.scratch / "inductor")
+        os.environ["AUTOKERNEL_CACHE_DIR"] = os.environ["HOME"] = os.environ["TMPDIR"] = str(self.scratch)
+        # A candidate that writes without end (its stdout is the harness log) is stopped by SIGXFSZ.
+        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
+        sandbox = "landlock off"
+        if msg.get("landlock"):
+            from autokernel_tui.harness.sandbox import landlock
+            try:
+                sandbox = landlock.restrict(msg.get("read_roots", ["/"]), msg["write_roots"]).describe()
+            except OSError as exc:
+                sandbox = f"landlock failed: {exc}"
+        if self.cuda:
+            self.flusher = L2Flusher(torch.device("cuda"))
+        ref = load_module(Path(msg["task_dir"]) / "reference.py", "reference")
+        self.builder = inputs_mod.InputBuilder(ref, self.device, BASE_CACHE_BYTES[self.device])
+        self.launches.install()
+        self.snapshot = guards.IdentitySnapshot()
+        path = Path(msg["kernel_path"])
+        guards.watch_candidate_code(path)
+        threads = guards.live_threads()
+        try:
+            module = load_module(path, "kernel")
+        except BaseException as exc:  # noqa: BLE001 - candidate code: anything can come out
+            raise Verdict("FAIL", "static", f"import failed: {one_line(f'{type(exc).__name__}: {exc}')}")
+        self._after_candidate_code("static", "importing kernel.py", threads)
+        fn = getattr(module, "kernel_fn", None)
+        if not callable(fn):
+            raise Verdict("FAIL", "static", "kernel.py has no callable kernel_fn")
+        self.fn = fn
+        return {"sandbox": sandbox}
+
+    def _after_candidate_code(self, stage: str, where: str, threads_before: int) -> None:
+        changed = self.snapshot.changed() if self.snapshot else []
+        if changed or not self.launches.hooks_intact():
+            name = changed[0] if changed else "the Triton launch hook"
+            raise Verdict("REJECTED", stage, f"{where}: replaced {name} (patching timers or the harness)")
+        if guards.live_threads() > threads_before:
+            raise Verdict("REJECTED", stage, f"{where}: started a thread (work the timer would miss)")
+
+    def call(self, msg: dict) -> dict:
+        """One guarded call on the inputs of ``msg['set']`` (built from ``msg['recipe']`` unless kept)."""
+        key = msg["set"]
+        if msg.get("recipe") is not None:
+            self.sets[key] = self.builder.build(msg["recipe"])
+        inputs = self.sets[key]
+        where, stage = msg["where"], msg["stage"]
+        before = snapshot_inputs(inputs)
+        launches = self.launches.count
+        guards.watch_candidate_code(self.fn)
+        threads = guards.live_threads()
+        recorder = guards.OpRecorder(poison=True)
+        self.last = ()
+        t0 = time.perf_counter()
+        try:
+            with recorder:
+                out = self.fn(*inputs)
+            if self.cuda:
+                torch.cuda.synchronize()
+        except BaseException as exc:  # noqa: BLE001
+            raise candidate_error(exc, where, stage) from None
+        elapsed = time.perf_counter() - t0
+        self._after_candidate_code(stage, where, threads)
+        bad = recorder.forbidden()
+        if bad:
+            forbidden_ops = set(msg.get("forbidden_ops", ()))
+            named = [op for op in bad if op in forbidden_ops]
+            op = (named or bad)[0]
+            why = "the task's own PyTorch op" if named else "a PyTorch compute op"
+            raise Verdict("REJECTED", stage, f"{where}: kernel_fn calls {op} ({why}): the work must be done in Triton")
+        if self.launches.count == launches:
+            raise Verdict("REJECTED", stage, f"{where}: kernel_fn launched no Triton kernel")
+        outs = as_tuple(out)
+        check_structure(outs, msg["expected"], inputs, where, stage)
+        check_inputs_unchanged(before, inputs, where, stage)
+        self.last = outs
+        if not msg.get("keep_inputs"):
+            self.sets.pop(key, None)
+        return {"elapsed_s": elapsed, "outputs": transfer.export(outs, self.scratch, "last")}
+
+    def refill(self, msg: dict) -> dict:
+        inputs_mod.refill_(self.sets[msg["set"]], self.builder.build(msg["recipe"]))
+        return {}
+
+    def time(self, msg: dict) -> dict:
+        """Time ``kernel_fn`` once per recipe; the outputs are kept for ``fingerprint_batch``."""
+        self.batch = []
+        sets = [self.builder.build(r) for r in msg["recipes"]]
+        launches = self.launches.count
+        threads = guards.live_threads()
+        where = msg["where"]
+        try:
+            if msg.get("warmup"):
+                warm_up(self.fn, sets[0], int(msg["warmup"]))
+            samples, outs = time_reps(self.fn, sets, self.flusher)
+        except BaseException as exc:  # noqa: BLE001
+            raise candidate_error(exc, f"{where} (timing)", "timing") from None
+        self._after_candidate_code("timing", f"{where} (timed run)", threads)
+        if self.launches.count - launches < len(sets):
+            raise Verdict("REJECTED", "timing", f"{where} (timed run): some timed calls launched no Triton kernel")
+        self.batch = [as_tuple(o) for o in outs]
+        return {"times_us": samples.times_us}
+
+    def fingerprint_batch(self, msg: dict) -> dict:
+        seed = int(msg["seed"])
+        return {"fingerprints": [inputs_mod.fingerprints(outs, seed + 1000 * r) for r, outs in enumerate(self.batch)]}
+
+    def fetch_rep(self, msg: dict) -> dict:
+        return {"outputs": transfer.export(self.batch[int(msg["rep"])], self.scratch, f"rep{int(msg['rep'])}")}
+
+    def drop(self, msg: dict) -> dict:
+        self.batch, self.last = [], ()
+        if msg.get("sets"):
+            self.sets.clear()
+        return {}
+
+    HANDLERS = {"assign": assign, "call": call, "refill": refill, "time": time, "fingerprint_batch": fingerprint_batch,
+                "fetch_rep": fetch_rep, "drop": drop}
+
+    # Loop --------------------------------------------------------------------------------
+    def serve(self) -> int:
+        fd = self.sock.fileno()
+        while True:
+            message = protocol.recv(fd)
+            if message is None or message.get("op") == "exit":
+                return 0
+            handler = self.HANDLERS.get(message.get("op"))
+            try:
+                if handler is None:
+                    raise ValueError(f"unknown op {message.get('op')!r}")
+                reply = {"ok": True, **handler(self, message)}
+            except Verdict as v:
+                reply = {"ok": False, "status": v.status, "stage": v.stage, "reason": v.reason}
+            except BaseException as exc:  # noqa: BLE001 - a harness bug or a candidate's trick: say so, die
+                print("".join(traceback.format_exception(exc)), file=sys.stderr, flush=True)
+                reply = {"ok": False, "status": "CRASH", "stage": message.get("stage", "smoke"),
+                         "reason": one_line(f"contestant error: {type(exc).__name__}: {exc}")}
+            sys.stdout.flush()
+            sys.stderr.flush()
+            protocol.send(fd, reply)
+
+
+def run(sock: socket.socket, device: str) -> int:
+    """The body of a freshly forked contestant: get the device ready, say so, serve."""
+    if device == "cuda":
+        torch.cuda.init()
+        torch.empty(1, device="cuda")  # the context now, not in the first timed call
+    protocol.send(sock.fileno(), {"ok": True, "ready": True, "pid": os.getpid()})
+    return Contestant(sock, device).serve()

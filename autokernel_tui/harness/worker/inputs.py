@@ -1,0 +1,130 @@
+"""Inputs both sides build from the same recipe, and output fingerprints (worker side).
+
+The judge never sends tensors to a contestant: it sends a recipe (the task's
+``make_inputs`` at a shape, dtype and secret base seed, then perturbations and
+adversarial transforms with their own seeds), and both processes build the same
+tensors with this module. A contestant that builds anything else only makes its
+own outputs wrong, since the judge checks them against the reference on the
+inputs it built itself.
+
+A fingerprint of an output is its dot product with a random vector drawn from a
+seed the judge reveals only after the calls it covers have returned, so it
+cannot be computed ahead, and computing it later costs as much as the call.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+
+FINGERPRINT_CHUNK = 1 << 24
+
+
+def perturb(inputs: tuple, gen: torch.Generator) -> tuple:
+    """Fresh contents for a trial: each float element scaled by its own random factor
+    in [0.5, 1.5) (zeros, signs, infinities and row structure survive), integer
+    tensors permuted. Every element changes, so no pointer, id, version or
+    fingerprint cache can replay an old output."""
+    out = []
+    for t in inputs:
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
+            r = torch.rand(t.shape, generator=gen, device=t.device, dtype=torch.float32)
+            out.append((t.float() * r.add_(0.5)).to(t.dtype))
+        elif isinstance(t, torch.Tensor) and t.numel() > 1 and t.dtype != torch.bool:
+            perm = torch.randperm(t.numel(), generator=gen, device=t.device)
+            out.append(t.reshape(-1)[perm].reshape(t.shape))
+        else:
+            out.append(t)
+    return tuple(out)
+
+
+class InputBuilder:
+    """Builds inputs from recipes for one reference module on one device; keeps base inputs.
+
+    A recipe: ``{"dims": {...}, "dtype": "float16", "base_seed": int, "steps": [...]}`` with
+    steps ``["perturb", seed]`` and ``["transform", name, seed]``.
+    """
+
+    def __init__(self, ref: Any, device: str, cache_bytes: int) -> None:
+        self.ref = ref
+        self.device = device
+        self.cache_bytes = cache_bytes
+        self._base: dict[tuple, tuple] = {}
+
+    def base(self, dims: dict, dtype: str, seed: int) -> tuple:
+        key = (tuple(sorted(dims.items())), dtype, seed)
+        if key not in self._base:
+            self._base[key] = tuple(self.ref.make_inputs(dict(dims), getattr(torch, dtype), self.device, seed))
+            self._evict()
+        return self._base[key]
+
+    def _evict(self) -> None:
+        def size(inputs):
+            return sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
+        while len(self._base) > 1 and sum(size(v) for v in self._base.values()) > self.cache_bytes:
+            self._base.pop(next(iter(self._base)))
+
+    def build(self, recipe: dict) -> tuple:
+        inputs = self.base(recipe["dims"], recipe["dtype"], int(recipe["base_seed"]))
+        for step in recipe.get("steps", ()):
+            if step[0] == "perturb":
+                inputs = perturb(inputs, torch.Generator(device=self.device).manual_seed(int(step[1])))
+            elif step[0] == "transform":
+                transform = (getattr(self.ref, "ADVERSARIAL", {}) or {})[step[1]]
+                inputs = tuple(transform(inputs, torch.Generator().manual_seed(int(step[2]))))
+            else:
+                raise ValueError(f"unknown recipe step {step[0]!r}")
+        return inputs
+
+
+def refill_(inputs: tuple, fresh: tuple) -> None:
+    """New contents in the same tensors: same address, id and ``_version`` (written through .data)."""
+    for t, new in zip(inputs, fresh):
+        if isinstance(t, torch.Tensor):
+            t.data.copy_(new)
+
+
+def _weights(numel: int, seed: int, device: torch.device) -> torch.Tensor:
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return torch.randn(numel, generator=gen, device=device, dtype=torch.float32)
+
+
+def fingerprint(out: torch.Tensor, seed: int) -> float:
+    """<out, w> for w ~ N(0, 1) drawn from ``seed``, summed in float64 over float32 chunk dots."""
+    flat = out.detach().reshape(-1)
+    if not flat.numel():
+        return 0.0
+    w = _weights(flat.numel(), seed, flat.device)
+    total = 0.0
+    for a, b in zip(flat.split(FINGERPRINT_CHUNK), w.split(FINGERPRINT_CHUNK)):
+        total += float(torch.dot(a.float(), b))
+    return total
+
+
+def fingerprints(outs: Sequence[torch.Tensor], seed: int) -> list[float]:
+    return [fingerprint(o, seed + i) for i, o in enumerate(outs)]
+
+
+def fingerprint_bound(ref: torch.Tensor, seed: int, max_rel_l2: float) -> tuple[float, float]:
+    """(the reference's fingerprint, how far a correct output's may lie from it).
+
+    Cauchy-Schwarz: |<out - ref, w>| <= ||out - ref|| ||w|| <= max_rel_l2 ||ref|| ||w|| for any
+    output within the task's relative-L2 tolerance, so no correct output is ever refused; a
+    little is added for float32 rounding in the chunked dots.
+    """
+    flat = ref.detach().reshape(-1)
+    w = _weights(flat.numel(), seed, flat.device)
+    ref_fp = fingerprint(ref, seed)
+    ref_norm = float(torch.linalg.vector_norm(flat.double()))
+    w_norm = float(torch.linalg.vector_norm(w.double()))
+    abs_sum = float((flat.double().abs() * w.double().abs()).sum()) if flat.numel() else 0.0
+    bound = max_rel_l2 * (ref_norm if ref_norm > 0 else 1.0) * w_norm + 1e-5 * abs_sum + 1e-30
+    return ref_fp, bound
+
+
+def fingerprint_ok(value: float, ref_fp: float, bound: float) -> bool:
+    if not math.isfinite(ref_fp):
+        return not math.isfinite(value)
+    return math.isfinite(value) and abs(value - ref_fp) <= bound

@@ -1,0 +1,243 @@
+"""The judge's side of its contestants: the zygote, ready spares, and one proxy per contestant.
+
+``ContestantPool.acquire(source)`` takes a spare that has already initialised the
+device, gives it its own scratch folder and Triton cache, and assigns it the
+kernel; ``release`` kills it and everything it started, and forks a new spare.
+Every request to a contestant is timed from here (the outside clock), bounded
+by a deadline and by a memory limit, and a contestant that dies, hangs or
+answers nonsense becomes a verdict (CRASH, TIMEOUT) for that candidate alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autokernel_tui.harness import protocol
+from autokernel_tui.harness.worker.errors import Verdict, one_line
+
+SPAWN_TIMEOUT_S = 300.0
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+@dataclass
+class Clock:
+    """Outside-clock seconds of the requests made to one contestant, by kind."""
+    seconds: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, op: str, s: float) -> None:
+        self.seconds.setdefault(op, []).append(s)
+
+
+class ContestantProxy:
+    def __init__(self, pool: "ContestantPool", pid: int, sock: socket.socket) -> None:
+        self.pool = pool
+        self.pid = pid
+        self.sock = sock
+        self.ready = False
+        self.alive = True
+        self.scratch: Path | None = None
+        self.sandbox = ""
+        self.clock = Clock()
+        self.deadline = float("inf")
+
+    def wait_ready(self, timeout_s: float) -> None:
+        if not self.ready:
+            reply, _ = self._exchange(None, "startup", min(timeout_s, SPAWN_TIMEOUT_S))
+            if not reply.get("ready"):
+                raise Verdict("CRASH", "static", f"contestant did not start: {reply}")
+            self.ready = True
+
+    def request(self, message: dict[str, Any], stage: str) -> tuple[dict[str, Any], float]:
+        """Send one request; (reply, seconds on the outside clock). A failed request raises a Verdict."""
+        reply, seconds = self._exchange(message, stage, self.deadline - time.monotonic())
+        self.clock.add(message["op"], seconds)
+        if not reply.get("ok"):
+            raise Verdict(str(reply.get("status") or "CRASH"), str(reply.get("stage") or stage),
+                          one_line(str(reply.get("reason") or reply)))
+        return reply, seconds
+
+    def _exchange(self, message: dict[str, Any] | None, stage: str, timeout_s: float) -> tuple[dict, float]:
+        if not self.alive:
+            raise Verdict("CRASH", stage, "the contestant is gone")
+        fd = self.sock.fileno()
+        t0 = time.perf_counter()
+        try:
+            if message is not None:
+                protocol.send(fd, message)
+            end = time.monotonic() + max(timeout_s, 0.0)
+            while True:
+                left = end - time.monotonic()
+                if left <= 0:
+                    self.kill()
+                    raise Verdict("TIMEOUT", stage, f"no answer within the evaluation's {self.pool.timeout_s:.0f} s "
+                                                    "(hang or infinite loop?): contestant killed")
+                ready, _, _ = select.select([fd], [], [], min(0.25, left))
+                if ready:
+                    reply = protocol.recv(fd)
+                    seconds = time.perf_counter() - t0
+                    if reply is None:
+                        raise Verdict("CRASH", stage, self._death())
+                    if not isinstance(reply, dict):
+                        raise Verdict("CRASH", stage, "the contestant answered something that is not a reply")
+                    return reply, seconds
+                rss = rss_mb(self.pid)
+                if rss > self.pool.memory_limit_mb:
+                    self.kill()
+                    raise Verdict("CRASH", stage, f"memory blowup: the contestant used {rss / 1024:.1f} GiB of host "
+                                                  f"memory (limit {self.pool.memory_limit_mb / 1024:.1f} GiB): killed")
+        except (BrokenPipeError, ConnectionResetError):
+            raise Verdict("CRASH", stage, self._death()) from None
+        except (ValueError, UnicodeDecodeError) as exc:  # a malformed frame: never trusted, never parsed further
+            self.kill()
+            raise Verdict("CRASH", stage, f"the contestant broke the protocol ({one_line(str(exc))})") from None
+
+    def _death(self) -> str:
+        self.alive = False
+        how = None
+        for _ in range(40):  # the zygote reaps within a few of its 0.2 s ticks
+            how = self.pool.exit_of(self.pid)
+            if how:
+                break
+            time.sleep(0.05)
+        how = how or "stopped answering"
+        hint = " (os._exit / sys.exit in candidate code?)" if how.startswith("exited") else ""
+        return f"the contestant {how}{hint}"
+
+    def kill(self) -> None:
+        if self.alive:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                try:
+                    os.kill(self.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        self.alive = False
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class ContestantPool:
+    def __init__(self, device: str, scratch_root: Path, cache_root: Path, *, timeout_s: float,
+                 memory_limit_mb: float, landlock: bool, read_roots: list[str] | None, spares: int = 1) -> None:
+        self.device = device
+        self.scratch_root = scratch_root
+        self.cache_root = cache_root
+        self.timeout_s = timeout_s
+        self.memory_limit_mb = memory_limit_mb
+        self.landlock = landlock
+        self.read_roots = read_roots or ["/"]
+        self.n_spares = spares
+        self._spares: list[ContestantProxy] = []
+        self._live: list[ContestantProxy] = []
+        self._count = 0
+        self.replaced = 0
+        ctrl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            ctrl.close()
+            from autokernel_tui.harness.worker import zygote
+            zygote.run(theirs, device)  # never returns
+        theirs.close()
+        self.zygote_pid = pid
+        self.ctrl = ctrl
+
+    # The zygote -------------------------------------------------------------------------
+    def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        self.ctrl.send(json.dumps(message).encode())
+        return json.loads(self.ctrl.recv(65536))
+
+    def exit_of(self, pid: int) -> str | None:
+        try:
+            return self._ask({"op": "status", "pid": pid}).get("exit")
+        except (OSError, ValueError):
+            return None
+
+    def _spawn(self) -> ContestantProxy:
+        self.ctrl.send(json.dumps({"op": "spawn"}).encode())
+        data, fds, _, _ = socket.recv_fds(self.ctrl, 65536, 1)
+        if not fds:
+            raise RuntimeError("the zygote did not hand over a contestant")
+        return ContestantProxy(self, int(json.loads(data)["pid"]), socket.socket(fileno=fds[0]))
+
+    def fill_spares(self) -> None:
+        while len(self._spares) < self.n_spares:
+            self._spares.append(self._spawn())
+
+    def settle(self) -> None:
+        """Wait until every spare has its device ready, so no CUDA context starts while we time."""
+        for proxy in list(self._spares):
+            try:
+                proxy.wait_ready(SPAWN_TIMEOUT_S)
+            except Verdict:
+                proxy.kill()
+                self._spares.remove(proxy)
+
+    # Contestants ------------------------------------------------------------------------
+    def acquire(self, kernel_source: str, task_copy: Path, stage: str = "static") -> ContestantProxy:
+        self.fill_spares()
+        proxy = self._spares.pop(0)
+        self._live.append(proxy)
+        self.fill_spares()  # the next one starts while this one works
+        proxy.deadline = time.monotonic() + self.timeout_s
+        proxy.wait_ready(self.timeout_s)
+        self._count += 1
+        scratch = self.scratch_root / f"contestant-{self._count}-{os.urandom(6).hex()}"
+        scratch.mkdir(mode=0o700)
+        (scratch / "kernel.py").write_text(kernel_source, encoding="utf-8")
+        digest = hashlib.sha256(kernel_source.encode()).hexdigest()[:24]
+        cache = self.cache_root / "triton-src" / digest
+        cache.mkdir(parents=True, exist_ok=True)
+        proxy.scratch = scratch
+        reply, _ = proxy.request({"op": "assign", "scratch": str(scratch), "kernel_path": str(scratch / "kernel.py"),
+                                  "task_dir": str(task_copy), "triton_cache": str(cache), "landlock": self.landlock,
+                                  "write_roots": [str(scratch), str(cache), "/dev"],
+                                  "read_roots": self.read_roots + [str(task_copy), str(scratch), str(cache)]},
+                                 stage)
+        proxy.sandbox = str(reply.get("sandbox", ""))
+        return proxy
+
+    def release(self, proxy: ContestantProxy, failed: bool = False) -> None:
+        proxy.kill()
+        if failed:
+            self.replaced += 1
+        if proxy in self._live:
+            self._live.remove(proxy)
+        try:
+            self._ask({"op": "sweep", "keep": [p.pid for p in self._spares + self._live]})
+        except (OSError, ValueError):
+            pass
+        if proxy.scratch is not None:
+            shutil.rmtree(proxy.scratch, ignore_errors=True)
+
+    def close(self) -> None:
+        for proxy in self._spares + self._live:
+            proxy.kill()
+        try:
+            self.ctrl.send(json.dumps({"op": "exit"}).encode())
+        except OSError:
+            pass
+        try:
+            os.kill(self.zygote_pid, signal.SIGKILL)
+            os.waitpid(self.zygote_pid, 0)
+        except (OSError, ChildProcessError):
+            pass

@@ -1,0 +1,117 @@
+"""Outputs from a contestant to the judge, as plain data (worker side; never pickle).
+
+GPU: a CUDA IPC handle of the output's memory (torch's own ``_share_cuda_``,
+legal because judge and contestants share one pid namespace); the judge maps it
+and copies the bytes into its own memory at once. CPU: the raw bytes in a file
+of the contestant's scratch folder. Either way the judge checks what arrives
+against the shape and dtype it expects before it reads a byte, and nothing that
+arrives is ever unpickled or executed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
+    torch.int64, torch.uint8, torch.bool, torch.float8_e4m3fn, torch.float8_e5m2)}
+
+
+class TransferError(ValueError):
+    pass
+
+
+def describe(t: torch.Tensor) -> dict[str, Any]:
+    return {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "device": t.device.type}
+
+
+def export(outs: tuple, scratch: Path, tag: str) -> list[dict[str, Any]]:
+    """What the judge needs to read each output (contestant side). Keep ``outs`` alive until it has."""
+    descs = []
+    for i, t in enumerate(outs):
+        d = describe(t)
+        if t.is_cuda:
+            from torch.multiprocessing.reductions import reduce_tensor
+            _, args = reduce_tensor(t.detach())
+            (_, size, stride, offset, _, _, device, handle, storage_bytes, storage_offset, _, rc_handle,
+             rc_offset, event_handle, event_sync) = args
+            d["ipc"] = {"size": list(size), "stride": list(stride), "offset": int(offset), "device": int(device),
+                        "handle": handle.hex(), "storage_bytes": int(storage_bytes),
+                        "storage_offset": int(storage_offset), "rc_handle": rc_handle.hex(),
+                        "rc_offset": int(rc_offset), "event_handle": event_handle.hex() if event_handle else "",
+                        "event_sync": bool(event_sync)}
+        else:
+            path = scratch / f"out-{tag}-{i}.bin"
+            flat = t.detach().contiguous().reshape(-1)
+            flat.view(torch.uint8).numpy().tofile(path)
+            d["file"] = path.name
+            d["nbytes"] = flat.numel() * flat.element_size()
+        descs.append(d)
+    return descs
+
+
+def receive(descs: list[dict[str, Any]], expected: list[dict[str, Any]], scratch: Path) -> tuple:
+    """The outputs as the judge's own tensors (judge side). Raises TransferError on anything unexpected."""
+    if not isinstance(descs, list) or len(descs) != len(expected):
+        raise TransferError(f"returned {len(descs) if isinstance(descs, list) else '?'} output(s), "
+                            f"expected {len(expected)}")
+    outs = []
+    for i, (d, want) in enumerate(zip(descs, expected)):
+        if not isinstance(d, dict) or list(d.get("shape", ())) != list(want["shape"]) \
+                or d.get("dtype") != want["dtype"]:
+            raise TransferError(f"output {i} arrived as {d.get('shape') if isinstance(d, dict) else d} "
+                                f"{d.get('dtype') if isinstance(d, dict) else ''}, expected {want['shape']} "
+                                f"{want['dtype']}")
+        dtype = DTYPES.get(d["dtype"])
+        if dtype is None:
+            raise TransferError(f"output {i}: dtype {d['dtype']!r} not supported")
+        outs.append(_receive_ipc(d["ipc"], dtype, want) if "ipc" in d else _receive_file(d, dtype, scratch))
+    return tuple(outs)
+
+
+def _receive_file(d: dict, dtype: torch.dtype, scratch: Path) -> torch.Tensor:
+    name = str(d.get("file", ""))
+    path = scratch / name
+    if os.sep in name or not name or not path.is_file():
+        raise TransferError(f"output file {name!r} is not in the contestant's scratch folder")
+    numel = 1
+    for n in d["shape"]:
+        numel *= int(n)
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    if path.stat().st_size != nbytes or int(d.get("nbytes", -1)) != nbytes:
+        raise TransferError(f"output file {name} holds {path.stat().st_size} bytes, expected {nbytes}")
+    if nbytes == 0:
+        return torch.empty(d["shape"], dtype=dtype)
+    data = torch.from_file(str(path), shared=False, size=nbytes, dtype=torch.uint8).clone()
+    path.unlink(missing_ok=True)
+    return data.view(dtype).reshape(d["shape"])
+
+
+def _receive_ipc(ipc: dict, dtype: torch.dtype, want: dict) -> torch.Tensor:
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor
+    try:
+        size, stride = [int(n) for n in ipc["size"]], [int(n) for n in ipc["stride"]]
+        if size != list(want["shape"]):
+            raise TransferError(f"IPC tensor of shape {size}, expected {want['shape']}")
+        view = rebuild_cuda_tensor(torch.Tensor, torch.Size(size), tuple(stride), int(ipc["offset"]),
+                                   torch.storage.TypedStorage, dtype, int(ipc["device"]),
+                                   bytes.fromhex(ipc["handle"]), int(ipc["storage_bytes"]),
+                                   int(ipc["storage_offset"]), False, bytes.fromhex(ipc["rc_handle"]),
+                                   int(ipc["rc_offset"]), bytes.fromhex(ipc["event_handle"]) or None,
+                                   bool(ipc["event_sync"]))
+        # The last element the view reaches must lie inside the storage it maps.
+        reach = int(ipc["offset"]) + sum((n - 1) * s for n, s in zip(size, stride) if n > 0)
+        if min(stride, default=0) < 0 or (view.numel() and (reach + 1) * view.element_size() > int(ipc["storage_bytes"])):
+            raise TransferError("IPC tensor reaches outside its storage")
+        copy = view.clone()  # our own memory, now: the contestant can no longer change what we check
+        torch.cuda.synchronize()
+        del view
+        return copy
+    except TransferError:
+        raise
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise TransferError(f"cannot map the output's CUDA IPC handle: {type(exc).__name__}: {exc}") from None

@@ -1,0 +1,169 @@
+"""The fork server: fresh contestants in milliseconds, with torch and triton already imported.
+
+The judge forks this process before it initialises CUDA (a CUDA context does not
+survive a fork), so every contestant starts from a clean interpreter that has
+never run candidate code. It serves three requests on a SOCK_SEQPACKET socket:
+
+* ``spawn``: fork a contestant and hand the judge its end of a fresh socket pair;
+* ``sweep``: kill every process below this one except the live contestants named
+  (this process is a child subreaper, so whatever a candidate forked, double
+  forked or ``setsid``-ed is below it);
+* ``status``: how a contestant ended (exit code or signal), once reaped.
+
+It never runs candidate code itself and is not dumpable, so no contestant can
+read or patch it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import sys
+from typing import Any
+
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 1, 4, 36
+
+
+def prctl(option: int, value: int) -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: these are hardening, not function
+        pass
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below ``root`` (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                stat = fh.read()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def exit_text(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            return f"killed by {signal.Signals(sig).name}"
+        except ValueError:
+            return f"killed by signal {sig}"
+    return f"exited with code {os.WEXITSTATUS(status)}"
+
+
+class Zygote:
+    def __init__(self, ctrl: socket.socket, device: str) -> None:
+        self.ctrl = ctrl
+        self.device = device
+        self.exits: dict[int, str] = {}
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.exits[pid] = exit_text(status)
+
+    def spawn(self) -> None:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        pid = os.fork()
+        if pid == 0:  # the contestant
+            code = 70
+            try:
+                self.ctrl.close()
+                mine.close()
+                os.setpgid(0, 0)
+                prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+                prctl(_PR_SET_DUMPABLE, 1)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                from autokernel_tui.harness.worker import contestant
+                code = contestant.run(theirs, self.device)
+            except BaseException:  # noqa: BLE001 - a contestant must never return into the zygote
+                import traceback
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        theirs.close()
+        socket.send_fds(self.ctrl, [json.dumps({"pid": pid}).encode()], [mine.fileno()])
+        mine.close()
+
+    def sweep(self, keep: list[int]) -> None:
+        keep_set = set(keep)
+        for _ in range(3):  # a fork racing the first pass is caught by the next
+            victims = [p for p in descendants(os.getpid()) if p not in keep_set]
+            if not victims:
+                break
+            for pid in victims:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self.reap()
+        self.reply({"ok": True})
+
+    def reply(self, message: dict[str, Any]) -> None:
+        self.ctrl.send(json.dumps(message).encode())
+
+    def serve(self) -> None:
+        while True:
+            ready, _, _ = select.select([self.ctrl], [], [], 0.2)
+            self.reap()
+            if not ready:
+                continue
+            data = self.ctrl.recv(65536)
+            if not data:
+                return
+            message = json.loads(data)
+            op = message.get("op")
+            if op == "spawn":
+                self.spawn()
+            elif op == "sweep":
+                self.sweep([int(p) for p in message.get("keep", [])])
+            elif op == "status":
+                self.reply({"ok": True, "exit": self.exits.get(int(message["pid"]))})
+            elif op == "exit":
+                return
+
+
+def run(ctrl: socket.socket, device: str) -> None:
+    """The body of the forked zygote; never returns."""
+    code = 0
+    try:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        prctl(_PR_SET_DUMPABLE, 0)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        Zygote(ctrl, device).serve()
+    except BaseException:  # noqa: BLE001
+        import traceback
+        traceback.print_exc()
+        code = 70
+    finally:
+        try:
+            for pid in descendants(os.getpid()):
+                os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
