@@ -50,7 +50,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import starters_check as sc  # noqa: E402  (puts the repo on sys.path)
-from autokernel_tui.harness.timing import HOST_LEAD_CYCLES, no_gc  # noqa: E402  the harness's GPU lead and GC pause
+from autokernel_tui.harness.worker.timing import HOST_LEAD_CYCLES, no_gc  # noqa: E402  the harness's GPU lead and GC pause
 
 REPO = sc.REPO
 N_INPUT_SETS = 3

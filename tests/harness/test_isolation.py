@@ -48,6 +48,15 @@ def strict_harness():
     h.close()
 
 
+@pytest.fixture(scope="module")
+def lean_harness():
+    # A generous deadline: the memory limit, not the clock, must stop the hog (on a loaded CI box
+    # touching 2 GB can take longer than the 10 s the hang test allows).
+    h = Harness(timeout_s=120, device="cpu", memory_limit_mb=1500)
+    yield h
+    h.close()
+
+
 def test_segfault_is_a_crash_and_the_worker_restarts(harness, tiny_task):
     restarts = harness.restarts
     report = harness.evaluate(tiny_task, kernel_source=SEGFAULT, quick=True)
@@ -58,14 +67,19 @@ def test_segfault_is_a_crash_and_the_worker_restarts(harness, tiny_task):
     assert again.status == "PASS", again.reason
 
 
-def test_infinite_loop_times_out_and_memory_blowup_is_killed(strict_harness, tiny_task):
+def test_infinite_loop_times_out(strict_harness, tiny_task):
     strict_harness.evaluate(tiny_task, kernel_source=GOOD, quick=True)  # warm: baselines taken
     report = strict_harness.evaluate(tiny_task, kernel_source=HANG, quick=True)
     assert report.status == "TIMEOUT" and "10 s" in report.reason
     assert 9.5 <= report.wall_s < 30
-    report = strict_harness.evaluate(tiny_task, kernel_source=MEMORY_HOG, quick=True)
-    assert report.status == "CRASH" and "memory blowup" in report.reason
     again = strict_harness.evaluate(tiny_task, kernel_source=GOOD, quick=True)
+    assert again.status == "PASS", again.reason
+
+
+def test_memory_blowup_is_killed(lean_harness, tiny_task):
+    report = lean_harness.evaluate(tiny_task, kernel_source=MEMORY_HOG, quick=True)
+    assert report.status == "CRASH" and "memory blowup" in report.reason
+    again = lean_harness.evaluate(tiny_task, kernel_source=GOOD, quick=True)
     assert again.status == "PASS", again.reason
 
 
@@ -82,7 +96,8 @@ def test_worker_imports_only_torch_triton_stdlib_and_harness_modules():
     code = (
         "import os, sys; os.environ['TRITON_INTERPRET'] = '1'\n"
         "before = set(sys.modules)\n"
-        "import autokernel_tui.harness.worker as w, autokernel_tui.harness.evaluate, autokernel_tui.harness.ceilings\n"
+        "import autokernel_tui.harness.worker.judge, autokernel_tui.harness.worker.stages\n"
+        "import autokernel_tui.harness.worker.contestant, autokernel_tui.harness.worker.ceilings\n"
         "mods = {m.split('.')[0] for m in sys.modules}\n"
         "ours = sorted(m for m in sys.modules if m.startswith('autokernel_tui.'))\n"
         "print(' '.join(sorted(mods & {'textual', 'git', 'anthropic', 'openai', 'rich'})))\n"
@@ -91,7 +106,8 @@ def test_worker_imports_only_torch_triton_stdlib_and_harness_modules():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     forbidden, ours = out.splitlines()[0], out.splitlines()[1].split()
     assert forbidden == ""
-    allowed_prefixes = ("autokernel_tui.harness", "autokernel_tui.tasks", "autokernel_tui.errors")
+    allowed_prefixes = ("autokernel_tui.harness", "autokernel_tui.tasks", "autokernel_tui.errors",
+                        "autokernel_tui.redaction")
     assert all(m.startswith(allowed_prefixes) for m in ours), ours
     assert "autokernel_tui.harness.runner" not in ours
 

@@ -1,29 +1,33 @@
-"""The runtime guards, for exploits the static rules already stop (defence in depth):
-driven in-process through the worker's own Evaluation code with plain Python callables."""
+"""The runtime guards, for exploits the static rules already stop (defence in depth): driven
+in-process through the contestant's own code with plain Python callables.
+
+These guards are a first filter that gives an honest mistake a clear reason: they run in the
+contestant's process, where a hostile candidate can switch them off. What a candidate cannot
+switch off (the judge's checks, the sandbox) is tested in test_red_team.py.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import secrets
 import threading
 import time
 
 import pytest
 import torch
 
-from autokernel_tui.harness.errors import Verdict
-from autokernel_tui.harness.evaluate import Evaluation, WorkerState
+from autokernel_tui.harness.worker.contestant import Contestant
+from autokernel_tui.harness.worker.errors import Verdict
+from autokernel_tui.tasks.spec import load_spec
 
 from .conftest import GOOD, PREFIX
 
 
-@pytest.fixture(scope="module")
-def state():
-    return WorkerState("cpu")
-
-
 @pytest.fixture()
-def ev(state, tiny_task):
-    return Evaluation(state, tiny_task, quick=True)
+def contestant(tiny_task, tmp_path):
+    c = Contestant(sock=None, device="cpu")
+    c.setup(tiny_task, tmp_path)
+    return c
 
 
 @pytest.fixture(scope="module")
@@ -36,16 +40,25 @@ def launch(tmp_path_factory):
     return module.launch
 
 
-def _call(ev, fn):
-    shape, dtype = ev.configs[0]
-    return ev.run_checked(fn, shape, dtype, "smoke")
+def _call(c, fn, tiny_task):
+    """One guarded call of ``fn`` as the contestant makes it for the judge's smoke stage."""
+    spec = load_spec(tiny_task)
+    shape, dtype = spec.shapes_for("cpu")[0], spec.dtypes[0]
+    recipe = {"dims": dict(shape.dims), "dtype": dtype, "base_seed": secrets.randbits(40),
+              "steps": [["perturb", secrets.randbits(40)]]}
+    inputs = c.builder.build(recipe)
+    expected = [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch."), "device": "cpu"}
+                for o in [c.builder.ref.reference(*inputs)]]
+    c.fn = fn
+    return c.call({"set": "s", "recipe": recipe, "where": f"{shape.name} {dtype}", "stage": "smoke",
+                   "expected": expected, "forbidden_ops": list(spec.forbidden_ops)})
 
 
-def test_an_honest_callable_passes(ev, launch):
-    _call(ev, lambda x, w, eps: launch(x, w, eps, torch.empty_like(x)))
+def test_an_honest_callable_passes(contestant, launch, tiny_task):
+    _call(contestant, lambda x, w, eps: launch(x, w, eps, torch.empty_like(x)), tiny_task)
 
 
-def test_a_background_thread_is_rejected(ev, launch):
+def test_a_background_thread_is_rejected(contestant, launch, tiny_task):
     stop = threading.Event()
 
     def evil(x, w, eps):
@@ -54,7 +67,7 @@ def test_a_background_thread_is_rejected(ev, launch):
 
     try:
         with pytest.raises(Verdict) as info:
-            _call(ev, evil)
+            _call(contestant, evil, tiny_task)
     finally:
         stop.set()
     assert info.value.status == "REJECTED" and "thread" in info.value.reason
@@ -63,7 +76,7 @@ def test_a_background_thread_is_rejected(ev, launch):
 # torch.sum is the L2 flush: a candidate that disarmed it would be timed with a warm cache.
 @pytest.mark.parametrize("owner, name", [(time, "perf_counter"), (torch.cuda.Event, "elapsed_time"),
                                          (torch.cuda, "synchronize"), (torch, "sum")])
-def test_patching_a_timer_at_run_time_is_rejected(ev, launch, owner, name):
+def test_patching_a_timer_at_run_time_is_rejected(contestant, launch, tiny_task, owner, name):
     original = getattr(owner, name)
 
     def evil(x, w, eps):
@@ -72,14 +85,14 @@ def test_patching_a_timer_at_run_time_is_rejected(ev, launch, owner, name):
 
     try:
         with pytest.raises(Verdict) as info:
-            _call(ev, evil)
+            _call(contestant, evil, tiny_task)
     finally:
         setattr(owner, name, original)
-    assert info.value.status == "REJECTED" and name in info.value.reason and info.value.restart
+    assert info.value.status == "REJECTED" and name in info.value.reason
 
 
-def test_patching_the_harness_itself_is_rejected(ev, launch):
-    from autokernel_tui.harness import correctness
+def test_patching_the_harness_itself_is_rejected(contestant, launch, tiny_task):
+    from autokernel_tui.harness.worker import correctness
     original = correctness.compare
 
     def evil(x, w, eps):
@@ -88,44 +101,55 @@ def test_patching_the_harness_itself_is_rejected(ev, launch):
 
     try:
         with pytest.raises(Verdict) as info:
-            _call(ev, evil)
+            _call(contestant, evil, tiny_task)
     finally:
         correctness.compare = original
     assert info.value.status == "REJECTED" and "correctness.compare" in info.value.reason
 
 
-def test_a_tensor_subclass_output_is_rejected(ev, launch):
+def test_a_tensor_subclass_output_is_rejected(contestant, launch, tiny_task):
     class Lazy(torch.Tensor):
         pass
 
     with pytest.raises(Verdict) as info:
-        _call(ev, lambda x, w, eps: launch(x, w, eps, torch.empty_like(x)).as_subclass(Lazy))
+        _call(contestant, lambda x, w, eps: launch(x, w, eps, torch.empty_like(x)).as_subclass(Lazy), tiny_task)
     assert info.value.status == "REJECTED" and "subclass" in info.value.reason
 
 
-def test_exiting_the_worker_is_a_crash(ev, launch):
+def test_exiting_the_worker_is_a_crash(contestant, launch, tiny_task):
     def evil(x, w, eps):
         raise SystemExit(0)
 
     with pytest.raises(Verdict) as info:
-        _call(ev, evil)
+        _call(contestant, evil, tiny_task)
     assert info.value.status == "CRASH"
 
 
-def test_a_time_below_the_roofline_floor_is_rejected(state, tiny_task, tmp_path):
-    kernel = tmp_path / "kernel.py"
-    kernel.write_text(GOOD)
+@pytest.fixture(scope="module")
+def judge(tmp_path_factory):
+    """The judge's own state, in this process, with a real zygote and contestants (no sandbox)."""
+    from autokernel_tui.harness.worker.pool import ContestantPool
+    from autokernel_tui.harness.worker.stages import JudgeState
+    root = tmp_path_factory.mktemp("judge")
+    pool = ContestantPool("cpu", root, root / "cache", timeout_s=120, memory_limit_mb=8000, landlock=False,
+                          read_roots=None)
+    yield JudgeState("cpu", pool, "in-process test judge")
+    pool.close()
+
+
+def test_a_time_below_the_roofline_floor_is_rejected(judge, tiny_task):
+    from autokernel_tui.harness.worker.stages import Evaluation
     try:
-        state.measured = {"bandwidth_gbps": 1e-9}  # a machine this slow makes every real time "impossible"
-        report, _ = Evaluation(state, tiny_task, quick=True).run(kernel)
+        judge.measured = {"bandwidth_gbps": 1e-9}  # a machine this slow makes every real time "impossible"
+        report = Evaluation(judge, tiny_task, quick=True).run(GOOD)
         assert report.status == "REJECTED" and report.stage == "timing"
         assert "below the hardware floor" in report.reason
-        state.measured = {"bandwidth_gbps": 1e6}
-        report, _ = Evaluation(state, tiny_task, quick=True).run(kernel)
+        judge.measured = {"bandwidth_gbps": 1e6}
+        report = Evaluation(judge, tiny_task, quick=True).run(GOOD)
         assert report.status == "PASS", report.reason
         assert all(0 < r.pct_roofline <= 100 for r in report.shapes)
     finally:
-        state.measured = None
+        judge.measured = None
 
 
 def test_behaving_differently_when_timed_is_rejected(harness, tiny_task):

@@ -98,7 +98,7 @@ def test_percentiles_geomean_and_bootstrap():
 
 def test_compare_needs_elementwise_and_relative_l2_agreement():
     import torch
-    from autokernel_tui.harness.correctness import compare
+    from autokernel_tui.harness.worker.correctness import compare
     ref = torch.full((100,), 1e-6, dtype=torch.float64)
     zeros = compare(torch.zeros(100), ref, atol=1e-3, rtol=1e-3, max_rel_l2=1e-3)
     assert not zeros.ok and "rel_l2" in zeros.detail  # within atol everywhere, still wrong
@@ -115,7 +115,7 @@ def test_threads_torch_or_the_harness_start_are_not_the_candidates():
     # calls; only threads started with candidate code on the stack may reject a kernel.
     import threading
 
-    from autokernel_tui.harness import guards
+    from autokernel_tui.harness.worker import guards
 
     before = guards.live_threads()
     stop = threading.Event()

@@ -17,6 +17,7 @@ are a first filter that gives honest mistakes a clear reason early.
 from __future__ import annotations
 
 import os
+import random
 import resource
 import socket
 import sys
@@ -83,13 +84,21 @@ class Contestant:
                 sandbox = landlock.restrict(msg.get("read_roots", ["/"]), msg["write_roots"]).describe()
             except OSError as exc:
                 sandbox = f"landlock failed: {exc}"
+        self.setup(Path(msg["task_dir"]), self.scratch)
+        self.load(Path(msg["kernel_path"]))
+        return {"sandbox": sandbox}
+
+    def setup(self, task_dir: Path, scratch: Path) -> None:
+        """The task's inputs and the runtime guards, before any candidate code is loaded."""
+        self.scratch = scratch
         if self.cuda:
             self.flusher = L2Flusher(torch.device("cuda"))
-        ref = load_module(Path(msg["task_dir"]) / "reference.py", "reference")
+        ref = load_module(task_dir / "reference.py", "reference")
         self.builder = inputs_mod.InputBuilder(ref, self.device, BASE_CACHE_BYTES[self.device])
         self.launches.install()
         self.snapshot = guards.IdentitySnapshot()
-        path = Path(msg["kernel_path"])
+
+    def load(self, path: Path) -> None:
         guards.watch_candidate_code(path)
         threads = guards.live_threads()
         try:
@@ -101,7 +110,6 @@ class Contestant:
         if not callable(fn):
             raise Verdict("FAIL", "static", "kernel.py has no callable kernel_fn")
         self.fn = fn
-        return {"sandbox": sandbox}
 
     def _after_candidate_code(self, stage: str, where: str, threads_before: int) -> None:
         changed = self.snapshot.changed() if self.snapshot else []
@@ -134,13 +142,7 @@ class Contestant:
             raise candidate_error(exc, where, stage) from None
         elapsed = time.perf_counter() - t0
         self._after_candidate_code(stage, where, threads)
-        bad = recorder.forbidden()
-        if bad:
-            forbidden_ops = set(msg.get("forbidden_ops", ()))
-            named = [op for op in bad if op in forbidden_ops]
-            op = (named or bad)[0]
-            why = "the task's own PyTorch op" if named else "a PyTorch compute op"
-            raise Verdict("REJECTED", stage, f"{where}: kernel_fn calls {op} ({why}): the work must be done in Triton")
+        self._check_ops(recorder, where, stage, msg.get("forbidden_ops", ()))
         if self.launches.count == launches:
             raise Verdict("REJECTED", stage, f"{where}: kernel_fn launched no Triton kernel")
         outs = as_tuple(out)
@@ -151,28 +153,48 @@ class Contestant:
             self.sets.pop(key, None)
         return {"elapsed_s": elapsed, "outputs": transfer.export(outs, self.scratch, "last")}
 
+    @staticmethod
+    def _check_ops(recorder: guards.OpRecorder, where: str, stage: str, forbidden_ops) -> None:
+        bad = recorder.forbidden()
+        if bad:
+            named = [op for op in bad if op in set(forbidden_ops)]
+            op = (named or bad)[0]
+            why = "the task's own PyTorch op" if named else "a PyTorch compute op"
+            raise Verdict("REJECTED", stage, f"{where}: kernel_fn calls {op} ({why}): the work must be done in Triton")
+
     def refill(self, msg: dict) -> dict:
         inputs_mod.refill_(self.sets[msg["set"]], self.builder.build(msg["recipe"]))
         return {}
 
     def time(self, msg: dict) -> dict:
-        """Time ``kernel_fn`` once per recipe; the outputs are kept for ``fingerprint_batch``."""
+        """Time ``kernel_fn`` once per recipe; the outputs are kept for ``fingerprint_batch``.
+
+        One more call, untimed and at a random place among the timed ones, runs under the op
+        recorder: a kernel that reaches for PyTorch only after the correctness stages is named.
+        """
         self.batch = []
         sets = [self.builder.build(r) for r in msg["recipes"]]
         launches = self.launches.count
         threads = guards.live_threads()
         where = msg["where"]
+        split = random.randrange(len(sets) + 1)
+        recorder = guards.OpRecorder(poison=False)
         try:
             if msg.get("warmup"):
                 warm_up(self.fn, sets[0], int(msg["warmup"]))
-            samples, outs = time_reps(self.fn, sets, self.flusher)
+            before, outs = time_reps(self.fn, sets[:split], self.flusher)
+            spied = self.builder.build(msg["recipes"][split % len(sets)])
+            with recorder:
+                self.fn(*spied)
+            after, more = time_reps(self.fn, sets[split:], self.flusher)
         except BaseException as exc:  # noqa: BLE001
             raise candidate_error(exc, f"{where} (timing)", "timing") from None
         self._after_candidate_code("timing", f"{where} (timed run)", threads)
-        if self.launches.count - launches < len(sets):
+        self._check_ops(recorder, f"{where} (timed run)", "timing", msg.get("forbidden_ops", ()))
+        if self.launches.count - launches < len(sets) + 1:
             raise Verdict("REJECTED", "timing", f"{where} (timed run): some timed calls launched no Triton kernel")
-        self.batch = [as_tuple(o) for o in outs]
-        return {"times_us": samples.times_us}
+        self.batch = [as_tuple(o) for o in outs + more]
+        return {"times_us": before.times_us + after.times_us}
 
     def fingerprint_batch(self, msg: dict) -> dict:
         seed = int(msg["seed"])
@@ -210,6 +232,7 @@ class Contestant:
                          "reason": one_line(f"contestant error: {type(exc).__name__}: {exc}")}
             sys.stdout.flush()
             sys.stderr.flush()
+            reply["id"] = message.get("id")
             protocol.send(fd, reply)
 
 

@@ -56,6 +56,7 @@ class ContestantProxy:
         self.sandbox = ""
         self.clock = Clock()
         self.deadline = float("inf")
+        self.serial = 0
 
     def wait_ready(self, timeout_s: float) -> None:
         if not self.ready:
@@ -66,8 +67,13 @@ class ContestantProxy:
 
     def request(self, message: dict[str, Any], stage: str) -> tuple[dict[str, Any], float]:
         """Send one request; (reply, seconds on the outside clock). A failed request raises a Verdict."""
+        self.serial += 1
+        message = {**message, "id": self.serial}
         reply, seconds = self._exchange(message, stage, self.deadline - time.monotonic())
         self.clock.add(message["op"], seconds)
+        if reply.get("id") != self.serial:
+            self.kill()
+            raise Verdict("CRASH", stage, "the contestant answered out of turn (a reply to no request)")
         if not reply.get("ok"):
             raise Verdict(str(reply.get("status") or "CRASH"), str(reply.get("stage") or stage),
                           one_line(str(reply.get("reason") or reply)))
@@ -154,7 +160,10 @@ class ContestantPool:
         ctrl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:
-            ctrl.close()
+            # Nothing of the judge's reaches a contestant: above all not its pipes to the runner.
+            keep = theirs.fileno()
+            os.closerange(3, keep)
+            os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
             from autokernel_tui.harness.worker import zygote
             zygote.run(theirs, device)  # never returns
         theirs.close()

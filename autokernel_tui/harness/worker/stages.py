@@ -232,7 +232,7 @@ class Evaluation:
         """One batch of timed calls in ``c``; its fingerprints checked at ``verify`` (rep indices)."""
         where = f"{shape.name} {dtype}"
         reply, t_time = c.request({"op": "time", "recipes": recipes, "warmup": warmup, "where": where,
-                                   "stage": "timing"}, "timing")
+                                   "stage": "timing", "forbidden_ops": list(self.spec.forbidden_ops)}, "timing")
         times = [float(t) for t in reply.get("times_us", [])]
         if len(times) != len(recipes) or not all(math.isfinite(t) and t >= 0 for t in times):
             raise Verdict("REJECTED", "timing", f"{where}: the contestant reported {len(times)} times for "

@@ -11,6 +11,7 @@ arrives is ever unpickled or executed.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -75,20 +76,25 @@ def receive(descs: list[dict[str, Any]], expected: list[dict[str, Any]], scratch
 
 def _receive_file(d: dict, dtype: torch.dtype, scratch: Path) -> torch.Tensor:
     name = str(d.get("file", ""))
-    path = scratch / name
-    if os.sep in name or not name or not path.is_file():
+    if not name or os.sep in name or name.startswith("."):
         raise TransferError(f"output file {name!r} is not in the contestant's scratch folder")
     numel = 1
     for n in d["shape"]:
         numel *= int(n)
     nbytes = numel * torch.empty((), dtype=dtype).element_size()
-    if path.stat().st_size != nbytes or int(d.get("nbytes", -1)) != nbytes:
-        raise TransferError(f"output file {name} holds {path.stat().st_size} bytes, expected {nbytes}")
+    try:  # never through a link the contestant planted: only a plain file of its own folder
+        fd = os.open(scratch / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise TransferError(f"output file {name!r}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode) or size != nbytes or int(d.get("nbytes", -1)) != nbytes:
+            raise TransferError(f"output file {name} holds {size} bytes, expected {nbytes}")
+        data = bytearray(fh.read(nbytes))
+    os.unlink(scratch / name)
     if nbytes == 0:
         return torch.empty(d["shape"], dtype=dtype)
-    data = torch.from_file(str(path), shared=False, size=nbytes, dtype=torch.uint8).clone()
-    path.unlink(missing_ok=True)
-    return data.view(dtype).reshape(d["shape"])
+    return torch.frombuffer(data, dtype=torch.uint8).view(dtype).reshape(d["shape"])
 
 
 def _receive_ipc(ipc: dict, dtype: torch.dtype, want: dict) -> torch.Tensor:
