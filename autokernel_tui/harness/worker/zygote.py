@@ -148,6 +148,7 @@ class Zygote:
 def run(ctrl: socket.socket, device: str) -> None:
     """The body of the forked zygote; never returns."""
     code = 0
+    sys.argv = ["autokernel-zygote"]  # the judge's command line (its pipes' numbers) is none of a contestant's business
     try:
         prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         prctl(_PR_SET_CHILD_SUBREAPER, 1)
