@@ -168,7 +168,11 @@ class Harness:
             AUTOKERNEL_CACHE_DIR=str(self._cache), TRITON_CACHE_DIR=str(self._cache / "triton-judge"),
             TORCHINDUCTOR_CACHE_DIR=str(self._cache / "inductor"))
         mounts = bwrap.python_mounts(_PKG_ROOT).read_only
-        read_roots = mounts + ["/dev", "/proc", "/sys", str(self._scratch)]
+        # Without bwrap's own /proc, a contestant may read its own process's entries and the system's,
+        # never another process's (whose environ may hold a secret).
+        read_roots = mounts + ["/dev", "/sys", str(self._scratch)] + [
+            f"/proc/{name}" for name in ("self", "cpuinfo", "meminfo", "stat", "filesystems", "sys", "driver",
+                                         "modules", "version", "loadavg", "uptime", "mounts")]
         if self.sandbox == "off":
             return [], env, "NO SANDBOX (harness.sandbox = off): candidate code runs as you", False, read_roots
         why_not = bwrap.probe() if self.sandbox in ("auto", "bwrap") else "not asked for (harness.sandbox = landlock)"

@@ -1,13 +1,15 @@
-"""A candidate that segfaults, hangs, exits or eats memory costs one evaluation:
-the worker is killed and restarted and the caller carries on."""
+"""A candidate that segfaults, hangs, exits or eats memory costs one evaluation: its
+contestant is killed and replaced, and the caller carries on; nothing outlives the engine."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
 from autokernel_tui.harness.runner import Harness
 
-from .conftest import GOOD, PREFIX
+from .conftest import GOOD, PREFIX, REPO
 
 SEGFAULT = PREFIX + '''
 
@@ -120,3 +122,53 @@ def test_runner_side_never_imports_torch():
             "print('torch' in sys.modules, 'triton' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False False"
+
+
+def _harness_processes(marker: str) -> list[str]:
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmd:
+            out.append(pid)
+    return out
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "landlock"])  # with bwrap where it works; without it too
+def test_kill_9_of_the_engine_takes_every_harness_process_with_it(tiny_task, tmp_path, sandbox):
+    # Issue 18: after kill -9 of the engine during a hanging candidate, the worker spun for minutes.
+    import signal
+    import subprocess
+    import sys
+    import time
+    script = tmp_path / "engine.py"
+    script.write_text(f'''
+from autokernel_tui.harness.runner import Harness
+HANG = {HANG!r}
+h = Harness(timeout_s=600, device="cpu", sandbox={sandbox!r})
+print("SCRATCH", h._tmp, flush=True)
+h.evaluate({str(tiny_task)!r}, kernel_source=HANG, quick=True)
+''')
+    engine = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    line = engine.stdout.readline()
+    assert line.startswith("SCRATCH"), line
+    scratch = line.split()[1]
+    deadline = time.time() + 120
+    while time.time() < deadline and not any("contestant" in d for d in os.listdir(scratch + "/scratch")):
+        time.sleep(0.5)  # the hanging candidate has its contestant now
+    time.sleep(2)
+    assert _harness_processes(scratch), "the judge should be running"
+    os.kill(engine.pid, signal.SIGKILL)
+    engine.wait()
+    deadline = time.time() + 15
+    while time.time() < deadline and _harness_processes(scratch):
+        time.sleep(0.25)
+    assert _harness_processes(scratch) == [], "harness processes outlived the engine"
+    # The next harness clears the dead one's scratch folder.
+    from autokernel_tui.harness.runner import clean_stale_scratch
+    assert scratch in clean_stale_scratch() and not os.path.exists(scratch)

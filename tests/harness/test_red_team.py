@@ -268,18 +268,24 @@ def test_secrets_are_not_in_reach_and_never_recorded(guarded, world):
     home = world["home"]
     src = hostile(f'''
 import os
-print("ENV", sorted(os.environ))
-for path in ["/proc/1/environ", "/proc/self/environ", "{home}/.ssh/id_rsa"] + [
-        f"/proc/{{p}}/environ" for p in os.listdir("/proc") if p.isdigit()]:
+try:
+    pids = [p for p in os.listdir("/proc") if p.isdigit()]
+except OSError:
+    pids = [str(p) for p in range(1, 4096)]
+for path in ["/proc/1/environ", "/proc/self/environ", "{home}/.ssh/id_rsa"] + [f"/proc/{{p}}/environ" for p in pids]:
     try:
         with open(path, "rb") as fh:
-            print("READ", path, fh.read()[:4000])
+            data = fh.read()
+        print("READ", path, "ANTHROPIC" in data.decode(errors="replace"))
     except OSError as exc:
         print("refused", path, type(exc).__name__)
+print("MY-ENV-NAMES", ",".join(sorted(os.environ)))
 ''')
-    report = guarded(src)  # the fixture asserts the secret is in no field of the report
-    env_line = report.stderr_tail.split("ENV", 1)[1].split("\n", 1)[0]
-    assert "ANTHROPIC_API_KEY" not in env_line and "HOME" in env_line
+    report = guarded(src)  # the fixture asserts the secret's value is in no field of the report
+    names = report.stderr_tail.split("MY-ENV-NAMES", 1)[1].split("\n", 1)[0]
+    assert "ANTHROPIC_API_KEY" not in names and "HOME" in names
+    assert "READ {home}/.ssh/id_rsa".format(home=home) not in report.stderr_tail
+    assert " True" not in report.stderr_tail  # no readable environ holds the key's name
 
 
 def test_the_secret_is_redacted_even_if_something_prints_it(red_harness, tiny_task):
@@ -346,9 +352,24 @@ def parent_of(pid):
     with open(f"/proc/{pid}/stat") as fh:
         return int(fh.read().rsplit(")", 1)[1].split()[1])
 me, zygote = os.getpid(), os.getppid()
-judge = parent_of(zygote)
-siblings = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me and parent_of(int(p)) == zygote]
-for pid in [zygote, judge] + siblings:
+def siblings():
+    out = []
+    try:
+        pids = os.listdir("/proc")
+    except OSError:
+        pids = []
+    for p in pids:
+        try:
+            if p.isdigit() and int(p) != me and parent_of(int(p)) == zygote:
+                out.append(int(p))
+        except OSError:
+            pass
+    return out
+try:
+    judge = parent_of(zygote)
+except OSError:
+    judge = None
+for pid in [zygote] + ([judge] if judge else []) + siblings():
     try:
         os.kill(pid, signal.SIGKILL)
         print("KILLED", pid)
@@ -395,9 +416,10 @@ def test_poisoning_another_kernels_triton_cache_is_refused(guarded, red_harness,
 import glob, os
 mine = os.environ["TRITON_CACHE_DIR"]
 root = os.path.dirname(mine)
-for d in glob.glob(root + "/*"):
+for d in glob.glob(root + "/*") + [os.path.join(root, "0" * 24)]:
     if d != mine:
         try:
+            os.makedirs(d, exist_ok=True)
             with open(d + "/planted.so", "w") as fh:
                 fh.write("evil")
             print("PLANTED", d)
