@@ -99,7 +99,8 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
     result["aa"] = {"n": len(aa), "false_keeps": sum(c.faster for c in aa),
                     "first_pass_keeps": sum(c.screen is not None for c in aa),
                     "speedups": [c.speedup for c in aa], "ci": [(c.ci_low, c.ci_high) for c in aa],
-                    "statuses": [c.status for c in aa], "keep_margin": harness.keep_margin}
+                    "statuses": [c.status for c in aa], "keep_margin": harness.keep_margin,
+                    "cross_check": [getattr(c, "cross_check", None) for c in aa]}
     result["variants"] = []
     variant = lambda f: slower_variant(source, f) if f else source  # noqa: E731
     for fast, slow in pairs:
@@ -109,6 +110,7 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
                                    "pair": [fast, slow], "label": f"+{fast:.1%} vs +{slow:.1%}",
                                    "speedups": [c.speedup for c in det], "ci": [(c.ci_low, c.ci_high) for c in det],
                                    "statuses": [c.status for c in det],
+                                   "cross_check": [getattr(c, "cross_check", None) for c in det],
                                    "change": f"extra copy kernel: +{fast:.1%} vs +{slow:.1%} bytes"})
     result["method"] = aa[0].method if aa else ""
     return result

@@ -112,6 +112,9 @@ class Comparison:
     per_shape: list[dict[str, Any]] = field(default_factory=list)
     # The first comparison's speedup and CI when this one is its confirmation (roles swapped).
     screen: dict[str, float] | None = None
+    # The judge's clock against the reported times (GPU): the median per-call difference between the
+    # two sides' unexplained time, its tolerance, and how many batch pairs it rests on.
+    cross_check: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

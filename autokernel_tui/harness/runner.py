@@ -447,7 +447,8 @@ class Harness:
                   "median(incumbent)/median(candidate), 95% bootstrap CI"
                   + ("; confirming run with the roles swapped" if swapped else ""))
         return Comparison(speedup=speedup, ci_low=lo, ci_high=hi, faster=lo > self.keep_margin,
-                          n_samples=sum(len(c) + len(i) for c, i in pairs), method=method, per_shape=per_shape)
+                          n_samples=sum(len(c) + len(i) for c, i in pairs), method=method, per_shape=per_shape,
+                          cross_check=reply.get("cross_check"))
 
     def close(self) -> None:
         with self._lock:

@@ -55,13 +55,16 @@ def kernel_fn(x, weight, eps):
 '''
 
 
-def make_tiny_task(dest: Path, dtypes: str = '["float16", "float32"]') -> Path:
-    """rmsnorm with two small test shapes and two dtypes: fast under the interpreter."""
+def make_tiny_task(dest: Path, dtypes: str = '["float16", "float32"]', tiny_on_gpu: bool = False) -> Path:
+    """rmsnorm with two small test shapes and two dtypes: fast under the interpreter (and, with
+    ``tiny_on_gpu``, on a GPU too: PREFIX's one-program-per-row kernel is not built for 50k-wide rows)."""
     dest.mkdir(parents=True, exist_ok=True)
     text = (RMSNORM / "task.toml").read_text()
     head = text.split("[[shapes]]", 1)[0]
     head = head.replace('dtypes = ["float16", "bfloat16", "float32"]', f"dtypes = {dtypes}")
     gpu_shapes = "[[shapes]]" + text.split("[[shapes]]", 1)[1].split("[[test_shapes]]", 1)[0]
+    if tiny_on_gpu:
+        gpu_shapes = TINY_SHAPES.replace("[[test_shapes]]", "[[shapes]]")
     (dest / "task.toml").write_text(head + gpu_shapes + TINY_SHAPES)
     shutil.copy(RMSNORM / "reference.py", dest / "reference.py")
     (dest / "kernel.py").write_text(GOOD)

@@ -27,7 +27,7 @@ import pytest
 from autokernel_tui.harness.runner import Harness
 from autokernel_tui.harness.static_check import check_source
 
-from .conftest import GOOD, PREFIX
+from .conftest import GOOD, PREFIX, make_tiny_task
 
 SECRET = "sk-ant-redteam-" + hashlib.sha256(b"not a real key").hexdigest()[:32]
 DEVICE = os.environ.get("AUTOKERNEL_TEST_DEVICE", "cpu")
@@ -108,6 +108,12 @@ def red_harness(world):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def tiny_task(tmp_path_factory):
+    """rmsnorm at two small shapes on either device (this module's own, overriding conftest's)."""
+    return make_tiny_task(tmp_path_factory.mktemp("red") / "rmsnorm", tiny_on_gpu=True)
 
 
 @pytest.fixture()

@@ -124,3 +124,23 @@ def test_threads_torch_or_the_harness_start_are_not_the_candidates():
         assert guards.live_threads() == before
     finally:
         stop.set()
+
+
+def test_the_judges_clock_refuses_hidden_work_and_skipped_steps():
+    from autokernel_tui.harness.worker.stages import excess_check, excess_verdict
+    from autokernel_tui.harness.worker.errors import Verdict
+    assert excess_verdict([0.4, -0.3, 0.1, 0.0], [20.0] * 4) is None  # noise: both sides did the same
+    assert "hidden" in excess_verdict([9.0, 11.0, 10.0], [20.0] * 3)  # more time than it reported
+    assert "skipped" in excess_verdict([-160.0] * 3, [20.0] * 3)  # less: no spin, no flush
+    assert excess_verdict([], []) is None
+
+    def batch(who, outside_s, reported_us, config="c", reps=10):
+        return {"config": config, "who": who, "reps": reps, "outside_s": outside_s, "reported_us": reported_us}
+    honest = [batch(1, 0.0028, 200.0), batch(2, 0.0030, 400.0), batch(2, 0.0032, 400.0), batch(1, 0.0030, 200.0)]
+    summary = excess_check(honest, candidate_pid=1)  # the candidate is 2x faster and its clock agrees
+    assert summary["pairs"] == 2 and abs(summary["excess_diff_us"]) < 1.0
+    # The candidate reports 20 us a call while the judge saw the same time as the 40 us incumbent's.
+    forged = [batch(1, 0.0032, 200.0), batch(2, 0.0030, 400.0), batch(2, 0.0032, 400.0), batch(1, 0.0034, 200.0)]
+    with pytest.raises(Verdict) as info:
+        excess_check(forged, candidate_pid=1)
+    assert info.value.status == "REJECTED" and "hidden" in info.value.reason

@@ -452,8 +452,7 @@ def compare_run(ev: Evaluation, candidate_source: str, incumbent_source: str) ->
             inc.request({"op": "drop"}, "timing")
             rows.append({"shape": shape.name, "dtype": dtype, "candidate_us": cand_times,
                          "incumbent_us": inc_times})
-        if ev.st.cuda:
-            excess_check(ev.outside, cand.pid)
+        cross_check = excess_check(ev.outside, cand.pid) if ev.st.cuda else None
     except Verdict:
         failed = True
         raise
@@ -464,7 +463,8 @@ def compare_run(ev: Evaluation, candidate_source: str, incumbent_source: str) ->
     method = ("CUDA events in separate sandboxed contestants, L2 flushed, fresh inputs per rep, batches "
               "alternated; fingerprints of timed runs checked; the judge's clock cross-checks both sides"
               if ev.st.cuda else "CPU wall clock under the Triton interpreter (not meaningful)")
-    return {"rows": rows, "method": method, "timing_meaningful": ev.st.timing_meaningful}
+    return {"rows": rows, "method": method, "timing_meaningful": ev.st.timing_meaningful,
+            "cross_check": cross_check}
 
 
 def _excess_us(batch: dict[str, Any]) -> float:
@@ -472,7 +472,7 @@ def _excess_us(batch: dict[str, Any]) -> float:
     return (batch["outside_s"] * 1e6 - batch["reported_us"]) / batch["reps"]
 
 
-def excess_check(batches: list[dict[str, Any]], candidate_pid: int) -> None:
+def excess_check(batches: list[dict[str, Any]], candidate_pid: int) -> dict[str, Any]:
     """Reject when the judge's clock says the candidate hid work or skipped the harness's steps.
 
     ``batches`` hold, in the order they ran, each timed batch's outside seconds (its time and
@@ -489,6 +489,9 @@ def excess_check(batches: list[dict[str, Any]], candidate_pid: int) -> None:
     reason = excess_verdict(diffs, per_call)
     if reason:
         raise Verdict("REJECTED", "timing", reason)
+    return {"excess_diff_us": stats.median(diffs) if diffs else None,
+            "tolerance_us": EXCESS_TOL_US + EXCESS_TOL_FRAC * stats.median(per_call) if per_call else None,
+            "pairs": len(diffs)}
 
 
 def excess_verdict(diffs_us: list[float], per_call_us: list[float]) -> str | None:
