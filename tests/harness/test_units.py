@@ -136,9 +136,11 @@ def test_the_judges_clock_refuses_hidden_work_and_skipped_steps():
 
     def batch(who, outside_s, reported_us, config="c", reps=10):
         return {"config": config, "who": who, "reps": reps, "outside_s": outside_s, "reported_us": reported_us}
-    honest = [batch(1, 0.0028, 200.0), batch(2, 0.0030, 400.0), batch(2, 0.0032, 400.0), batch(1, 0.0030, 200.0)]
-    summary = excess_check(honest, candidate_pid=1)  # the candidate is 2x faster and its clock agrees
-    assert summary["pairs"] == 2 and abs(summary["excess_diff_us"]) < 1.0
+    # The candidate is 2x faster and the judge's clock agrees; whichever side runs first in a pair
+    # pays 100 us more (a spin at low clocks): A B B A cancels it.
+    honest = [batch(1, 0.0038, 200.0), batch(2, 0.0030, 400.0), batch(2, 0.0040, 400.0), batch(1, 0.0028, 200.0)]
+    summary = excess_check(honest, candidate_pid=1)
+    assert summary["quads"] == 1 and abs(summary["excess_diff_us"]) < 1.0
     # The candidate reports 20 us a call while the judge saw the same time as the 40 us incumbent's.
     forged = [batch(1, 0.0032, 200.0), batch(2, 0.0030, 400.0), batch(2, 0.0032, 400.0), batch(1, 0.0034, 200.0)]
     with pytest.raises(Verdict) as info:

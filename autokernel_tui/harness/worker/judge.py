@@ -27,8 +27,12 @@ def _pick_device(requested: str) -> str:
     # would leave every contestant unable to use the GPU.
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     import torch
-    if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
+    try:
+        available = torch.cuda.is_available()
+    finally:  # only for this question: inside the sandbox NVML may not start, and a contestant
+        os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)  # must not ask it again
+    if requested == "cuda" or (requested == "auto" and available):
+        if not available:
             raise SystemExit("harness judge: --device cuda but no CUDA device is available")
         if not os.environ.get("AUTOKERNEL_FORCE_INTERPRET"):
             os.environ.pop("TRITON_INTERPRET", None)

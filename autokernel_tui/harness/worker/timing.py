@@ -99,7 +99,7 @@ def warm_up(fn: Callable, inputs: tuple, calls: int = 2) -> None:
     """First calls (JIT compile, autotuning, allocator growth) are not the kernel's speed."""
     for _ in range(calls):
         fn(*inputs)
-    if torch.cuda.is_available() and any(isinstance(t, torch.Tensor) and t.is_cuda for t in inputs):
+    if any(isinstance(t, torch.Tensor) and t.is_cuda for t in inputs):
         torch.cuda.synchronize()
 
 
