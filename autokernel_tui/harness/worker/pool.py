@@ -26,6 +26,7 @@ from autokernel_tui.harness import protocol
 from autokernel_tui.harness.worker.errors import Verdict, one_line
 
 SPAWN_TIMEOUT_S = 300.0
+MAX_LIVE = 4  # contestants kept warm (a task's candidate and incumbent, twice for A/A), least recent first out
 
 
 def rss_mb(pid: int) -> float:
@@ -57,6 +58,7 @@ class ContestantProxy:
         self.clock = Clock()
         self.deadline = float("inf")
         self.serial = 0
+        self.key: tuple[str, str, str] | None = None
 
     def wait_ready(self, timeout_s: float) -> None:
         if not self.ready:
@@ -154,7 +156,7 @@ class ContestantPool:
         self.read_roots = read_roots or ["/"]
         self.n_spares = spares
         self._spares: list[ContestantProxy] = []
-        self._live: list[ContestantProxy] = []
+        self._live: list[ContestantProxy] = []  # warm contestants, least recently used first
         self._count = 0
         self.replaced = 0
         ctrl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -202,7 +204,18 @@ class ContestantPool:
                 self._spares.remove(proxy)
 
     # Contestants ------------------------------------------------------------------------
-    def acquire(self, kernel_source: str, task_copy: Path, stage: str = "static") -> ContestantProxy:
+    def acquire(self, kernel_source: str, task_copy: Path, slot: str = "a", stage: str = "static") -> ContestantProxy:
+        """A contestant running ``kernel_source`` for ``task_copy``: the warm one that ran it last
+        (its Triton kernels compiled and loaded), else a spare assigned now. ``slot`` keeps two
+        contestants of one source apart (an A/A comparison still runs in two processes)."""
+        digest = hashlib.sha256(kernel_source.encode()).hexdigest()[:24]
+        key = (digest, str(task_copy), slot)
+        for proxy in self._live:
+            if proxy.key == key and proxy.alive:
+                self._live.remove(proxy)
+                self._live.append(proxy)
+                proxy.deadline = time.monotonic() + self.timeout_s
+                return proxy
         self.fill_spares()
         proxy = self._spares.pop(0)
         self._live.append(proxy)
@@ -212,29 +225,46 @@ class ContestantPool:
         self._count += 1
         scratch = self.scratch_root / f"contestant-{self._count}-{os.urandom(6).hex()}"
         scratch.mkdir(mode=0o700)
-        (scratch / "kernel.py").write_text(kernel_source, encoding="utf-8")
-        digest = hashlib.sha256(kernel_source.encode()).hexdigest()[:24]
+        source_dir = self.scratch_root / f"src-{digest}"  # one path per source: Triton's caches key on it
+        if not (source_dir / "kernel.py").exists():
+            source_dir.mkdir(exist_ok=True)
+            (source_dir / "kernel.py").write_text(kernel_source, encoding="utf-8")
         cache = self.cache_root / "triton-src" / digest
         cache.mkdir(parents=True, exist_ok=True)
         proxy.scratch = scratch
-        reply, _ = proxy.request({"op": "assign", "scratch": str(scratch), "kernel_path": str(scratch / "kernel.py"),
+        proxy.key = key
+        reply, _ = proxy.request({"op": "assign", "scratch": str(scratch), "kernel_path": str(source_dir / "kernel.py"),
                                   "task_dir": str(task_copy), "triton_cache": str(cache), "landlock": self.landlock,
                                   "write_roots": [str(scratch), str(cache), "/dev"],
-                                  "read_roots": self.read_roots + [str(task_copy), str(scratch), str(cache)]},
+                                  "read_roots": self.read_roots + [str(task_copy), str(source_dir), str(scratch),
+                                                                   str(cache)]},
                                  stage)
         proxy.sandbox = str(reply.get("sandbox", ""))
         return proxy
 
     def release(self, proxy: ContestantProxy, failed: bool = False) -> None:
-        proxy.kill()
-        if failed:
-            self.replaced += 1
-        if proxy in self._live:
-            self._live.remove(proxy)
+        """After an evaluation: a failed contestant dies; a good one stays warm (up to MAX_LIVE).
+        Either way every process it started is killed."""
+        if failed or not proxy.alive:
+            self._retire(proxy)
+            if failed:
+                self.replaced += 1
+        else:
+            try:
+                proxy.request({"op": "drop", "sets": True}, "timing")
+            except Verdict:
+                self._retire(proxy)
+        while len(self._live) > MAX_LIVE:
+            self._retire(self._live[0])
         try:
             self._ask({"op": "sweep", "keep": [p.pid for p in self._spares + self._live]})
         except (OSError, ValueError):
             pass
+
+    def _retire(self, proxy: ContestantProxy) -> None:
+        proxy.kill()
+        if proxy in self._live:
+            self._live.remove(proxy)
         if proxy.scratch is not None:
             shutil.rmtree(proxy.scratch, ignore_errors=True)
 

@@ -127,8 +127,8 @@ class Evaluation:
         return [transfer.describe(o) for o in as_tuple(self.ref.reference(*inputs))]
 
     # Contestants -------------------------------------------------------------------------
-    def contestant(self, source: str) -> ContestantProxy:
-        return self.st.pool.acquire(source, self.task_dir)
+    def contestant(self, source: str, slot: str = "a") -> ContestantProxy:
+        return self.st.pool.acquire(source, self.task_dir, slot)
 
     def call(self, c: ContestantProxy, shape: Shape, dtype: str, stage: str, recipe: dict | None,
              inputs: tuple | None = None, label: str = "", keep_inputs: bool = False) -> tuple[tuple, tuple, float]:
@@ -420,8 +420,8 @@ def compare_run(ev: Evaluation, candidate_source: str, incumbent_source: str) ->
     cand = inc = None
     failed = False
     try:
-        cand = ev.contestant(candidate_source)
-        inc = ev.contestant(incumbent_source)
+        cand = ev.contestant(candidate_source, "a")
+        inc = ev.contestant(incumbent_source, "b")
         ev.stage_smoke(cand)
         ev.st.pool.settle()
         dev = ev.st.device
