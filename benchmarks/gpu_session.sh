@@ -14,7 +14,7 @@
 #   gputests:  every GPU-marked test
 #
 # Usage on the device (carry .whl; for `speed` also .old):
-#   bash benchmarks/gpu_session.sh sandbox | speed | starters | quality [SECONDS] | gputests
+#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters | quality [SECONDS] | gputests
 set -u
 part=${1:?sandbox, speed, starters, quality or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -53,10 +53,11 @@ with Harness(device='cuda') as h:
     ;;
 speed)
     # Before (the tree without the sandbox) and after, back to back: warm evaluation, A/A, a ~3% change.
+    n=${2:-10}  # A/A and detection comparisons each
     step speed_before 240 env PYTHONPATH=$PWD/.old:$PWD/.site python3 .old/benchmarks/harness_speed.py \
-        --tasks rmsnorm --runs 8 --ab-runs 10 --detect-runs 10 --pairs 0.003:0.03 --json "$R/speed_before.json"
-    step speed_after 300 python3 benchmarks/harness_speed.py --tasks rmsnorm --runs 8 --ab-runs 10 \
-        --detect-runs 10 --pairs 0.003:0.03 --json "$R/speed_after.json"
+        --tasks rmsnorm --runs 8 --ab-runs "$n" --detect-runs "$n" --pairs 0.003:0.03 --json "$R/speed_before.json"
+    step speed_after 320 python3 benchmarks/harness_speed.py --tasks rmsnorm --runs 8 --ab-runs "$n" \
+        --detect-runs "$n" --pairs 0.003:0.03 --json "$R/speed_after.json"
     ;;
 starters)
     for t in $(ls kernels); do
