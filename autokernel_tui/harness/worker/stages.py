@@ -38,7 +38,7 @@ BASE_CACHE_BYTES = {"cuda": 24 << 30, "cpu": 512 << 20}
 BATCH_BYTES = {"cuda": 8 << 30, "cpu": 256 << 20}  # inputs + outputs a contestant holds for one timed batch
 FIRST_BATCH = 3  # GPU: reps of the first batch, whose median sizes the rest
 COMPARE_BATCHES = 4  # per config and side, at least
-VERIFY_PER_BATCH = {"cuda": 2, "cpu": 3}  # timed reps whose fingerprints are checked against the reference
+VERIFY_PER_BATCH = {"cuda": 1, "cpu": 3}  # timed reps whose fingerprints are checked against the reference
 # The judge's clock around a timed batch minus the times the contestant reports is harness work
 # (request, spin, flush, fingerprints): the same for two contestants doing the same work. A
 # median difference per call beyond this says one of them hid work or skipped the harness's.
