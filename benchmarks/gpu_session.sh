@@ -14,7 +14,7 @@
 #   gputests:  every GPU-marked test
 #
 # Usage on the device (carry .whl; for `speed` also .old):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters | quality [SECONDS] | gputests
+#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS] | gputests
 set -u
 part=${1:?sandbox, speed, starters, quality or gputests}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -60,8 +60,9 @@ speed)
         --detect-runs "$n" --pairs 0.003:0.03 --json "$R/speed_after.json"
     ;;
 starters)
+    q=(); [ "${2:-}" = quick ] && q=(--quick)  # quick: the first declared dtype only
     for t in $(ls kernels); do
-        step "bench_$t" 240 python3 -m autokernel_tui bench "kernels/$t" --device cuda --json "$R/bench_$t.json"
+        step "bench_$t" 240 python3 -m autokernel_tui bench "kernels/$t" --device cuda "${q[@]}" --json "$R/bench_$t.json"
     done
     ;;
 quality)

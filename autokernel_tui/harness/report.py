@@ -81,6 +81,7 @@ class Report:
     peak_vram_mb: float = 0.0
     stderr_tail: str = ""
     sandbox: str = ""  # what confined the candidate (bwrap, landlock, ...) and what was unavailable
+    time_split: dict[str, float] = field(default_factory=dict)  # where wall_s went, seconds by part
 
     @property
     def passed(self) -> bool:

@@ -130,7 +130,7 @@ def test_the_judges_clock_refuses_hidden_work_and_skipped_steps():
     from autokernel_tui.harness.worker.stages import excess_check, excess_verdict
     from autokernel_tui.harness.worker.errors import Verdict
     assert excess_verdict([0.4, -0.3, 0.1, 0.0], [20.0] * 4) is None  # noise: both sides did the same
-    assert "hidden" in excess_verdict([9.0, 11.0, 10.0], [20.0] * 3)  # more time than it reported
+    assert "hidden" in excess_verdict([150.0, 160.0, 170.0], [20.0] * 3)  # far more time than it reported
     assert "skipped" in excess_verdict([-160.0] * 3, [20.0] * 3)  # less: no spin, no flush
     assert excess_verdict([], []) is None
 
@@ -141,8 +141,8 @@ def test_the_judges_clock_refuses_hidden_work_and_skipped_steps():
     honest = [batch(1, 0.0038, 200.0), batch(2, 0.0030, 400.0), batch(2, 0.0040, 400.0), batch(1, 0.0028, 200.0)]
     summary = excess_check(honest, candidate_pid=1)
     assert summary["quads"] == 1 and abs(summary["excess_diff_us"]) < 1.0
-    # The candidate reports 20 us a call while the judge saw the same time as the 40 us incumbent's.
-    forged = [batch(1, 0.0032, 200.0), batch(2, 0.0030, 400.0), batch(2, 0.0032, 400.0), batch(1, 0.0034, 200.0)]
+    # The candidate reports 2 us a call while the judge saw it take twice as long as the 200 us incumbent.
+    forged = [batch(1, 0.0060, 20.0), batch(2, 0.0030, 2000.0), batch(2, 0.0032, 2000.0), batch(1, 0.0062, 20.0)]
     with pytest.raises(Verdict) as info:
         excess_check(forged, candidate_pid=1)
     assert info.value.status == "REJECTED" and "hidden" in info.value.reason

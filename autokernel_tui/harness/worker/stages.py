@@ -13,10 +13,13 @@ story as the times they report (``excess_check``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import random
 import secrets
+import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +45,11 @@ VERIFY_PER_BATCH = {"cuda": 1, "cpu": 3}  # timed reps whose fingerprints are ch
 # The judge's clock around a timed batch minus the times the contestant reports is harness work
 # (request, spin, flush, fingerprints): the same for two contestants doing the same work. A
 # median difference per call beyond this says one of them hid work or skipped the harness's.
-EXCESS_TOL_US = 5.0
-EXCESS_TOL_FRAC = 0.10
+# Loose on purpose: on the H200 (2026-12-04) A/A pairs of one kernel differed by up to ~15 us per
+# call on this clock (host stalls of the VM), so only a lie of the order of a whole call is refused;
+# the measured difference travels with every comparison (``cross_check``) either way.
+EXCESS_TOL_US = 50.0
+EXCESS_TOL_FRAC = 1.0
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -113,6 +119,15 @@ class Evaluation:
         self.first_call_s: dict[tuple, float] = {}
         self.compile_s = 0.0
         self.outside: list[dict[str, Any]] = []  # per timed batch: outside seconds and reported times
+        self.split: Counter[str] = Counter()  # where the evaluation's wall time went, in seconds
+
+    @contextlib.contextmanager
+    def timed(self, what: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.split[what] += time.perf_counter() - t0
 
     # Recipes -------------------------------------------------------------------------
     def base_seed(self, shape: Shape, dtype: str) -> int:
@@ -140,7 +155,8 @@ class Evaluation:
         reply, _ = c.request({"op": "call", "set": f"{shape.name}:{dtype}", "recipe": recipe, "where": where,
                               "stage": stage, "expected": expected, "keep_inputs": keep_inputs,
                               "forbidden_ops": list(self.spec.forbidden_ops)}, stage)
-        outs = self.receive(c, reply.get("outputs"), expected, where, stage)
+        with self.timed("judge: outputs received"):
+            outs = self.receive(c, reply.get("outputs"), expected, where, stage)
         return inputs, outs, float(reply.get("elapsed_s") or 0.0)
 
     @staticmethod
@@ -153,8 +169,9 @@ class Evaluation:
 
     def check_against_reference(self, outs: tuple, inputs: tuple, dtype: str) -> list[Errors]:
         tol = self.spec.tolerances[dtype]
-        refs = precise_reference(self.ref, inputs)
-        return [compare(o, r, tol.atol, tol.rtol, tol.max_rel_l2) for o, r in zip(outs, refs)]
+        with self.timed("judge: reference and checks"):
+            refs = precise_reference(self.ref, inputs)
+            return [compare(o, r, tol.atol, tol.rtol, tol.max_rel_l2) for o, r in zip(outs, refs)]
 
     def run_checked(self, c: ContestantProxy, shape: Shape, dtype: str, stage: str, recipe: dict | None,
                     inputs: tuple | None = None, label: str = "", keep_inputs: bool = False
@@ -243,6 +260,14 @@ class Evaluation:
         if not isinstance(claimed, list) or len(claimed) != len(recipes):
             raise Verdict("REJECTED", "timing", f"{where}: fingerprints missing for the timed calls")
         tol = self.spec.tolerances[dtype]
+        with self.timed("judge: fingerprints verified"):
+            self._verify_fingerprints(recipes, verify, claimed, seed, tol, where)
+        self.outside.append({"config": where, "who": c.pid, "reps": len(recipes), "outside_s": t_time + t_fp,
+                             "reported_us": sum(times), "warmup": warmup})
+        return times
+
+    def _verify_fingerprints(self, recipes: list[dict], verify: list[int], claimed: list, seed: int, tol: Any,
+                             where: str) -> None:
         for r in verify:
             inputs = self.builder.build(recipes[r])
             refs = precise_reference(self.ref, inputs)
@@ -253,9 +278,6 @@ class Evaluation:
                 if not inputs_mod.fingerprint_ok(value, ref_fp, bound):
                     raise Verdict("REJECTED", "timing", f"{where}: the output of a timed run is wrong (the kernel "
                                   "behaves differently when timed, or replays outputs)")
-        self.outside.append({"config": where, "who": c.pid, "reps": len(recipes), "outside_s": t_time + t_fp,
-                             "reported_us": sum(times), "warmup": warmup})
-        return times
 
     def fetch_and_check(self, c: ContestantProxy, shape: Shape, dtype: str, recipe: dict, rep: int,
                         seed: int | None = None) -> None:
@@ -314,6 +336,10 @@ class Evaluation:
         cached = self.st.baselines.get(key)
         if cached is not None:
             return cached
+        with self.timed("judge: baselines taken"):
+            return self._take_baseline(key, shape, dtype)
+
+    def _take_baseline(self, key: str, shape: Shape, dtype: str) -> dict[str, Any]:
         eager = self.time_reference(self.ref.reference, shape, dtype)
         value: dict[str, Any] = {"eager_us": eager.median, "compile_us": None, "compile_note": "not on CPU"}
         if self.st.cuda:
@@ -382,8 +408,11 @@ class Evaluation:
             torch.cuda.reset_peak_memory_stats()
         c = None
         failed = False
+        t_start = time.perf_counter()
         try:
-            c = self.contestant(source)
+            with self.timed("judge: contestant ready"):
+                c = self.contestant(source)
+            clock_before = {op: sum(v) for op, v in c.clock.seconds.items()}
             report.sandbox = f"{self.st.sandbox}; {c.sandbox}" if c.sandbox else self.st.sandbox
             for stage, action in (("smoke", lambda: self.stage_smoke(c)),
                                   ("shapes", lambda: self.stage_shapes(c, report)),
@@ -400,7 +429,11 @@ class Evaluation:
             report.summary = None if report.status != "PASS" else report.summary
         finally:
             if c is not None:
+                for op, v in c.clock.seconds.items():
+                    self.split[f"contestant: {op}"] += sum(v) - clock_before.get(op, 0.0)
                 self.st.pool.release(c, failed)
+        self.split["total"] = time.perf_counter() - t_start
+        report.time_split = {k: round(v, 4) for k, v in sorted(self.split.items(), key=lambda kv: -kv[1])}
         report.compile_s = round(self.compile_s, 4)
         if self.st.cuda:
             report.peak_vram_mb = torch.cuda.max_memory_allocated() / 2**20
