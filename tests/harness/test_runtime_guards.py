@@ -123,7 +123,7 @@ def test_a_time_below_the_roofline_floor_is_rejected(state, tiny_task, tmp_path)
         state.measured = {"bandwidth_gbps": 1e6}
         report, _ = Evaluation(state, tiny_task, quick=True).run(kernel)
         assert report.status == "PASS", report.reason
-        assert all(0 < r.pct_roofline <= 100 for r in report.shapes)
+        assert all(0 < r.roofline_pct <= 100 for r in report.shapes)
     finally:
         state.measured = None
 
