@@ -109,7 +109,7 @@ class ReviewScreen(Screen):
         self.query_one(ReviewList).border_title = "experiments"
         self.query_one(SpeedupPlot).border_title = "best speedup vs baseline, per kernel"
         table = self.query_one(ReviewList)
-        for label in ("run", "exp", "kernel", "status", "speedup", "CI", "description"):
+        for label in ("run", "exp", "kernel", "status", "vs base", "CI vs inc", "description"):
             table.add_column(label, key=label)
         self.reload()
         table.focus()
