@@ -150,3 +150,29 @@ def test_the_old_roofline_target_setting_is_read_as_percent(tmp_path, monkeypatc
         load_settings(ws, env={})
     (ws / "autokernel.toml").write_text("[run]\nroofline_target_pct = 0\n")
     assert load_settings(ws, env={}).run.roofline_target_pct == 0.0  # 0: never stop on the roofline
+
+
+def test_a_harness_that_still_says_pct_roofline_is_read_in_todays_names(tmp_path):
+    """A plugin harness (AUTOKERNEL_HARNESS_FACTORY) written against the old names returns dicts."""
+    from autokernel_tui.engine.loop import Engine
+    from autokernel_tui.ledger import schema
+    from autokernel_tui.ledger.events import read_events
+    from autokernel_tui.ledger.workspace import init_workspace
+    from tests.fakes.gpu_run import H200Harness, ScriptedTuner
+
+    class OldHarness(H200Harness):
+        def evaluate(self, *args, **kwargs):
+            return _old_report(super().evaluate(*args, **kwargs).to_dict())
+
+    ws = init_workspace(tmp_path / "ws", tasks=["rmsnorm"])
+    s = settings()
+    s.run.max_experiments = 1
+    engine = Engine(ws, s, tag="old", agent=ScriptedTuner(), harness=OldHarness())
+    assert engine.run() == "experiment budget reached (1)"
+    engine.close()
+    events = read_events(ws / ".autokernel" / "runs" / "old" / "events.jsonl")
+    assert [p for e in events for p in schema.check_event(e)] == []
+    verdict = next(e for e in events if e["type"] == "verdict")
+    assert verdict["report"]["summary"]["roofline_pct"] == pytest.approx(32.84)
+    assert read_rows(ws / ".autokernel" / "runs" / "old" / "results.tsv", typed=True)[0]["roofline_pct"] == \
+        pytest.approx(32.84)

@@ -649,7 +649,8 @@ class Engine:
             report = self._harness.evaluate(self.repo.task_dir(task), kernel_source=None,
                                             quick=self.settings.harness.quick,
                                             owned_hashes=self.meta["owned_hashes"].get(task))
-            return Report.from_dict(_as_dict(report) or {"status": "CRASH"}).to_dict()  # the schema's fields
+            # The schema's fields, under today's names (a plugin harness may still say pct_roofline).
+            return Report.from_dict(upgrade_report(_as_dict(report)) or {"status": "CRASH"}).to_dict()
         except Exception as exc:  # a harness failure costs one experiment, never the night
             return Report(status="CRASH", reason=f"harness error: {type(exc).__name__}: {exc}", stage="static",
                           task=task).to_dict()
