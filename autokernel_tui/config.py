@@ -38,7 +38,7 @@ class RunSettings:
     max_cost_usd: float = 0.0
     plateau_experiments: int = 8  # move to the next kernel after this many without improvement
     kernel_time_budget_s: float = 0.0  # per kernel, its own clock; 0 = none
-    roofline_target: float = 0.90  # move on when a kernel reaches this fraction of roofline
+    roofline_target_pct: float = 90.0  # move on when a kernel reaches this percent of roofline (0 = never)
     agent_retry_s: float = 600.0  # after an agent outage, try again by itself after this long; 0 = wait for a human
 
 
@@ -84,6 +84,13 @@ class Settings:
             raise ConfigError(f"run.timeout_action must be keep or discard, not {self.run.timeout_action!r}")
         if self.agent.kind not in AGENTS:
             raise ConfigError(f"agent.kind must be one of {', '.join(AGENTS)}, not {self.agent.kind!r}")
+        target = self.run.roofline_target_pct
+        if not 0.0 <= target <= 100.0:
+            raise ConfigError(f"run.roofline_target_pct is a percent of roofline, 0-100 (0 = never stop on it), "
+                              f"not {target!r}")
+        if 0.0 < target <= 1.0:
+            raise ConfigError(f"run.roofline_target_pct = {target!r} looks like a fraction; it is a percent: "
+                              f"write {100 * target:g} for {100 * target:g}% of roofline")
         return self
 
 
@@ -111,6 +118,27 @@ def _coerce(value: Any, target_type: Any, where: str) -> Any:
     raise ConfigError(f"{where}: unsupported value {value!r}")
 
 
+def _roofline_target_frac(value: Any, where: str) -> float:
+    """The old run.roofline_target, a fraction of roofline, as run.roofline_target_pct (percent)."""
+    frac = _coerce(value, float, where)
+    if not 0.0 <= frac <= 1.0:
+        raise ConfigError(f"{where} was a fraction of roofline (0-1), not {frac!r}; "
+                          f"it is now run.roofline_target_pct, in percent (e.g. 90)")
+    return 100.0 * frac
+
+
+# Settings renamed because their unit changed: (section, old key) -> (new key, old value -> new value).
+RENAMED_SETTINGS = {("run", "roofline_target"): ("roofline_target_pct", _roofline_target_frac)}
+_announced: set[str] = set()
+
+
+def _deprecated(message: str) -> None:
+    """Say once per process, on stderr, that an old setting was read (and what to write instead)."""
+    if message not in _announced:
+        _announced.add(message)
+        print(f"autokernel-tui: {message}", file=sys.stderr)
+
+
 def _apply(settings: Settings, data: dict[str, Any], source: str) -> None:
     for section, values in data.items():
         if section == "keys":
@@ -123,6 +151,13 @@ def _apply(settings: Settings, data: dict[str, Any], source: str) -> None:
             raise ConfigError(f"{source}: unknown section [{section}]")
         names = {f.name: f for f in dataclasses.fields(target)}
         for key, value in values.items():
+            if (section, key) in RENAMED_SETTINGS and key not in names:
+                new_key, convert = RENAMED_SETTINGS[(section, key)]
+                new_value = convert(value, f"{source}: {section}.{key}")
+                _deprecated(f"{source}: {section}.{key} = {value} is deprecated (it was a fraction); read as "
+                            f"{section}.{new_key} = {new_value:g} (percent). Write that instead.")
+                setattr(target, new_key, new_value)
+                continue
             if key not in names:
                 raise ConfigError(f"{source}: unknown setting {section}.{key}")
             setattr(target, key, _coerce(value, type(getattr(target, key)), f"{source}: {section}.{key}"))
@@ -159,6 +194,10 @@ def load_settings(workspace: str | Path | None = None, overrides: dict[str, dict
             value = env.get(f"AUTOKERNEL_{section.upper()}_{f.name.upper()}")
             if value is not None:
                 from_env.setdefault(section, {})[f.name] = value
+    for (section, old_key), (new_key, _) in RENAMED_SETTINGS.items():
+        value = env.get(f"AUTOKERNEL_{section.upper()}_{old_key.upper()}")
+        if value is not None and f"AUTOKERNEL_{section.upper()}_{new_key.upper()}" not in env:
+            from_env.setdefault(section, {})[old_key] = value
     _apply(settings, from_env, "environment")
     if overrides:
         clean = {s: {k: v for k, v in vals.items() if v is not None} for s, vals in overrides.items()}

@@ -315,10 +315,10 @@ def _derive(row: dict, roof: dict) -> None:
             pct = 100 * t["tflops"] / roof[f"matmul_tflops_{row['dtype']}"]
         else:
             pct = 100 * t["gbps"] / roof["bandwidth_gbps"]
-        t["pct_roofline"] = pct
+        t["roofline_pct"] = pct
         if pct > 100.0 and label != "copy":  # last guard: the probes should already hold the best rate seen
-            t["pct_roofline_raw"] = pct
-            t["pct_roofline"] = 100.0
+            t["roofline_pct_raw"] = pct
+            t["roofline_pct"] = 100.0
             row["notes"].append(f"{label} beats the measured ceiling ({pct:.1f}%): clamped to 100%")
     k = row["times"].get(best)
     for other in ("eager", "compile"):
@@ -333,7 +333,7 @@ def _row_line(row: dict) -> str:
     cell = lambda k: f"{t[k]['median_us']:>10.1f}" if k in t else f"{'-':>10}"  # noqa: E731
     k = t.get(row.get("scored", "starter"), {})
     rate = (f"{k.get('tflops', 0):7.1f} TF/s" if row["bound"] == "compute" else f"{k.get('gbps', 0):7.0f} GB/s") if k else " " * 12
-    pct = f"{k['pct_roofline']:5.1f}%" if k else "     -"
+    pct = f"{k['roofline_pct']:5.1f}%" if k else "     -"
     vs = lambda n: f"{row[n]:6.2f}x" if n in row else f"{'-':>7}"  # noqa: E731
     note = ("  ! " + row["notes"][0]) if row["notes"] else ""
     return (f"{row['task']:<15}{row['dtype']:<9}{row['shape']:<19}{row['bytes'] / MB:>8.1f}"
@@ -362,7 +362,7 @@ def targets(task: str, bound: str, rows: list[dict]) -> list[dict]:
                     "status": "not measured" if value is None else ("met" if value >= goal else "missed"),
                     "shown": "-" if value is None else fmt.format(value)})
 
-    pct = lambda r: r["times"][r["scored"]]["pct_roofline"]  # noqa: E731
+    pct = lambda r: r["times"][r["scored"]]["roofline_pct"]  # noqa: E731
     if task == "matmul":
         sq = [r.get("speedup_vs_eager") for r in timed if r["dims"] == {"M": 4096, "N": 4096, "K": 4096}
               and r["dtype"] in ("float16", "bfloat16")]
@@ -393,7 +393,7 @@ def summarize(rows: list[dict]) -> list[dict]:
             "task": task, "bound": rs[0]["bound"], "baseline": rs[0]["baseline"],
             "compile_mode": rs[0]["compile_mode"], "shapes": len(rs), "timed": len(timed),
             "geomean_us": _geomean([r["times"][r["scored"]]["median_us"] for r in timed]),
-            "geomean_pct_roofline": _geomean([r["times"][r["scored"]]["pct_roofline"] for r in timed]),
+            "geomean_roofline_pct": _geomean([r["times"][r["scored"]]["roofline_pct"] for r in timed]),
             "geomean_speedup_vs_eager": _geomean([r.get("speedup_vs_eager") for r in timed]),
             "geomean_speedup_vs_compile": _geomean([r.get("speedup_vs_compile") for r in timed]),
             "targets": targets(task, rs[0]["bound"], rs),
@@ -409,15 +409,15 @@ def summarize_by_dtype(rows: list[dict]) -> list[dict]:
     out = []
     for (task, dtype), rs in groups.items():
         timed = [r for r in rs if r.get("scored") in r["times"]]
-        pct = {r["shape"]: r["times"][r["scored"]]["pct_roofline"] for r in timed}
+        pct = {r["shape"]: r["times"][r["scored"]]["roofline_pct"] for r in timed}
         worst = min(pct, key=pct.get) if pct else None
         tg = targets(task, rs[0]["bound"], rs)
         out.append({
             "task": task, "dtype": dtype, "bound": rs[0]["bound"], "shapes": len(rs), "timed": len(timed),
-            "geomean_pct_roofline": _geomean(list(pct.values())),
+            "geomean_roofline_pct": _geomean(list(pct.values())),
             "geomean_speedup_vs_eager": _geomean([r.get("speedup_vs_eager") for r in timed]),
             "geomean_speedup_vs_compile": _geomean([r.get("speedup_vs_compile") for r in timed]),
-            "worst_shape": worst, "worst_pct_roofline": pct.get(worst),
+            "worst_shape": worst, "worst_roofline_pct": pct.get(worst),
             "targets_met": sum(t["status"] == "met" for t in tg),
             "targets_missed": [f"{t['target']} {t['shown']} (goal {t['goal']:g})" for t in tg if t["status"] == "missed"],
             "targets_not_measured": sum(t["status"] == "not measured" for t in tg),
@@ -430,7 +430,7 @@ def summarize_by_dtype(rows: list[dict]) -> list[dict]:
 def _copy_by_size(rows: list[dict]) -> dict:
     """% of roofline that a plain copy of each shape's bytes reaches, geomean per target size class:
     the ceiling a memory-bound kernel has at that size, launch and ramp included."""
-    copies = [(r["bytes"], r["times"]["copy"]["pct_roofline"]) for r in rows if "copy" in r["times"]]
+    copies = [(r["bytes"], r["times"]["copy"]["roofline_pct"]) for r in rows if "copy" in r["times"]]
     if not copies:
         return {}
     return {"same_size_copy_pct_ge_128mb": _geomean([p for b, p in copies if b >= 128 * MB]),
@@ -445,11 +445,11 @@ def print_summary(by_dtype: list[dict], roof: dict) -> None:
     print(f"{'task':<16}{'dtype':<10}{'timed':>6}{'%roof':>8}{'vs eager':>10}{'vs compile':>11}  "
           f"{'vs copy':>8}  {'worst shape (%roof)':<28}targets")
     for s in by_dtype:
-        worst = f"{s['worst_shape']} ({s['worst_pct_roofline']:.1f}%)" if s["worst_shape"] else "-"
+        worst = f"{s['worst_shape']} ({s['worst_roofline_pct']:.1f}%)" if s["worst_shape"] else "-"
         tg = f"{s['targets_met']} met, {len(s['targets_missed'])} missed"
         if s["targets_not_measured"]:
             tg += f", {s['targets_not_measured']} n/a"
-        print(f"{s['task']:<16}{s['dtype']:<10}{s['timed']:>3}/{s['shapes']:<2}{f(s['geomean_pct_roofline'], '{:.1f}'):>8}"
+        print(f"{s['task']:<16}{s['dtype']:<10}{s['timed']:>3}/{s['shapes']:<2}{f(s['geomean_roofline_pct'], '{:.1f}'):>8}"
               f"{f(s['geomean_speedup_vs_eager']):>10}{f(s['geomean_speedup_vs_compile']):>11}"
               f"{f(s['geomean_vs_same_size_copy']):>8}  {worst:<28}{tg}")
     missed = [(s["task"], s["dtype"], m) for s in by_dtype for m in s["targets_missed"]]

@@ -32,10 +32,10 @@ def summary(data: dict, tasks: set[str], dtypes: set[str]) -> list[str]:
         if (tasks and s["task"] not in tasks) or (dtypes and s["dtype"] not in dtypes):
             continue
         missed = "; ".join(s.get("targets_missed") or []) or "none"
-        lines.append(f"| {s['task']} | {s['dtype']} | {s['geomean_pct_roofline']:.1f} | "
+        lines.append(f"| {s['task']} | {s['dtype']} | {s['geomean_roofline_pct']:.1f} | "
                      f"{_x(s['geomean_speedup_vs_eager'])} | {_x(s['geomean_speedup_vs_compile'])} | "
                      f"{_x(s.get('geomean_vs_same_size_copy'))} | {_copy_cell(s)} | "
-                     f"{s['worst_shape']} ({s['worst_pct_roofline']:.1f}) | {missed} |")
+                     f"{s['worst_shape']} ({s['worst_roofline_pct']:.1f}) | {missed} |")
     return lines
 
 
@@ -53,7 +53,7 @@ def shapes(data: dict, tasks: set[str], dtypes: set[str]) -> list[str]:
         if (tasks and r["task"] not in tasks) or (dtypes and r["dtype"] not in dtypes):
             continue
         t = r["times"]
-        cells = [f"{t[p]['median_us']:.1f} ({t[p]['pct_roofline']:.0f})" if p in t else "—" for p in PATHS]
+        cells = [f"{t[p]['median_us']:.1f} ({t[p]['roofline_pct']:.0f})" if p in t else "—" for p in PATHS]
         ours = min((t[p]["median_us"] for p in ("starter", "tuned") if p in t), default=None)
         rate = "—" if ours is None else (f"{r['flops'] / ours / 1e6:.0f} TF/s" if r["bound"] == "compute"
                                          else f"{r['bytes'] / ours / 1e3:.0f} GB/s")
@@ -80,6 +80,16 @@ def target_values(data: dict, tasks: set[str], dtypes: set[str]) -> list[str]:
     return lines
 
 
+def upgrade(data):
+    """A kernel_quality.py JSON written before issue 24 under today's keys: its ``pct_roofline``
+    (``_raw``, ``geomean_``, ``worst_``) was percent already; only the name changed to ``roofline_pct``."""
+    if isinstance(data, dict):
+        return {k.replace("pct_roofline", "roofline_pct"): upgrade(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [upgrade(v) for v in data]
+    return data
+
+
 def merged(runs: list[dict]) -> dict:
     """One table from several runs: each task's rows and summaries come from the last run that has it."""
     out = {"rows": [], "summary_by_dtype": []}
@@ -103,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", default="")
     ap.add_argument("--dtypes", default="")
     args = ap.parse_args(argv)
-    data = merged([json.loads(p.read_text()) for p in args.json])
+    data = merged([upgrade(json.loads(p.read_text())) for p in args.json])
     tasks = {t for t in args.tasks.split(",") if t}
     dtypes = {d for d in args.dtypes.split(",") if d}
     view = shapes if args.shapes else target_values if args.targets else summary

@@ -33,9 +33,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from autokernel_tui.ledger.results import HEADER, format_row  # noqa: E402
 from autokernel_tui.tui.app import AutokernelApp  # noqa: E402
 from autokernel_tui.tui.widgets.results_table import ResultsTable  # noqa: E402
-from autokernel_tui.tui.workspace_files import RESULTS_COLUMNS, results_path  # noqa: E402
+from autokernel_tui.tui.workspace_files import results_path  # noqa: E402
 from tests.tui.fakes import NOW, TAG, FakeClient, make_workspace, pending_event, row  # noqa: E402
 
 
@@ -71,14 +72,14 @@ class Streamer(threading.Thread):
 async def measure(args) -> dict:
     from textual.screen import Screen
 
-    rows = [row(i, ("keep", "discard", "fail", "discard", "crash")[i % 5], speed=f"{1 + (i * 37 % 100) / 100:.2f}",
+    rows = [row(i, ("keep", "discard", "fail", "discard", "crash")[i % 5], speed=round(1 + (i * 37 % 100) / 100, 2),
                 task=("rmsnorm", "softmax")[i % 2]) for i in range(1, args.rows + 1)]
     # Git commits only for the first rows (10,000 commits take minutes to make and the live
     # screen never reads them); results.tsv then gets every row.
     ws = make_workspace(Path(tempfile.mkdtemp()) / "ws", rows=rows[:20])
     with open(results_path(ws, TAG), "w", encoding="utf-8") as handle:
-        handle.write("\t".join(RESULTS_COLUMNS) + "\n")
-        handle.writelines("\t".join(r[c] for c in RESULTS_COLUMNS) + "\n" for r in rows)
+        handle.write(HEADER + "\n")  # the engine's header and cell format (ledger.results)
+        handle.writelines(format_row(r) + "\n" for r in rows)
     client = FakeClient()
     app = AutokernelApp(ws, client=client, clock=lambda: NOW)
     latencies: dict[str, list[float]] = {"p pause/resume": [], "s sort results": [], "a approve": [],

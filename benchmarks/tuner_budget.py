@@ -132,7 +132,7 @@ def table(res: dict) -> str:
         sp = b.get("median_us") / s["median_us"] if b.get("median_us") and s.get("median_us") else None
         lines.append(f"| {s['shape']} | {s['dtype']} | {_fmt(b.get('median_us'))} | {_fmt(s.get('median_us'))} | "
                      f"{_fmt(sp, '.3f', 'x')} | {_fmt(s.get('speedup_vs_baseline'), '.3f', 'x')} | "
-                     f"{_fmt(b.get('pct_roofline'), '.1f')} -> {_fmt(s.get('pct_roofline'), '.1f')} |")
+                     f"{_fmt(b.get('roofline_pct'), '.1f')} -> {_fmt(s.get('roofline_pct'), '.1f')} |")
     fin = res.get("final_vs_start")
     if fin:
         lines.append(f"Final vs starter (paired): {fin['speedup']:.3f}x, 95% CI [{fin['ci_low']:.3f}, "

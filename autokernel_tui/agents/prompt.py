@@ -102,10 +102,10 @@ def _report_text(report: dict | None) -> str:
     summary = report.get("summary") or {}
     if summary:
         lines.append("Summary: " + ", ".join(f"{k} {summary[k]}" for k in (
-            "latency_us", "speedup_vs_baseline", "speedup_vs_compile", "pct_roofline", "worst_shape", "worst_speedup")
+            "latency_us", "speedup_vs_baseline", "speedup_vs_compile", "roofline_pct", "worst_shape", "worst_speedup")
             if summary.get(k) is not None))
     for s in report.get("shapes") or []:
-        keys = ("dtype", "passed", "median_us", "baseline_us", "speedup_vs_baseline", "pct_roofline", "gbps", "tflops",
+        keys = ("dtype", "passed", "median_us", "baseline_us", "speedup_vs_baseline", "roofline_pct", "gbps", "tflops",
                 "max_abs_err")
         lines.append(f"- {s.get('shape')} {s.get('dims', '')}: " + ", ".join(
             f"{k} {s[k]}" for k in keys if s.get(k) is not None))

@@ -33,11 +33,13 @@ from autokernel_tui.engine import journal
 from autokernel_tui.engine.lock import EngineLock
 from autokernel_tui.engine.orchestrator import EXHAUSTED, SKIPPED, Orchestrator
 from autokernel_tui.errors import AutokernelError, WorkspaceError
+from autokernel_tui.harness.report import Comparison, Report
 from autokernel_tui.ledger import crashpoints
 from autokernel_tui.ledger.durable import write_file_atomic
 from autokernel_tui.ledger.events import AgentTextBatcher, EventLog, read_events
 from autokernel_tui.ledger.gitrepo import RunRepo, check_tag, message
 from autokernel_tui.ledger.results import ResultsLog
+from autokernel_tui.ledger.schema import upgrade_report, upgrade_saved
 from autokernel_tui.tasks import spec as taskspec
 
 IDLE, RUNNING, PAUSED, AWAITING, STOPPED = "idle", "running", "paused", "awaiting_approval", "stopped"
@@ -79,6 +81,7 @@ def _now_iso() -> str:
 
 def make_row(n: int, task: str, commit: str, status: str, report: dict | None, comparison: dict | None,
              proposal: dict | None, description: str) -> dict[str, Any]:
+    report = upgrade_report(report)  # a verdict journaled by an older version, when resuming its run
     summary = (report or {}).get("summary") or {}
     comparison = comparison or {}
     proposal = proposal or {}
@@ -87,16 +90,12 @@ def make_row(n: int, task: str, commit: str, status: str, report: dict | None, c
         "correctness": (report or {}).get("status", ""),
         "latency_us": summary.get("latency_us"), "speedup_vs_baseline": summary.get("speedup_vs_baseline"),
         "speedup_vs_incumbent": comparison.get("speedup"), "ci_low": comparison.get("ci_low"),
-        "ci_high": comparison.get("ci_high"), "pct_roofline": summary.get("pct_roofline"),
+        "ci_high": comparison.get("ci_high"), "roofline_pct": summary.get("roofline_pct"),
         "tflops": summary.get("tflops"), "gbps": summary.get("gbps"),
-        "peak_vram_mb": (report or {}).get("peak_vram_mb"), "agent": proposal.get("agent", ""),
+        "peak_vram_mib": (report or {}).get("peak_vram_mib"), "agent": proposal.get("agent", ""),
         "tokens": int(proposal.get("tokens", 0) or 0), "cost_usd": float(proposal.get("cost_usd", 0.0) or 0.0),
         "description": description,
     }
-
-
-def _fraction(pct: float | None) -> float | None:
-    return None if pct is None else pct / 100.0  # the harness reports percent, settings use fractions
 
 
 class EngineError(AutokernelError):
@@ -196,7 +195,7 @@ class Engine:
         rs = self.settings.run
         shares = {t: (self.specs[t].profile or {}).get("share") for t in self.meta["tasks"]}
         self.orch = Orchestrator(shares, plateau=rs.plateau_experiments, kernel_budget_s=rs.kernel_time_budget_s,
-                                 roofline_target=rs.roofline_target)
+                                 roofline_target_pct=rs.roofline_target_pct)
         seconds = journal.experiment_seconds(read_events(self.events.path))
         for t in self.meta["tasks"]:
             start = self._read_json(self.run_dir / "reports" / f"start-{t}.json")
@@ -219,9 +218,11 @@ class Engine:
 
     @staticmethod
     def _meaningful_pct(report: dict | None) -> float | None:
+        """The report's roofline_pct (percent, as the harness gives it), when its timings mean something."""
+        report = upgrade_report(report)
         if not report or not report.get("timing_meaningful"):
             return None
-        return _fraction((report.get("summary") or {}).get("pct_roofline"))
+        return (report.get("summary") or {}).get("roofline_pct")
 
     def _recover(self) -> None:
         """Finish an experiment the last session died in, exactly once, and re-sync git."""
@@ -568,8 +569,9 @@ class Engine:
         return max(self.results.experiments(), default=0) + 1
 
     def _read_json(self, path: Path) -> dict | None:
+        """A saved report (reports/*.json), field names of older versions read as today's."""
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            return upgrade_saved(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, json.JSONDecodeError):
             return None
 
@@ -647,14 +649,16 @@ class Engine:
             report = self._harness.evaluate(self.repo.task_dir(task), kernel_source=None,
                                             quick=self.settings.harness.quick,
                                             owned_hashes=self.meta["owned_hashes"].get(task))
-            return _as_dict(report) or {}
+            # The schema's fields, under today's names (a plugin harness may still say pct_roofline).
+            return Report.from_dict(upgrade_report(_as_dict(report)) or {"status": "CRASH"}).to_dict()
         except Exception as exc:  # a harness failure costs one experiment, never the night
-            return {"status": "CRASH", "reason": f"harness error: {type(exc).__name__}: {exc}", "stage": "static",
-                    "task": task, "summary": None}
+            return Report(status="CRASH", reason=f"harness error: {type(exc).__name__}: {exc}", stage="static",
+                          task=task).to_dict()
 
     def _compare(self, task: str, candidate: str, incumbent: str) -> dict | None:
         try:
-            return _as_dict(self._harness.compare(self.repo.task_dir(task), candidate, incumbent))
+            comparison = _as_dict(self._harness.compare(self.repo.task_dir(task), candidate, incumbent))
+            return Comparison.from_dict(comparison).to_dict() if comparison is not None else None
         except Exception as exc:
             self._error(f"comparison failed: {type(exc).__name__}: {exc}")
             return None

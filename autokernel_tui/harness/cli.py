@@ -51,19 +51,19 @@ def render(report) -> str:
             lines.append(f"  {r.shape[:15]:<16}{r.dtype:<10}{_us(r.median_us):>11}{spread:>19}"
                          f"{_us(r.baseline_us):>11}{_num(r.speedup_vs_baseline):>9}"
                          f"{_num(r.speedup_vs_compile):>10}{_num(r.gbps):>8}{_num(r.tflops):>9}"
-                         f"{_fmt(r.pct_roofline, '.1f'):>7}{_fmt(r.rel_l2_err, '.1e'):>9}")
+                         f"{_fmt(r.roofline_pct, '.1f'):>7}{_fmt(r.rel_l2_err, '.1e'):>9}")
     s = report.summary
     if s is not None:
         parts = [f"geomean {_us(s.latency_us)} us", f"x{_num(s.speedup_vs_baseline)} vs eager"]
         if s.speedup_vs_compile is not None:
             parts.append(f"x{_num(s.speedup_vs_compile)} vs torch.compile")
-        if s.pct_roofline is not None:
-            parts.append(f"{s.pct_roofline:.1f}% of roofline")
+        if s.roofline_pct is not None:
+            parts.append(f"{s.roofline_pct:.1f}% of roofline")
         parts.append(f"worst {s.worst_shape} x{_num(s.worst_speedup)}")
         lines.append("  summary (over shapes): " + ", ".join(parts))
     if report.shapes:
         lines.append(f"  JIT compile {report.compile_s:.2f} s (not in the times above); wall {report.wall_s:.2f} s"
-                     + (f"; peak VRAM {report.peak_vram_mb:.0f} MiB" if report.peak_vram_mb else ""))
+                     + (f"; peak VRAM {report.peak_vram_mib:.0f} MiB" if report.peak_vram_mib else ""))
     if report.status in ("CRASH", "TIMEOUT") and report.stderr_tail.strip():
         tail = [ln for ln in report.stderr_tail.splitlines() if ln.strip()][-3:]
         lines.extend(f"  | {ln[:200]}" for ln in tail)

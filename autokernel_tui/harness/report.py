@@ -37,7 +37,7 @@ class ShapeResult:
     speedup_vs_compile: float | None = None
     gbps: float | None = None
     tflops: float | None = None
-    pct_roofline: float | None = None
+    roofline_pct: float | None = None  # percent of the roofline, 0-100 (clamped)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -52,7 +52,7 @@ class Summary:
     latency_us: float
     speedup_vs_baseline: float | None
     speedup_vs_compile: float | None
-    pct_roofline: float | None
+    roofline_pct: float | None  # percent, 0-100: geomean of the shapes' roofline_pct
     worst_shape: str
     worst_speedup: float | None
     gbps: float | None
@@ -78,7 +78,7 @@ class Report:
     summary: Summary | None = None
     compile_s: float = 0.0
     wall_s: float = 0.0
-    peak_vram_mb: float = 0.0
+    peak_vram_mib: float = 0.0  # MiB (2**20 bytes)
     stderr_tail: str = ""
     sandbox: str = ""  # what confined the candidate (bwrap, landlock, ...) and what was unavailable
     time_split: dict[str, float] = field(default_factory=dict)  # where wall_s went, seconds by part

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from autokernel_tui.ledger import schema
 from autokernel_tui.ledger.durable import append_line, repair_torn_tail
 
 
@@ -42,7 +43,13 @@ class EventLog:
         self._lock = threading.Lock()
 
     def make(self, type_: str, **fields: Any) -> dict[str, Any]:
-        return {"t": self.clock(), "type": type_, "run": self.run, **fields}
+        """An event of a known type with exactly its fields (``schema.EVENTS``): a viewer can rely on
+        what it reads, and a misspelt field is an engine bug found by the first test that emits it."""
+        event = {"t": self.clock(), "type": type_, "run": self.run, **fields}
+        problems = schema.check_fields(event)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return event
 
     def append(self, event: dict[str, Any]) -> dict[str, Any]:
         line = json.dumps(event, separators=(",", ":"), default=str)

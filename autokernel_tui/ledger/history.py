@@ -17,6 +17,7 @@ import git
 
 from autokernel_tui.ledger.events import read_events
 from autokernel_tui.ledger.results import COLUMNS, read_rows
+from autokernel_tui.ledger.schema import upgrade_event, upgrade_saved
 
 RUNS_DIR = Path(".autokernel") / "runs"
 
@@ -34,10 +35,10 @@ class ExperimentRecord:
     speedup_vs_incumbent: float | None
     ci_low: float | None
     ci_high: float | None
-    pct_roofline: float | None
+    roofline_pct: float | None  # percent, 0-100
     tflops: float | None
     gbps: float | None
-    peak_vram_mb: float | None
+    peak_vram_mib: float | None
     agent: str
     tokens: int | None
     cost_usd: float | None
@@ -89,11 +90,23 @@ class RunHistory:
             return ""
 
     def report(self, exp: int | ExperimentRecord) -> dict | None:
+        """reports/exp-N.json as the engine saved it: ``{"report": Report dict, "comparison": dict|None}``
+        (field names of older versions read as today's)."""
         path = self.path / "reports" / f"exp-{self._find(exp).experiment}.json"
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            return upgrade_saved(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, json.JSONDecodeError):
             return None
+
+    def harness_report(self, exp: int | ExperimentRecord) -> dict | None:
+        """The harness Report of experiment N (a dict), or None when none was recorded."""
+        saved = self.report(exp)
+        return saved.get("report") if isinstance(saved, dict) else None
+
+    def comparison(self, exp: int | ExperimentRecord) -> dict | None:
+        """The harness Comparison against the incumbent, or None (none was made)."""
+        saved = self.report(exp)
+        return saved.get("comparison") if isinstance(saved, dict) else None
 
     def reasoning(self, exp: int | ExperimentRecord) -> str:
         path = self.path / "agent" / f"exp-{self._find(exp).experiment}.md"
@@ -103,7 +116,7 @@ class RunHistory:
             return ""
 
     def events(self) -> list[dict[str, Any]]:
-        return read_events(self.path / "events.jsonl")
+        return [upgrade_event(e) for e in read_events(self.path / "events.jsonl")]
 
 
 def _record(row: dict[str, Any], repo: git.Repo | None, tag: str) -> ExperimentRecord:

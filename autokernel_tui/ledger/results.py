@@ -2,6 +2,11 @@
 
 Append-only and crash-safe (see ``durable``): a torn last line left by a crash
 is cut when the file is opened, so the file always parses.
+
+Every column's name says its unit (``_us``, ``_pct`` = percent 0-100, ``_mib``,
+``speedup_*`` and ``ci_*`` = ratios, > 1 faster). Columns renamed since a file
+was written (``RENAMED``) are read under their new names; the engine rewrites
+an old header when it opens the file to append (values and units unchanged).
 """
 
 from __future__ import annotations
@@ -12,16 +17,20 @@ from pathlib import Path
 from typing import Any
 
 from autokernel_tui.ledger import crashpoints
-from autokernel_tui.ledger.durable import append_line, repair_torn_tail
+from autokernel_tui.ledger.durable import append_line, repair_torn_tail, write_file_atomic
 
 COLUMNS = (
     "experiment", "timestamp", "task", "commit", "status", "correctness", "latency_us",
-    "speedup_vs_baseline", "speedup_vs_incumbent", "ci_low", "ci_high", "pct_roofline",
-    "tflops", "gbps", "peak_vram_mb", "agent", "tokens", "cost_usd", "description",
+    "speedup_vs_baseline", "speedup_vs_incumbent", "ci_low", "ci_high", "roofline_pct",
+    "tflops", "gbps", "peak_vram_mib", "agent", "tokens", "cost_usd", "description",
 )
+# Old name -> new name, for results.tsv headers, result rows and harness reports written before
+# the rename (issue 24). Same values, same units: these names only did not say their unit
+# (pct_roofline was already percent in results.tsv and reports; peak_vram_mb was MiB).
+RENAMED = {"pct_roofline": "roofline_pct", "peak_vram_mb": "peak_vram_mib"}
 STATUSES = ("keep", "discard", "fail", "crash", "timeout", "rejected", "vetoed", "reverted")
 FLOAT_COLUMNS = ("latency_us", "speedup_vs_baseline", "speedup_vs_incumbent", "ci_low", "ci_high",
-                 "pct_roofline", "tflops", "gbps", "peak_vram_mb", "cost_usd")
+                 "roofline_pct", "tflops", "gbps", "peak_vram_mib", "cost_usd")
 INT_COLUMNS = ("experiment", "tokens")
 HEADER = "\t".join(COLUMNS)
 
@@ -55,14 +64,26 @@ def parse_value(column: str, text: str) -> Any:
     return text
 
 
+def header_columns(header: str) -> tuple[str, ...]:
+    """The columns a header line names, old names read as their new ones. A header that is not
+    a permutation of COLUMNS (none such was ever written) is read as COLUMNS, by position."""
+    names = tuple(RENAMED.get(name, name) for name in header.rstrip("\r").split("\t"))
+    return names if len(names) == len(COLUMNS) and set(names) == set(COLUMNS) else COLUMNS
+
+
 def read_rows(path: Path, typed: bool = False) -> list[dict[str, Any]]:
-    """Every complete row (a torn tail is ignored, not repaired: readers never write)."""
+    """Every complete row, keyed by COLUMNS in their order, whatever the file's header called
+    them (a torn tail is ignored, not repaired: readers never write)."""
+    path = Path(path)
     if not path.exists():
         return []
     text = path.read_text(encoding="utf-8")
     lines = text.split("\n")
     if not text.endswith("\n"):
         lines = lines[:-1]  # torn tail
+    if not lines:
+        return []
+    columns = header_columns(lines[0])
     rows = []
     for line in lines[1:]:
         if not line:
@@ -70,9 +91,24 @@ def read_rows(path: Path, typed: bool = False) -> list[dict[str, Any]]:
         cells = line.split("\t")
         if len(cells) != len(COLUMNS):
             continue
-        row = dict(zip(COLUMNS, cells))
+        cell = dict(zip(columns, cells))
+        row = {c: cell[c] for c in COLUMNS}
         rows.append({c: parse_value(c, v) for c, v in row.items()} if typed else row)
     return rows
+
+
+def upgrade_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A results row (e.g. from an old ``result`` event) under today's column names."""
+    return {RENAMED.get(k, k): v for k, v in row.items()}
+
+
+def _upgrade_header(path: Path) -> None:
+    """Give a file written before a rename today's header (only the engine, holding the workspace
+    lock, calls this). Rows are untouched: the renamed columns kept their place and unit."""
+    text = path.read_text(encoding="utf-8")
+    header, sep, rest = text.partition("\n")
+    if header != HEADER and tuple(RENAMED.get(n, n) for n in header.split("\t")) == COLUMNS:
+        write_file_atomic(path, HEADER + sep + rest)
 
 
 class ResultsLog:
@@ -84,6 +120,8 @@ class ResultsLog:
         repair_torn_tail(self.path)
         if not self.path.exists() or self.path.stat().st_size == 0:
             append_line(self.path, HEADER)
+        else:
+            _upgrade_header(self.path)
         self.rows: list[dict[str, Any]] = read_rows(self.path, typed=True)
 
     def experiments(self) -> set[int]:

@@ -1,4 +1,9 @@
-"""Small number formatters shared by every pane: one place decides how a number reads."""
+"""Small number formatters shared by every pane: one place decides how a number reads.
+
+Pick the formatter by the unit the field's name states: ``percent`` for ``_pct``
+fields (already 0-100), ``share`` for fractions (``share``, ``_frac``, 0-1),
+``speedup`` for ratios, ``micros`` for ``_us``.
+"""
 
 from __future__ import annotations
 
@@ -27,9 +32,16 @@ def interval(low: Any, high: Any) -> str:
     return "" if lo is None or hi is None else f"[{lo:.2f}, {hi:.2f}]"
 
 
-def share(value: Any) -> str:
-    number = to_float(value)
+def share(value_frac: Any) -> str:
+    """A FRACTION (0-1: a ``share`` of model time, a ``_frac``) as a percentage: 0.18 -> "18.0%"."""
+    number = to_float(value_frac)
     return "-" if number is None else f"{100 * number:.1f}%"
+
+
+def percent(value_pct: Any) -> str:
+    """A PERCENT (0-100: a ``_pct`` such as the harness's ``roofline_pct``) as it is: 10.47 -> "10.5%"."""
+    number = to_float(value_pct)
+    return "-" if number is None else f"{number:.1f}%"
 
 
 def micros(value: Any) -> str:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 from pathlib import Path
 
-RESULTS_COLUMNS = (
-    "experiment", "timestamp", "task", "commit", "status", "correctness", "latency_us",
-    "speedup_vs_baseline", "speedup_vs_incumbent", "ci_low", "ci_high", "pct_roofline", "tflops",
-    "gbps", "peak_vram_mb", "agent", "tokens", "cost_usd", "description",
-)
+from autokernel_tui.ledger import results as _results
+from autokernel_tui.ledger.schema import upgrade_event
+
+RESULTS_COLUMNS = _results.COLUMNS  # the ledger's columns: one schema, the engine's
 STATE_DIR = ".autokernel"
 
 
@@ -39,12 +37,11 @@ def run_tags(workspace: Path) -> list[str]:
     return [p.name for p in runs]
 
 
-def read_results(path: Path) -> list[dict[str, str]]:
-    """results.tsv rows as dicts; a missing file is no rows."""
-    if not Path(path).is_file():
-        return []
-    with open(path, newline="", encoding="utf-8") as handle:
-        return [dict(row) for row in csv.DictReader(handle, delimiter="\t")]
+def read_results(path: Path) -> list[dict]:
+    """results.tsv rows, typed as the engine's ``result`` events carry them (ints, floats, None for
+    empty), through the ledger's reader: columns renamed since the file was written are read under
+    today's names, a torn last line is skipped. A missing file is no rows."""
+    return _results.read_rows(Path(path), typed=True)
 
 
 def results_path(workspace: Path, tag: str) -> Path:
@@ -78,7 +75,7 @@ def tail_events(path: Path, max_bytes: int = 2 * 1024 * 1024) -> list[dict]:
         except ValueError:
             continue  # a line being written right now
         if isinstance(event, dict):
-            events.append(event)
+            events.append(upgrade_event(event))  # an older engine's names read as today's
     return events
 
 

@@ -52,7 +52,7 @@ class FakeHarness:
         status = status_m.group(1) if status_m else "PASS"
         lat = latency_of(source)
         summary = Summary(latency_us=lat, speedup_vs_baseline=DEFAULT_LATENCY / lat, speedup_vs_compile=1.0,
-                          pct_roofline=None, worst_shape="s", worst_speedup=1.0, gbps=1.0, tflops=0.1) \
+                          roofline_pct=None, worst_shape="s", worst_speedup=1.0, gbps=1.0, tflops=0.1) \
             if status == "PASS" else None
         return Report(status=status, reason="" if status == "PASS" else f"fake {status.lower()}", stage="timing",
                       task=Path(task_dir).name, device="fake", summary=summary)

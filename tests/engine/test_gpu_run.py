@@ -51,7 +51,7 @@ def test_gpu_night_in_miniature(tmp_path):
     print(f"{'exp':>3} {'task':<8} {'status':<8} {'vs inc':>7} {'CI':>15} {'vs base':>8} {'%roof':>6}  description")
     for r in rows:
         sp, lo, hi = r["speedup_vs_incumbent"], r["ci_low"], r["ci_high"]
-        base, roof = r["speedup_vs_baseline"], r["pct_roofline"]
+        base, roof = r["speedup_vs_baseline"], r["roofline_pct"]
         ci = f"[{lo:.3f},{hi:.3f}]" if lo else "-"
         sp_s = f"{sp:.3f}" if sp else "-"
         base_s = f"{base:.3f}" if base else "-"

@@ -53,14 +53,14 @@ def test_amdahl_picks_the_biggest_remaining_share_and_moves_on_after_a_plateau()
 
 
 def test_kernel_clock_roofline_and_exhaustion():
-    o = Orchestrator({"a": None, "b": None}, plateau=0, kernel_budget_s=10, roofline_target=0.9)
+    o = Orchestrator({"a": None, "b": None}, plateau=0, kernel_budget_s=10, roofline_target_pct=90.0)
     assert o.tasks["a"].share == o.tasks["b"].share == 0.5  # no profile: equal shares
     assert o.pick()[0] == "a"
     o.observe("a", False, None, None, 6.0)
     assert o.pick()[0] == "a"
     o.observe("a", False, None, None, 6.0)  # its own clock: 12 s > 10 s
     assert o.pick()[0] == "b"
-    o.observe("b", True, 1.2, 0.95, 1.0)  # reached 95% of roofline: done for good
+    o.observe("b", True, 1.2, 95.0, 1.0)  # reached 95% of roofline (percent, as the harness says): done for good
     assert o.pick()[0] == "a"  # a is revisited (budget), b is not
     o.mark("a", EXHAUSTED)
     assert o.pick() == (None, "every task reached its roofline target or has nothing left to try")

@@ -147,7 +147,7 @@ def test_a_time_below_the_roofline_floor_is_rejected(judge, tiny_task):
         judge.measured = {"bandwidth_gbps": 1e6}
         report = Evaluation(judge, tiny_task, quick=True).run(GOOD)
         assert report.status == "PASS", report.reason
-        assert all(0 < r.pct_roofline <= 100 for r in report.shapes)
+        assert all(0 < r.roofline_pct <= 100 for r in report.shapes)
     finally:
         judge.measured = None
 

@@ -3,16 +3,29 @@
 FakeClient behaves like a small engine: commands change its state and push the
 events a real engine would, so the app is driven through its real code paths.
 Everything is deterministic: fixed clock, fixed data.
+
+Nothing here invents a shape. Reports and comparisons are the harness's own
+dataclasses; results rows come from the engine's ``make_row`` and are written by
+the ledger's ``ResultsLog``; the kernel ranking comes from the engine's
+``Orchestrator``; and every event, row, report and snapshot is checked against
+``ledger.schema``, the schema the engine checks its own output against
+(tests/tui/test_fixture_schema.py), so a fake that drifts fails.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import threading
 from pathlib import Path
 
-from autokernel_tui.tui.workspace_files import RESULTS_COLUMNS
+from autokernel_tui.config import Settings
+from autokernel_tui.engine.loop import make_row
+from autokernel_tui.engine.orchestrator import PLATEAU, Orchestrator
+from autokernel_tui.harness.report import Comparison, Report, ShapeResult, Summary
+from autokernel_tui.ledger import schema
+from autokernel_tui.ledger.results import ResultsLog
 
 T0 = 1_764_000_000.0  # fixed "run started" time
 NOW = T0 + 3723.0  # the fixed clock: 01:02:03 elapsed
@@ -35,65 +48,102 @@ DIFF = """--- a/kernels/rmsnorm/kernel.py
 """
 
 
-def report(status="PASS", stage="timing", speed=1.18):
+PROPOSAL = {"agent": "tuner", "tokens": 0, "cost_usd": 0.0}  # what make_row takes from a proposal
+FAILED = {"fail": "FAIL", "crash": "CRASH", "timeout": "TIMEOUT", "rejected": "REJECTED"}  # gate.FAILED_STATUS reversed
+
+
+def checked(problems: list[str], value):
+    """``value`` if the engine's schema has nothing against it; a fake that drifted fails loudly."""
+    assert not problems, "fake drifted from the engine's schema: " + "; ".join(problems)
+    return value
+
+
+def report(status="PASS", stage="timing", speed=1.18, summary_speed=1.12, task="rmsnorm"):
+    """A harness Report dict, built by the harness's own dataclasses. roofline_pct is percent (0-100),
+    as the harness writes it. A failed report has no timing and no summary, as the harness's."""
+    timed = status == "PASS"
     shapes = [
-        {"shape": "tiny-odd", "dims": {"M": 37, "N": 1000}, "dtype": "bfloat16", "passed": True,
-         "max_abs_err": 0.01, "rel_l2_err": 0.001, "median_us": 41.5, "p20_us": 40.9, "p80_us": 42.3,
-         "baseline_us": 49.0, "compile_ref_us": 45.0, "speedup_vs_baseline": speed, "speedup_vs_compile": 1.08,
-         "gbps": 812.0, "tflops": 0.1, "pct_roofline": 0.62},
-        {"shape": "looped", "dims": {"M": 3, "N": 20011}, "dtype": "float32", "passed": True,
-         "max_abs_err": 1e-5, "rel_l2_err": 1e-6, "median_us": 1210.0, "p20_us": 1190.0, "p80_us": 1234.0,
-         "baseline_us": 1300.0, "compile_ref_us": 1250.0, "speedup_vs_baseline": 1.07, "speedup_vs_compile": 1.03,
-         "gbps": 640.0, "tflops": 0.05, "pct_roofline": 0.48},
+        ShapeResult(shape="tiny-odd", dims={"M": 37, "N": 1000}, dtype="bfloat16", passed=timed, max_abs_err=0.01,
+                    rel_l2_err=0.001, **(dict(median_us=41.5, p20_us=40.9, p80_us=42.3, baseline_us=49.0,
+                                              compile_ref_us=45.0, speedup_vs_baseline=speed, speedup_vs_compile=1.08,
+                                              gbps=812.0, tflops=0.1, roofline_pct=62.0) if timed else {})),
+        ShapeResult(shape="looped", dims={"M": 3, "N": 20011}, dtype="float32", passed=timed, max_abs_err=1e-5,
+                    rel_l2_err=1e-6, **(dict(median_us=1210.0, p20_us=1190.0, p80_us=1234.0, baseline_us=1300.0,
+                                             compile_ref_us=1250.0, speedup_vs_baseline=1.07, speedup_vs_compile=1.03,
+                                             gbps=640.0, tflops=0.05, roofline_pct=48.0) if timed else {})),
     ]
-    return {"status": status, "reason": "" if status == "PASS" else "max_abs_err 3.2 > atol 0.03 at tiny-odd",
-            "stage": stage, "task": "rmsnorm", "device": "NVIDIA H200", "timing_meaningful": True,
-            "shapes": shapes, "summary": {"latency_us": 224.1, "speedup_vs_baseline": 1.12, "speedup_vs_compile": 1.05,
-                                          "pct_roofline": 0.55, "worst_shape": "looped", "worst_speedup": 1.07,
-                                          "gbps": 721.0, "tflops": 0.07},
-            "compile_s": 1.2, "wall_s": 3.4, "peak_vram_mb": 512.0, "stderr_tail": ""}
+    summary = Summary(latency_us=224.1, speedup_vs_baseline=summary_speed, speedup_vs_compile=1.05, roofline_pct=55.0,
+                      worst_shape="looped", worst_speedup=1.07, gbps=721.0, tflops=0.07) if timed else None
+    rep = Report(status=status, reason="" if timed else "max_abs_err 3.2 > atol 0.03 at tiny-odd", stage=stage,
+                 task=task, device="NVIDIA H200", timing_meaningful=True, shapes=shapes, summary=summary,
+                 compile_s=1.2, wall_s=3.4, peak_vram_mib=512.0 if timed else 0.0).to_dict()
+    return checked(schema.check_report(rep), rep)
 
 
-COMPARISON = {"speedup": 1.09, "ci_low": 1.05, "ci_high": 1.13, "faster": True, "n_samples": 40, "method": "paired bootstrap of medians"}
+# Comparisons against the incumbent (the harness's Comparison): the pending candidate's, and each row's.
+COMPARISON = Comparison(speedup=1.09, ci_low=1.05, ci_high=1.13, faster=True, n_samples=40,
+                        method="paired bootstrap of medians").to_dict()
+ROW_COMPARISON = Comparison(speedup=1.03, ci_low=1.01, ci_high=1.06, faster=True, n_samples=40,
+                            method="paired bootstrap of medians").to_dict()
 
 
-def row(n, status, task="rmsnorm", speed="1.05", description="tune warps"):
-    values = {
-        "experiment": str(n), "timestamp": f"2026-12-02T01:{n:02d}:00", "task": task, "commit": f"abc{n:04d}",
-        "status": status, "correctness": "pass" if status in ("keep", "discard", "vetoed") else "fail",
-        "latency_us": "224.1", "speedup_vs_baseline": speed, "speedup_vs_incumbent": "1.03", "ci_low": "1.01",
-        "ci_high": "1.06", "pct_roofline": "0.55", "tflops": "0.07", "gbps": "721", "peak_vram_mb": "512",
-        "agent": "tuner", "tokens": "0", "cost_usd": "0", "description": description,
-    }
-    return {c: values[c] for c in RESULTS_COLUMNS}
+def experiment(n, status, task="rmsnorm", speed=1.05, description="tune warps", commit=None):
+    """(results row, report, comparison) of experiment ``n`` as the engine records them: the row is
+    made by the engine's own ``make_row``, from a report and comparison of the harness's dataclasses."""
+    if status == "reverted":
+        rep = comp = None
+        r = make_row(n, task, commit or f"abc{n:04d}", status, None, None, None, description)
+    else:
+        failed = status in FAILED
+        rep = report(FAILED.get(status, "PASS"), "smoke" if failed else "timing", summary_speed=speed, task=task)
+        comp = None if failed else ROW_COMPARISON
+        r = make_row(n, task, commit or f"abc{n:04d}", status, rep, comp, PROPOSAL, description)
+    r["timestamp"] = f"2026-12-02T01:{n:02d}:00Z"  # fixed clock
+    return checked(schema.check_row(r), r), rep, comp
 
 
-ROWS = [
-    row(1, "keep", speed="1.04", description="baseline kernel.py"),
-    row(2, "discard", speed="1.01", description="BLOCK 1024"),
-    row(3, "keep", speed="1.12", description="NUM_WARPS 8"),
-    row(4, "fail", speed="", description="drop the mask"),
-    row(5, "crash", task="softmax", speed="", description="out of bounds"),
-    row(6, "vetoed", task="softmax", speed="1.30", description="two-pass online softmax"),
+def row(n, status, task="rmsnorm", speed=1.05, description="tune warps"):
+    """A results row, typed as the engine's ``result`` events carry it."""
+    return experiment(n, status, task, speed, description)[0]
+
+
+EXPERIMENTS = [
+    (1, "keep", "rmsnorm", 1.04, "baseline kernel.py"),
+    (2, "discard", "rmsnorm", 1.01, "BLOCK 1024"),
+    (3, "keep", "rmsnorm", 1.12, "NUM_WARPS 8"),
+    (4, "fail", "rmsnorm", None, "drop the mask"),
+    (5, "crash", "softmax", None, "out of bounds"),
+    (6, "vetoed", "softmax", 1.30, "two-pass online softmax"),
 ]
+ROWS = [row(n, status, task, speed, description) for n, status, task, speed, description in EXPERIMENTS]
+DEVICE = {"name": "NVIDIA H200", "timing_meaningful": True}  # the harness's device_info()
+
+
+def ranking(current="rmsnorm"):
+    """snapshot()["tasks"] / task_selected "ranking", from the engine's own Orchestrator."""
+    orch = Orchestrator({"rmsnorm": 0.18, "softmax": 0.31, "matmul": 0.42}, plateau=8)
+    orch.set_start("rmsnorm", 55.0, 1.12, True)  # percent of roofline, as the harness reports it
+    orch.set_start("softmax", 40.0, 1.0, True)
+    orch.mark("softmax", PLATEAU)
+    orch.current = current
+    return checked([p for t in orch.ranked() for p in schema.check_task(t)], orch.ranked())
 
 
 def snapshot(**over):
     snap = {
         "run": TAG, "state": "running", "policy": "manual", "experiment": 7, "task": "rmsnorm",
-        "tasks": [{"name": "rmsnorm", "share": 0.18, "state": "active"},
-                  {"name": "softmax", "share": 0.31, "state": "plateaued", "speedup": 1.0},
-                  {"name": "matmul", "share": 0.42, "state": "queued"}],
-        "best": {"rmsnorm": 1.12}, "tokens": 123456, "cost_usd": 1.87, "device": "NVIDIA H200",
-        "pending": None, "started_at": T0,
+        "tasks": ranking(), "best": {"rmsnorm": 1.12}, "tokens": 123456, "cost_usd": 1.87, "device": DEVICE,
+        "pending": None, "started_at": T0, "experiments": len(ROWS), "branch": f"autokernel/{TAG}",
+        "workspace": "/fixture/ws", "pid": 4242,
     }
     snap.update(over)
-    return snap
+    return checked(schema.check_snapshot(snap), snap)
 
 
 def pending_event(n=7):
-    return {"t": NOW, "type": "awaiting_approval", "run": TAG, "n": n, "task": "rmsnorm", "diff": DIFF,
-            "report": report(), "comparison": COMPARISON, "deadline": NOW + 900}
+    event = {"t": NOW, "type": "awaiting_approval", "run": TAG, "n": n, "task": "rmsnorm", "diff": DIFF,
+             "report": report(), "comparison": COMPARISON, "deadline": NOW + 900}
+    return checked(schema.check_event(event), event)
 
 
 KERNEL = "import torch\nimport triton\nimport triton.language as tl\nNUM_WARPS = {w}\nROW_BLOCK_ELEMS = {b}\n"
@@ -130,28 +180,34 @@ def make_workspace(root: Path, rows=ROWS, events=None) -> Path:
     (run / "agent").mkdir(parents=True, exist_ok=True)
     for r in rows:
         n = int(r["experiment"])
-        failed = r["status"] in ("fail", "crash")
+        failed = r["status"] in FAILED
+        rep = report(FAILED.get(r["status"], "PASS"), "smoke" if failed else "timing", task=r["task"],
+                     summary_speed=r["speedup_vs_baseline"])
+        # as the engine saves it (engine.loop: reports/exp-N.json)
         (run / "reports" / f"exp-{n}.json").write_text(json.dumps(
-            report("FAIL" if failed else "PASS", "smoke" if failed else "timing")))
+            {"report": rep, "comparison": None if failed else ROW_COMPARISON}))
         (run / "agent" / f"exp-{n}.md").write_text(f"# exp {n}\n\nTry {r['description']}: fewer passes over x.\n")
-    with open(run / "results.tsv", "w", encoding="utf-8") as handle:
-        handle.write("\t".join(RESULTS_COLUMNS) + "\n")
-        for r in rows:
-            handle.write("\t".join(r[c] for c in RESULTS_COLUMNS) + "\n")
+    log = ResultsLog(run / "results.tsv")  # the engine's writer: header, cell format, checks
+    for r in rows:
+        log.append(checked(schema.check_row(r), r))
     events = events if events is not None else [
-        {"t": T0, "type": "run_started", "run": TAG},
+        {"t": T0, "type": "run_started", "run": TAG, "resumed": False, "tasks": ["rmsnorm", "softmax"],
+         "policy": "manual", "device": DEVICE, "branch": f"autokernel/{TAG}", "pid": 4242},
         {"t": T0 + 1, "type": "experiment_started", "run": TAG, "n": 7, "task": "rmsnorm"},
         {"t": T0 + 2, "type": "agent", "run": TAG, "n": 7, "kind": "thinking",
          "text": "The looped path reloads x twice; a larger block keeps the row in registers. "},
         {"t": T0 + 3, "type": "agent", "run": TAG, "n": 7, "kind": "text",
          "text": "Raise NUM_WARPS to 8 and ROW_BLOCK_ELEMS to 4096."},
         {"t": T0 + 4, "type": "proposal", "run": TAG, "n": 7, "description": "NUM_WARPS 8, block 4096",
-         "hypothesis": "more warps hide latency", "diff": DIFF},
+         "hypothesis": "more warps hide latency", "diff": DIFF, **PROPOSAL},
     ]
     with open(run / "events.jsonl", "w", encoding="utf-8") as handle:
         for e in events:
-            handle.write(json.dumps(e) + "\n")
-    (run / "run.json").write_text(json.dumps({"tag": TAG}))
+            handle.write(json.dumps(checked(schema.check_event(e), e)) + "\n")
+    meta = {"tag": TAG, "branch": f"autokernel/{TAG}", "base": _git(root, "rev-parse", "HEAD"),
+            "tasks": ["rmsnorm", "softmax"], "owned_hashes": {}, "settings": dataclasses.asdict(Settings()),
+            "created_at": T0, "finished": False}
+    (run / "run.json").write_text(json.dumps(checked(schema.check_run_meta(meta), meta)))
     return root
 
 
@@ -167,33 +223,38 @@ class FakeClient:
         self.next_exp = int(self.snap["experiment"]) + 1
 
     def snapshot(self) -> dict:
-        return json.loads(json.dumps(self.snap))
+        return json.loads(json.dumps(checked(schema.check_snapshot(self.snap), self.snap)))
 
     def subscribe(self, callback) -> None:
         self.callbacks.append(callback)
 
     def emit(self, event: dict) -> None:
+        """Push an event to the subscribers, as the engine would: it must pass the engine's schema."""
         event = {"t": NOW, "run": TAG, **event}
+        checked(schema.check_event(event), event)
         with self._lock:
             if event["type"] == "state":
                 self.snap["state"] = event["state"]
             if event["type"] == "awaiting_approval":
-                self.snap["pending"] = event
+                self.snap["pending"] = {k: event[k] for k in schema.PENDING_KEYS}
             for cb in list(self.callbacks):
                 cb(event)
 
     def send(self, cmd: str, **args) -> dict:
+        """What the engine does on each command, in the order it emits its events."""
         self.sent.append((cmd, args))
         pending = self.snap.get("pending")
         if cmd in ("approve", "veto"):
             if not pending:
-                return {"ok": False, "error": "nothing awaits approval"}
+                return {"ok": False, "error": "no candidate is awaiting approval"}
             self.snap["pending"] = None
             action = "keep" if cmd == "approve" else "veto"
-            self.emit({"type": "decision", "n": pending["n"], "action": action, "by": "human", "reason": ""})
-            self.emit({"type": "result", "row": row(pending["n"], "keep" if cmd == "approve" else "vetoed",
-                                                    speed="1.18", description="NUM_WARPS 8, block 4096")})
             self.emit({"type": "state", "state": "running"})
+            self.emit({"type": "decision", "n": pending["n"], "action": action, "by": "human",
+                       "reason": "approved" if cmd == "approve" else "vetoed"})
+            self.emit({"type": "result", "row": row(pending["n"], "keep" if cmd == "approve" else "vetoed",
+                                                    speed=1.18, description="NUM_WARPS 8, block 4096")})
+            self.emit({"type": "budget", "tokens": self.snap["tokens"], "cost_usd": self.snap["cost_usd"]})
         elif cmd == "pause":
             self.emit({"type": "state", "state": "paused"})
         elif cmd == "resume":
@@ -202,14 +263,21 @@ class FakeClient:
             self.snap["policy"] = args["policy"]
             self.emit({"type": "policy", "policy": args["policy"]})
         elif cmd == "skip":
-            self.emit({"type": "task_selected", "task": "softmax", "reason": "skipped by human"})
-        elif cmd == "stop":
-            self.emit({"type": "run_finished", "reason": "stopped by human"})
+            self.emit({"type": "task_selected", "task": "softmax", "reason": "skipped by human",
+                       "ranking": ranking(current="softmax")})
+        elif cmd == "stop":  # a stop ends the session (the run resumes later): no run_finished
+            self.emit({"type": "state", "state": "stopped"})
+            self.emit({"type": "session_ended", "reason": "stopped by request"})
         elif cmd == "revert":
-            self.emit({"type": "result", "row": row(99, "reverted", description=f"revert exp {args.get('n')}")})
+            n = 99
+            self.emit({"type": "experiment_started", "n": n, "task": "rmsnorm", "revert_of": args.get("n")})
+            self.emit({"type": "committed", "n": n, "commit": f"abc{n:04d}"})
+            self.emit({"type": "decision", "n": n, "action": "revert", "by": "human",
+                       "reason": f"revert of experiment {args.get('n')}"})
+            self.emit({"type": "result", "row": row(n, "reverted", description=f"revert exp {args.get('n')}")})
         else:
-            return {"ok": False, "error": f"unknown command {cmd}"}
-        return {"ok": True}
+            return {"ok": False, "error": f"unknown command {cmd!r}"}
+        return {"ok": True, "state": self.snap["state"]}
 
     def close(self) -> None:
         self.closed = True

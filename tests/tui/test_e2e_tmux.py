@@ -85,12 +85,12 @@ def test_approve_veto_detach_reattach(tmp_path, tmux_session):
     try:
         first = int(_wait("a candidate awaiting approval", lambda: BANNER.search(_screen(live)), 300, live).group(1))
         _tmux("send-keys", "-t", live, "a")
-        _wait("the kept row", lambda: any(r["experiment"] == str(first) and r["status"] == "keep" for r in _rows(ws)),
+        _wait("the kept row", lambda: any(r["experiment"] == first and r["status"] == "keep" for r in _rows(ws)),
               120, live)
         second = int(_wait("the next candidate", lambda: (m := BANNER.search(_screen(live))) and int(m.group(1)) > first
                            and m, 300, live).group(1))
         _tmux("send-keys", "-t", live, "v")
-        _wait("the vetoed row", lambda: any(r["experiment"] == str(second) and r["status"] == "vetoed" for r in _rows(ws)),
+        _wait("the vetoed row", lambda: any(r["experiment"] == second and r["status"] == "vetoed" for r in _rows(ws)),
               120, live)
 
         tag = run_tags(ws)[-1]

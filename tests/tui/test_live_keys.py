@@ -124,8 +124,8 @@ async def test_sort_key_sorts_results_by_cursor_column(workspace, client):
         await settle(pilot)
         again = [table.get_row_at(i)[3].plain for i in range(table.row_count)]
         assert again == list(reversed(first))
-        client.emit({"type": "result", "row": {**client_row(), "speedup_vs_baseline": "9.0"}})
-        client.emit({"type": "result", "row": {**client_row(), "experiment": "21", "speedup_vs_baseline": "1.12"}})
+        client.emit({"type": "result", "row": {**client_row(), "speedup_vs_baseline": 9.0}})
+        client.emit({"type": "result", "row": {**client_row(), "experiment": 21, "speedup_vs_baseline": 1.12}})
         await settle(pilot)
         assert table.row_count == 8
         # New results go in at their sorted place (descending now); equal keys keep arrival order.

@@ -397,7 +397,7 @@ class Evaluation:
                     raise Verdict("REJECTED", "timing", f"{shape.name} {dtype}: median {med:.2f} us is below the "
                                   f"hardware floor {reject_floor:.2f} us ({n_bytes / 1e6:.1f} MB, "
                                   f"{n_flops / 1e9:.2f} GFLOP): impossible, the work is not being done")
-                row.pct_roofline = roofline.pct_of_roofline(pct_floor, med)
+                row.roofline_pct = roofline.pct_of_roofline(pct_floor, med)
         report.summary = summarize(report.shapes)
 
     # The whole evaluation ------------------------------------------------------------------
@@ -436,7 +436,7 @@ class Evaluation:
         report.time_split = {k: round(v, 4) for k, v in sorted(self.split.items(), key=lambda kv: -kv[1])}
         report.compile_s = round(self.compile_s, 4)
         if self.st.cuda:
-            report.peak_vram_mb = torch.cuda.max_memory_allocated() / 2**20
+            report.peak_vram_mib = torch.cuda.max_memory_allocated() / 2**20
         return report
 
     def compare(self, candidate_source: str, incumbent_source: str) -> dict[str, Any]:
@@ -566,7 +566,7 @@ def summarize(rows: list[ShapeResult]) -> Summary | None:
         latency_us=stats.geomean([r.median_us for r in timed]),
         speedup_vs_baseline=gm(r.speedup_vs_baseline for r in timed),
         speedup_vs_compile=gm(r.speedup_vs_compile for r in timed),
-        pct_roofline=gm(r.pct_roofline for r in timed),
+        roofline_pct=gm(r.roofline_pct for r in timed),
         worst_shape=f"{worst.shape} {worst.dtype}",
         worst_speedup=worst.speedup_vs_baseline,
         gbps=gm(r.gbps for r in timed),

@@ -49,7 +49,7 @@ def shapes_table(report: dict) -> Table:
             fmt.micros(s.get("baseline_us")),
             Text(fmt.speedup(s.get("speedup_vs_baseline")),
                  "#5fd75f" if (fmt.to_float(s.get("speedup_vs_baseline")) or 0) >= 1 else "#ff8700"),
-            fmt.share(s.get("pct_roofline")),
+            fmt.percent(s.get("roofline_pct")),
         )
     return table
 
@@ -76,7 +76,7 @@ def approval_renderable(pending: dict) -> Group:
         line.append("  worst ", "dim")
         line.append(f"{summary.get('worst_shape', '-')} {fmt.speedup(summary.get('worst_speedup'))}")
         line.append("  roofline ", "dim")
-        line.append(fmt.share(summary.get("pct_roofline")))
+        line.append(fmt.percent(summary.get("roofline_pct")))
         lines.append(line)
     if report.get("timing_meaningful") is False:
         lines.append(Text("CPU: Triton interpreter, timings not meaningful", "#d78700"))

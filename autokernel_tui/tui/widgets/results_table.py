@@ -36,7 +36,7 @@ COLUMNS = (
     ("speedup_vs_incumbent", "vs inc", lambda r: Text(fmt.speedup(r.get("speedup_vs_incumbent")), justify="right")),
     ("ci", "CI", lambda r: Text(fmt.interval(r.get("ci_low"), r.get("ci_high")), "dim")),
     ("latency_us", "latency", lambda r: Text(fmt.micros(r.get("latency_us")), justify="right")),
-    ("pct_roofline", "roof", lambda r: Text(fmt.share(r.get("pct_roofline")), justify="right")),
+    ("roofline_pct", "roof", lambda r: Text(fmt.percent(r.get("roofline_pct")), justify="right")),
     ("agent", "agent", lambda r: Text(r.get("agent", ""), "dim")),
     ("description", "description", lambda r: Text(r.get("description", ""))),
 )
