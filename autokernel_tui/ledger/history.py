@@ -4,6 +4,11 @@ Safe to call while an engine is running (nothing here writes). Each experiment
 carries ``ref`` (where its commit lives: the run branch for kept ones,
 ``refs/autokernel/<tag>/exp-N`` otherwise) and ``parent`` (the commit it was
 measured against), so a diff can always be shown.
+
+An experiment's harness verdict is ``reports/exp-N.json``, written by the engine as
+``{"report": Report dict, "comparison": Comparison dict | null}``: ``verdict(exp)``
+hands the two apart (``report(exp)`` and ``comparison(exp)`` are its halves), so no
+reader mistakes the file for the report.
 """
 
 from __future__ import annotations
@@ -49,6 +54,31 @@ class ExperimentRecord:
         return {c: getattr(self, c) for c in COLUMNS}
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What the harness said about one experiment (``reports/exp-N.json``).
+
+    ``report``: the harness Report as a dict (status, reason, stage, shapes, summary, ...).
+    ``comparison``: the Comparison against the incumbent as a dict (speedup, ci_low,
+    ci_high, n_samples, method, ...), or None when none was made (the candidate failed).
+    """
+
+    report: dict[str, Any]
+    comparison: dict[str, Any] | None
+
+
+def read_verdict(path: str | Path) -> Verdict | None:
+    """The verdict file the engine wrote, or None when it is missing or unreadable."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("report"), dict):
+        return None
+    comparison = data.get("comparison")
+    return Verdict(report=data["report"], comparison=comparison if isinstance(comparison, dict) else None)
+
+
 @dataclass
 class RunHistory:
     tag: str
@@ -88,12 +118,19 @@ class RunHistory:
         except git.GitCommandError:
             return ""
 
+    def verdict(self, exp: int | ExperimentRecord) -> Verdict | None:
+        """The harness's report and comparison for one experiment (None: none recorded, e.g. a revert)."""
+        return read_verdict(self.path / "reports" / f"exp-{self._find(exp).experiment}.json")
+
     def report(self, exp: int | ExperimentRecord) -> dict | None:
-        path = self.path / "reports" / f"exp-{self._find(exp).experiment}.json"
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            return None
+        """The harness Report (as a dict) of one experiment; not the whole verdict file."""
+        verdict = self.verdict(exp)
+        return verdict.report if verdict else None
+
+    def comparison(self, exp: int | ExperimentRecord) -> dict | None:
+        """The Comparison against the incumbent (as a dict), or None when none was made."""
+        verdict = self.verdict(exp)
+        return verdict.comparison if verdict else None
 
     def reasoning(self, exp: int | ExperimentRecord) -> str:
         path = self.path / "agent" / f"exp-{self._find(exp).experiment}.md"

@@ -75,7 +75,7 @@ def test_auto_policy_keeps_faster_and_resets_the_rest(workspace, settings):
     assert [e.status for e in run.experiments] == ["keep", "discard", "fail", "keep"]
     assert run.experiments[1].ref == "refs/autokernel/t/exp-2"
     assert "+# fake-latency-us: 95" in run.diff(2)
-    assert run.report(2)["report"]["status"] == "PASS"
+    assert run.report(2)["status"] == "PASS"
     assert "try latency 95" in run.reasoning(2)
     assert json.loads((run_dir(workspace) / "run.json").read_text())["finished"] is True
 

@@ -198,3 +198,19 @@ def test_a_plain_existing_repository_works_and_stays_clean(tmp_path):
     RunRepo(ws, "t").create()
     assert (ws / ".autokernel" / "worktrees" / "t" / "kernels" / "rmsnorm" / "kernel.py").is_file()
     assert git(ws, "status", "--porcelain") == ""  # the run's state is excluded
+
+
+def test_verdict_file_is_read_as_report_and_comparison_apart(tmp_path):
+    from autokernel_tui.ledger.history import Verdict, read_verdict
+
+    path = tmp_path / "exp-1.json"
+    assert read_verdict(path) is None  # none recorded (a revert, or a crash before the verdict)
+    report = {"status": "PASS", "stage": "timing", "shapes": [{"shape": "tiny-odd", "passed": True}]}
+    comparison = {"speedup": 1.1, "ci_low": 1.05, "ci_high": 1.15, "n_samples": 20, "method": "m"}
+    path.write_text(json.dumps({"report": report, "comparison": comparison}))  # what the engine writes
+    assert read_verdict(path) == Verdict(report=report, comparison=comparison)
+    path.write_text(json.dumps({"report": {"status": "FAIL", "reason": "max_abs_err"}, "comparison": None}))
+    assert read_verdict(path) == Verdict(report={"status": "FAIL", "reason": "max_abs_err"}, comparison=None)
+    for junk in ("{not json", "[]", json.dumps({"comparison": comparison})):
+        path.write_text(junk)
+        assert read_verdict(path) is None

@@ -131,8 +131,11 @@ def make_workspace(root: Path, rows=ROWS, events=None) -> Path:
     for r in rows:
         n = int(r["experiment"])
         failed = r["status"] in ("fail", "crash")
+        # The engine's format: {"report": Report, "comparison": Comparison | null} (none for a failure).
         (run / "reports" / f"exp-{n}.json").write_text(json.dumps(
-            report("FAIL" if failed else "PASS", "smoke" if failed else "timing")))
+            {"report": report("FAIL" if failed else "PASS", "smoke" if failed else "timing"),
+             "comparison": None if failed else {**COMPARISON, "speedup": float(r["speedup_vs_incumbent"]),
+                                                 "ci_low": float(r["ci_low"]), "ci_high": float(r["ci_high"])}}))
         (run / "agent" / f"exp-{n}.md").write_text(f"# exp {n}\n\nTry {r['description']}: fewer passes over x.\n")
     with open(run / "results.tsv", "w", encoding="utf-8") as handle:
         handle.write("\t".join(RESULTS_COLUMNS) + "\n")
