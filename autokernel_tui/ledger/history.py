@@ -21,6 +21,7 @@ from typing import Any
 import git
 
 from autokernel_tui.ledger.events import read_events
+from autokernel_tui.ledger.gitrepo import ShieldedRepo
 from autokernel_tui.ledger.results import COLUMNS, read_rows
 
 RUNS_DIR = Path(".autokernel") / "runs"
@@ -104,7 +105,7 @@ class RunHistory:
         if not rec.commit or not rec.parent:
             return ""
         try:
-            return git.Repo(self.workspace).git.diff(rec.parent, rec.commit, "--", f"kernels/{rec.task}/kernel.py")
+            return ShieldedRepo(self.workspace).git.diff(rec.parent, rec.commit, "--", f"kernels/{rec.task}/kernel.py")
         except git.GitCommandError:
             return ""
 
@@ -113,8 +114,8 @@ class RunHistory:
         if not rec.commit:
             return ""
         try:
-            return git.Repo(self.workspace).git.show(f"{rec.commit}:kernels/{rec.task}/kernel.py",
-                                                     strip_newline_in_stdout=False)
+            return ShieldedRepo(self.workspace).git.show(f"{rec.commit}:kernels/{rec.task}/kernel.py",
+                                                         strip_newline_in_stdout=False)
         except git.GitCommandError:
             return ""
 
@@ -163,7 +164,7 @@ def load_run(workspace: str | Path, tag: str) -> RunHistory:
     except (OSError, json.JSONDecodeError):
         meta = {}
     try:
-        repo: git.Repo | None = git.Repo(workspace)
+        repo: git.Repo | None = ShieldedRepo(workspace)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         repo = None
     records = [_record(r, repo, tag) for r in read_rows(path / "results.tsv", typed=True)]
