@@ -15,6 +15,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,11 +38,12 @@ class Tmux:
     def __init__(self, name: str, env: dict) -> None:
         if shutil.which("tmux") is None:
             pytest.skip("tmux is not installed: these tests drive the real command in it")
-        self.socket = f"akt-{os.getpid()}-{name}"
+        self.dir = tempfile.mkdtemp(prefix=f"akt-{name}-")  # short: a socket path has a length limit
+        self.socket = os.path.join(self.dir, "tmux.sock")
         self.env = env
 
     def __call__(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True, text=True,
+        return subprocess.run(["tmux", "-S", self.socket, *args], check=True, capture_output=True, text=True,
                               env=self.env).stdout
 
     def start(self, ws: Path, argv: list[str]) -> None:
@@ -54,7 +56,8 @@ class Tmux:
 
     def hang_up(self) -> None:
         """Close the terminal: the pty goes away, the foreground process group gets SIGHUP."""
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, env=self.env)
+        subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True, env=self.env)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def wait(what: str, predicate, timeout_s: float, show=lambda: ""):
