@@ -93,7 +93,7 @@ def test_an_old_run_reviews_with_todays_names(old_run):
     workspace, run_dir, before, _ = old_run
     (run,) = load_runs(workspace)
     assert [r.roofline_pct for r in run.experiments] == [r["roofline_pct"] for r in before]
-    report = run.harness_report(4)
+    report = run.report(4)
     assert report["summary"]["roofline_pct"] == pytest.approx(38.27) and report["peak_vram_mib"] == 386.0
     assert [s["roofline_pct"] for s in report["shapes"]] == [16.97, 86.31]
     assert run.comparison(4)["speedup"] == pytest.approx(1.1653)

@@ -32,7 +32,7 @@ from autokernel_tui.engine import gate as gatemod
 from autokernel_tui.engine import journal
 from autokernel_tui.engine.lock import EngineLock
 from autokernel_tui.engine.orchestrator import EXHAUSTED, SKIPPED, Orchestrator
-from autokernel_tui.errors import AutokernelError, WorkspaceError
+from autokernel_tui.errors import AutokernelError, WorkspaceError, describe_os_error
 from autokernel_tui.harness.report import Comparison, Report
 from autokernel_tui.ledger import crashpoints
 from autokernel_tui.ledger.durable import write_file_atomic
@@ -525,7 +525,7 @@ class Engine:
                 self._process_reverts()
             except OSError as exc:
                 self.repo.reset_git_processes()  # a dead git helper is one cause: retry with fresh ones
-                self._pause_on_error(f"cannot write the run journal or read git: {exc}")
+                self._pause_on_error(f"cannot record the interrupted experiment: {describe_os_error(exc)}")
                 continue
             budget = self._budget_reason()
             if budget:
@@ -542,10 +542,10 @@ class Engine:
                     announced = task
                 self.current_task = task
                 self._experiment(task)
-            except OSError as exc:
+            except OSError as exc:  # the journal (disk full, read-only...) or a dead git helper (EPIPE)
                 self._needs_recovery = True
-                what = "the disk is full" if getattr(exc, "errno", None) == 28 else str(exc)
-                self._pause_on_error(f"cannot write the run journal ({what}); free space, then resume")
+                self.repo.reset_git_processes()
+                self._pause_on_error(f"experiment {self.current_n} interrupted: {describe_os_error(exc)}")
                 continue
             except Exception as exc:  # e.g. git failing: stop safely, finish the experiment on resume
                 self._needs_recovery = True

@@ -1,10 +1,19 @@
 """`autokernel-tui run [DIR] [--headless] ...`: run (or resume) the optimization loop.
 
 Without ``--headless`` this hands over to the app (``tui.cli``). Headless, the
-engine runs in this process, serves the control socket for `attach`, ignores
-SIGHUP (closing the SSH session does not stop it) and treats SIGTERM/SIGINT as
-"stop after the current experiment". ``--detach`` starts it in its own session
-in the background, logging to ``.autokernel/runs/<tag>/engine.log``.
+engine runs in this process, serves the control socket for `attach` and treats
+SIGINT (Ctrl-C) and SIGTERM as "stop after the current experiment" (a second one:
+stop now; the next `run` records the interrupted experiment). The engine's git
+processes run in sessions of their own (``ledger.gitrepo.ShieldedGit``), so the
+terminal's signals reach only this process, which decides what they mean.
+
+Closing the terminal (SIGHUP) under a run in the foreground stops it after the
+current experiment, cleanly: its output was that terminal, and a run left going
+unseen would hold the GPU with nobody knowing. Nothing is lost and `run` resumes
+it. To outlive the terminal: ``--detach`` (its own session, logging to
+``.autokernel/runs/<tag>/engine.log``), tmux, or nohup; an engine with no
+controlling terminal (``--detach``, the app's hand-over) or started with SIGHUP
+ignored (nohup) ignores it.
 """
 
 from __future__ import annotations
@@ -85,48 +94,100 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _headless(args: argparse.Namespace) -> int:
-    import os
     import signal
-    import sys
 
     from autokernel_tui.config import load_settings
     from autokernel_tui.engine.loop import Engine
 
     ws = _workspace(args)
     settings = load_settings(ws, overrides=_overrides(args))
+    hangup_stops = hangup_means_stop()
+    engines: list = []  # a signal while the run opens is acted on once the engine exists
+    handler = _StopOnSignal(engines)
+    for signum in (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hangup_stops else ()):
+        signal.signal(signum, handler)
+    if not hangup_stops:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     engine = Engine(ws, settings, **engine_kwargs(args, settings))
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # closing the SSH session must not stop the night
-
-    stopping = []
-
-    def stop(signum, _frame):
-        name = signal.Signals(signum).name
-        if stopping:  # a second signal: leave now; the journal lets the next `run` finish the experiment
-            print(f"autokernel-tui: {name} again: stopping now (the next `run` records the interrupted experiment)",
-                  file=sys.stderr, flush=True)
-            os._exit(130)
-        stopping.append(signum)
-        print(f"autokernel-tui: {name}: stopping after the current experiment (again to stop now)",
-              file=sys.stderr, flush=True)
+    engines.append(engine)
+    if handler.stopping:
         engine.request_stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
     engine.subscribe(_printer())
     try:
         engine.serve_control()
-        print(f"run {engine.tag} on branch {engine.repo.branch} ({'resumed' if engine.resumed else 'new'}); "
-              f"control socket {engine.control.path}", flush=True)
+        say(f"run {engine.tag} on branch {engine.repo.branch} ({'resumed' if engine.resumed else 'new'}); "
+            f"control socket {engine.control.path}", fd=1)
+        if hangup_stops:
+            say("closing this terminal stops the run after its current experiment (--detach runs it in the "
+                "background)", fd=1)
         reason = engine.run()
     finally:
         engine.close()
-    print(f"run {engine.tag} finished: {reason}", flush=True)
+    say(f"run {engine.tag} finished: {reason}", fd=1)
     return 1 if reason.startswith("error") else 0
+
+
+def hangup_means_stop() -> bool:
+    """Whether a SIGHUP means this run's terminal closed: it has a controlling terminal and
+    SIGHUP is not already ignored (nohup). With no terminal (--detach, the app's hand-over to
+    a headless engine: sessions of their own) a SIGHUP is ignored, as is one under nohup."""
+    import os
+    import signal
+
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+        return False
+    try:
+        os.close(os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY))
+    except OSError:  # ENXIO: no controlling terminal
+        return False
+    return True
+
+
+class _StopOnSignal:
+    """SIGINT/SIGTERM/SIGHUP: stop after the current experiment. A second SIGINT or SIGTERM stops now
+    (the journal lets the next `run` record the interrupted experiment); a hang-up never does, as a
+    closed terminal may send several and nobody is there to mean "now"."""
+
+    def __init__(self, engines: list) -> None:
+        self.engines = engines  # empty until the run is open
+        self.stopping = False
+        self.urgent = 0
+
+    def __call__(self, signum, _frame) -> None:
+        import os
+        import signal
+
+        name = signal.Signals(signum).name
+        if signum != signal.SIGHUP:
+            self.urgent += 1
+            if self.urgent > 1:
+                say(f"autokernel-tui: {name} again: stopping now (the next `run` records the interrupted experiment)")
+                os._exit(130)
+        if self.stopping:
+            return
+        self.stopping = True
+        why = "the terminal closed (SIGHUP)" if signum == signal.SIGHUP else name
+        say(f"autokernel-tui: {why}: stopping after the current experiment"
+            + ("" if signum == signal.SIGHUP else " (again to stop now)"))
+        for engine in self.engines:
+            engine.request_stop()
+
+
+def say(line: str, fd: int = 2) -> None:
+    """One line, written at once and unbuffered (safe in a signal handler). A terminal that was
+    closed cannot be written to: the line is dropped, never raised into the engine."""
+    import os
+
+    data = (line + "\n").encode("utf-8", "replace")
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:
+        pass
 
 
 def _printer():
     """One line per notable event, for the log of a headless run."""
-    import sys
     import time
 
     def show(ev: dict) -> None:
@@ -144,7 +205,7 @@ def _printer():
                                            if k in ("message", "reason", "state", "n", "action", "by"))
         else:
             return
-        print(f"[{stamp}] {line}", file=sys.stdout, flush=True)
+        say(f"[{stamp}] {line}", fd=1)
     return show
 
 

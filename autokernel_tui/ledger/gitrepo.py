@@ -37,6 +37,32 @@ _GIT_ENV = {
 _GIT_OPTS = ["-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", "-c", "core.editor=true"]
 
 
+class ShieldedGit(git.Git):
+    """GitPython's command runner, with every git process in a session of its own.
+
+    A terminal's Ctrl-C (SIGINT) and hang-up (SIGHUP) go to the whole foreground
+    process group. Git processes started in ours died with them: one-shot commands
+    half-way, and GitPython's persistent ``git cat-file --batch(-check)`` helpers, after
+    which every object read failed with a broken pipe and the experiment in progress
+    was never recorded (issue 25). The engine decides what a signal means (stop after
+    the current experiment); its git helpers must outlive the signal to finish it.
+    Like the harness worker, they start in a new session (no controlling terminal, so
+    git never prompts either). ``execute`` is where GitPython starts every git process,
+    the persistent helpers included, and it hands extra keywords to ``Popen``.
+    """
+
+    def execute(self, command, *args, **kwargs):  # type: ignore[override]
+        kwargs.setdefault("start_new_session", True)
+        return super().execute(command, *args, **kwargs)
+
+
+class ShieldedRepo(git.Repo):
+    """``git.Repo`` whose git processes are shielded from the terminal's signals (see ShieldedGit).
+    ``GitCommandWrapperType`` is GitPython's own hook for the command runner a Repo uses."""
+
+    GitCommandWrapperType = ShieldedGit
+
+
 def check_tag(tag: str) -> str:
     if not TAG_RE.match(tag) or ".." in tag or tag.endswith((".lock", ".")):
         raise WorkspaceError(f"run tag {tag!r}: use letters, digits, '.', '_' or '-' (at most 64)")
@@ -45,7 +71,7 @@ def check_tag(tag: str) -> str:
 
 def open_repo(workspace: Path) -> git.Repo:
     try:
-        repo = git.Repo(workspace)
+        repo = ShieldedRepo(workspace)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise WorkspaceError(f"{workspace}: not a git repository (run `autokernel-tui init {workspace}`)") from None
     if repo.bare:
@@ -113,7 +139,7 @@ class RunRepo:
             self.repo.git.worktree("prune")
             self.worktree.parent.mkdir(parents=True, exist_ok=True)
             self.repo.git.worktree("add", str(self.worktree), self.branch)
-        self.wt = git.Repo(self.worktree)
+        self.wt = ShieldedRepo(self.worktree)
         self._remove_stale_locks()
         # Only the engine writes here; anything uncommitted is a half-done experiment.
         self._git("reset", "--hard", "HEAD")
@@ -133,9 +159,10 @@ class RunRepo:
 
     # --- reading --------------------------------------------------------------
     def reset_git_processes(self) -> None:
-        """Drop GitPython's persistent ``git cat-file`` helpers. A SIGHUP to our process
-        group (an SSH or tmux session closing) kills them, and every later object read
-        would fail with a broken pipe; new helpers are started on the next read."""
+        """Drop GitPython's persistent ``git cat-file`` helpers; new ones start on the next
+        read. They run in their own session (ShieldedGit), so the terminal's signals no
+        longer reach them; this is the fallback for one killed some other way, after
+        which every object read would fail with a broken pipe."""
         for repo in (self.repo, self.wt):
             if repo is not None:
                 repo.git.clear_cache()

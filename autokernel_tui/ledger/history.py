@@ -4,6 +4,11 @@ Safe to call while an engine is running (nothing here writes). Each experiment
 carries ``ref`` (where its commit lives: the run branch for kept ones,
 ``refs/autokernel/<tag>/exp-N`` otherwise) and ``parent`` (the commit it was
 measured against), so a diff can always be shown.
+
+An experiment's harness verdict is ``reports/exp-N.json``, written by the engine as
+``{"report": Report dict, "comparison": Comparison dict | null}``: ``verdict(exp)``
+hands the two apart (``report(exp)`` and ``comparison(exp)`` are its halves), so no
+reader mistakes the file for the report.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 import git
 
 from autokernel_tui.ledger.events import read_events
+from autokernel_tui.ledger.gitrepo import ShieldedRepo
 from autokernel_tui.ledger.results import COLUMNS, read_rows
 from autokernel_tui.ledger.schema import upgrade_event, upgrade_saved
 
@@ -50,6 +56,31 @@ class ExperimentRecord:
         return {c: getattr(self, c) for c in COLUMNS}
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What the harness said about one experiment (``reports/exp-N.json``).
+
+    ``report``: the harness Report as a dict (status, reason, stage, shapes, summary, ...).
+    ``comparison``: the Comparison against the incumbent as a dict (speedup, ci_low,
+    ci_high, n_samples, method, ...), or None when none was made (the candidate failed).
+    """
+
+    report: dict[str, Any]
+    comparison: dict[str, Any] | None
+
+
+def read_verdict(path: str | Path) -> Verdict | None:
+    """The verdict file the engine wrote, or None when it is missing or unreadable."""
+    try:
+        data = upgrade_saved(json.loads(Path(path).read_text(encoding="utf-8")))  # older field names too
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("report"), dict):
+        return None
+    comparison = data.get("comparison")
+    return Verdict(report=data["report"], comparison=comparison if isinstance(comparison, dict) else None)
+
+
 @dataclass
 class RunHistory:
     tag: str
@@ -75,7 +106,7 @@ class RunHistory:
         if not rec.commit or not rec.parent:
             return ""
         try:
-            return git.Repo(self.workspace).git.diff(rec.parent, rec.commit, "--", f"kernels/{rec.task}/kernel.py")
+            return ShieldedRepo(self.workspace).git.diff(rec.parent, rec.commit, "--", f"kernels/{rec.task}/kernel.py")
         except git.GitCommandError:
             return ""
 
@@ -84,29 +115,24 @@ class RunHistory:
         if not rec.commit:
             return ""
         try:
-            return git.Repo(self.workspace).git.show(f"{rec.commit}:kernels/{rec.task}/kernel.py",
-                                                     strip_newline_in_stdout=False)
+            return ShieldedRepo(self.workspace).git.show(f"{rec.commit}:kernels/{rec.task}/kernel.py",
+                                                         strip_newline_in_stdout=False)
         except git.GitCommandError:
             return ""
 
-    def report(self, exp: int | ExperimentRecord) -> dict | None:
-        """reports/exp-N.json as the engine saved it: ``{"report": Report dict, "comparison": dict|None}``
-        (field names of older versions read as today's)."""
-        path = self.path / "reports" / f"exp-{self._find(exp).experiment}.json"
-        try:
-            return upgrade_saved(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, json.JSONDecodeError):
-            return None
+    def verdict(self, exp: int | ExperimentRecord) -> Verdict | None:
+        """The harness's report and comparison for one experiment (None: none recorded, e.g. a revert)."""
+        return read_verdict(self.path / "reports" / f"exp-{self._find(exp).experiment}.json")
 
-    def harness_report(self, exp: int | ExperimentRecord) -> dict | None:
-        """The harness Report of experiment N (a dict), or None when none was recorded."""
-        saved = self.report(exp)
-        return saved.get("report") if isinstance(saved, dict) else None
+    def report(self, exp: int | ExperimentRecord) -> dict | None:
+        """The harness Report (as a dict) of one experiment; not the whole verdict file."""
+        verdict = self.verdict(exp)
+        return verdict.report if verdict else None
 
     def comparison(self, exp: int | ExperimentRecord) -> dict | None:
-        """The harness Comparison against the incumbent, or None (none was made)."""
-        saved = self.report(exp)
-        return saved.get("comparison") if isinstance(saved, dict) else None
+        """The Comparison against the incumbent (as a dict), or None when none was made."""
+        verdict = self.verdict(exp)
+        return verdict.comparison if verdict else None
 
     def reasoning(self, exp: int | ExperimentRecord) -> str:
         path = self.path / "agent" / f"exp-{self._find(exp).experiment}.md"
@@ -139,7 +165,7 @@ def load_run(workspace: str | Path, tag: str) -> RunHistory:
     except (OSError, json.JSONDecodeError):
         meta = {}
     try:
-        repo: git.Repo | None = git.Repo(workspace)
+        repo: git.Repo | None = ShieldedRepo(workspace)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         repo = None
     records = [_record(r, repo, tag) for r in read_rows(path / "results.tsv", typed=True)]

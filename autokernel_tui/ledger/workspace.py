@@ -17,7 +17,7 @@ from typing import Iterable
 import git
 
 from autokernel_tui.errors import WorkspaceError
-from autokernel_tui.ledger.gitrepo import _GIT_ENV, _GIT_OPTS, KERNELS, exclude_state_dir
+from autokernel_tui.ledger.gitrepo import _GIT_ENV, _GIT_OPTS, KERNELS, ShieldedRepo, exclude_state_dir
 from autokernel_tui.tasks import spec as taskspec
 
 def _copy_starters(tasks: Iterable[str], kernels: Path) -> list[Path]:
@@ -59,9 +59,9 @@ def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profil
         raise WorkspaceError("choose starter tasks (--task NAME) or a profile (--from-profile FILE)")
     path.mkdir(parents=True, exist_ok=True)
     try:
-        repo = git.Repo(path)
+        repo = ShieldedRepo(path)
     except git.InvalidGitRepositoryError:
-        repo = git.Repo.init(path)
+        repo = ShieldedRepo.init(path)
     if Path(repo.working_tree_dir).resolve() != path:
         raise WorkspaceError(f"{path} is inside the repository {repo.working_tree_dir}; use its top folder")
     exclude_state_dir(repo)

@@ -59,6 +59,6 @@ def test_headless_run_with_real_harness_and_tuner(workspace):
                for v in verdicts)
     assert any(e["type"] == "agent" for e in events)  # the tuner explains its moves
     (run,) = load_runs(workspace)
-    assert run.diff(1).startswith("diff --git") and run.report(1)["report"]["status"] == "PASS"
+    assert run.diff(1).startswith("diff --git") and run.report(1)["status"] == "PASS"
     assert json.loads((rd / "run.json").read_text())["finished"] is True
     assert git(workspace, "status", "--porcelain") == ""

@@ -3,6 +3,7 @@ commands, budgets, outages, revert, disk full, and what lands in git and the jou
 
 import errno
 import json
+import os
 import subprocess
 import threading
 import time
@@ -75,7 +76,7 @@ def test_auto_policy_keeps_faster_and_resets_the_rest(workspace, settings):
     assert [e.status for e in run.experiments] == ["keep", "discard", "fail", "keep"]
     assert run.experiments[1].ref == "refs/autokernel/t/exp-2"
     assert "+# fake-latency-us: 95" in run.diff(2)
-    assert run.report(2)["report"]["status"] == "PASS"
+    assert run.report(2)["status"] == "PASS"
     assert "try latency 95" in run.reasoning(2)
     assert json.loads((run_dir(workspace) / "run.json").read_text())["finished"] is True
 
@@ -287,3 +288,50 @@ def test_a_stop_while_recovery_keeps_failing_ends_the_session(workspace, setting
     errors = [e for e in read_events(run_dir(workspace) / "events.jsonl") if e["type"] == "error"]
     assert len(errors) == 1 and "Broken pipe" in errors[0]["message"]
     engine.close()
+
+
+@pytest.mark.parametrize("code, says", [
+    (errno.ENOSPC, "the disk is full"), (errno.EDQUOT, "the disk quota is exceeded"),
+    (errno.EPIPE, "a helper process the engine talks to (e.g. git) has died"), (errno.EACCES, "permission denied"),
+    (errno.EROFS, "the file system is read-only"), (errno.EIO, "an input/output error"),
+])
+def test_an_os_error_says_what_it_is(code, says):
+    from autokernel_tui.errors import describe_os_error
+
+    text = describe_os_error(OSError(code, os.strerror(code), "/ws/.autokernel/runs/t/results.tsv"))
+    assert text.startswith(says) and f"[Errno {code}]" in text and "results.tsv" in text
+    # only a full disk or quota asks for space
+    assert ("free space" in text) == (code in (errno.ENOSPC, errno.EDQUOT))
+
+
+def test_a_git_helper_killed_mid_experiment_is_named_and_nothing_is_lost(workspace, settings):
+    # Issue 25: the terminal's Ctrl-C killed GitPython's cat-file helpers, the next object read failed
+    # with EPIPE, and the engine said "free space". The helpers now run in their own session; one
+    # killed any other way is still named for what it is, and resuming records the experiment once.
+    settings.run.max_experiments = 2
+    engine = Engine(workspace, settings, tag="t", agent=ScriptedAgent([90, 80]), harness=None)
+
+    class KillsGitHelpers(FakeHarness):
+        def evaluate(self, *args, **kwargs):
+            if len(self.calls) == 1:  # experiment 1's evaluation (the first call measured the baseline)
+                for repo in (engine.repo.repo, engine.repo.wt):
+                    for helper in (repo.git.cat_file_header, repo.git.cat_file_all):
+                        if helper is not None:
+                            helper.proc.kill()
+                            helper.proc.wait()
+            return super().evaluate(*args, **kwargs)
+
+    engine._harness = KillsGitHelpers()
+    engine.start()
+    wait_for(lambda: engine.state == "paused")
+    errors = [e["message"] for e in read_events(run_dir(workspace) / "events.jsonl") if e["type"] == "error"]
+    assert len(errors) == 1 and "free space" not in errors[0], errors
+    assert "has died ([Errno 32] Broken pipe)" in errors[0] and errors[0].startswith("experiment "), errors
+    engine.command("resume")
+    engine.join(10)
+    engine.close()
+    rows = read_rows(run_dir(workspace) / "results.tsv", typed=True)
+    assert [r["experiment"] for r in rows] == [1, 2]
+    results = [e["row"]["experiment"] for e in read_events(run_dir(workspace) / "events.jsonl")
+               if e["type"] == "result"]
+    assert results == [1, 2]

@@ -198,3 +198,35 @@ def test_a_plain_existing_repository_works_and_stays_clean(tmp_path):
     RunRepo(ws, "t").create()
     assert (ws / ".autokernel" / "worktrees" / "t" / "kernels" / "rmsnorm" / "kernel.py").is_file()
     assert git(ws, "status", "--porcelain") == ""  # the run's state is excluded
+
+
+def test_verdict_file_is_read_as_report_and_comparison_apart(tmp_path):
+    from autokernel_tui.ledger.history import Verdict, read_verdict
+
+    path = tmp_path / "exp-1.json"
+    assert read_verdict(path) is None  # none recorded (a revert, or a crash before the verdict)
+    report = {"status": "PASS", "stage": "timing", "shapes": [{"shape": "tiny-odd", "passed": True}]}
+    comparison = {"speedup": 1.1, "ci_low": 1.05, "ci_high": 1.15, "n_samples": 20, "method": "m"}
+    path.write_text(json.dumps({"report": report, "comparison": comparison}))  # what the engine writes
+    assert read_verdict(path) == Verdict(report=report, comparison=comparison)
+    path.write_text(json.dumps({"report": {"status": "FAIL", "reason": "max_abs_err"}, "comparison": None}))
+    assert read_verdict(path) == Verdict(report={"status": "FAIL", "reason": "max_abs_err"}, comparison=None)
+    for junk in ("{not json", "[]", json.dumps({"comparison": comparison})):
+        path.write_text(junk)
+        assert read_verdict(path) is None
+
+
+def test_git_processes_run_in_their_own_session(tmp_path):
+    # A terminal's Ctrl-C or hang-up goes to the whole foreground process group; the engine's git
+    # processes (one-shot commands and GitPython's persistent cat-file helpers) must not hear it.
+    ws = init_workspace(tmp_path / "ws", tasks=["rmsnorm"])
+    rr = RunRepo(ws, "t")
+    rr.create()
+    rr.head()  # starts the worktree's persistent `git cat-file --batch-check`
+    rr.repo.commit("HEAD").message  # and the main repository's
+    helpers = [p for r in (rr.repo, rr.wt) for p in (r.git.cat_file_header, r.git.cat_file_all) if p is not None]
+    assert helpers
+    for helper in helpers:
+        assert os.getsid(helper.proc.pid) == helper.proc.pid != os.getsid(0)
+    sid = rr.wt.git.execute(["sh", "-c", "ps -o sid= -p $$"]).strip()  # every command goes through execute
+    assert int(sid) != os.getsid(0)

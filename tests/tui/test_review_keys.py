@@ -40,6 +40,21 @@ async def test_lists_every_experiment_with_diff_report_reasoning(workspace):
         assert app.screen.view == "diff"
 
 
+async def test_report_view_of_a_kept_experiment(workspace):
+    # Issue 25: the report file holds {"report", "comparison"}; review passed the whole object as
+    # the report, so every check showed a cross, the status "?" and no shapes.
+    app = AutokernelApp(workspace, mode=REVIEW, clock=lambda: NOW)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("t")  # exp 1, kept: its harness report
+        await settle(pilot)
+        text = detail_text(app)
+    assert "exp 1 · rmsnorm  PASS" in text
+    assert "✓ static" in text and "✓ timing" in text and "✗" not in text
+    assert "tiny-odd" in text and "looped" in text
+    assert "vs incumbent 1.03x CI [1.01, 1.06] (40" in text  # the comparison the harness made
+
+
 async def test_filters_cycle(workspace):
     app = AutokernelApp(workspace, mode=REVIEW)
     async with app.run_test(size=SIZE) as pilot:

@@ -1,4 +1,4 @@
-"""SVG snapshots: main screen, approval state, review and help at 80x24 and 160x48.
+"""SVG snapshots: main screen, approval state, review (diff and report views) and help at 80x24 and 160x48.
 
 Deterministic: a fixed clock, the fixture workspace and the fake engine.
 Update after an intended change: python -m pytest tests/tui/test_snapshots.py --snapshot-update
@@ -48,6 +48,17 @@ def test_review(snap_compare, workspace, size):
 
     app = AutokernelApp(workspace, mode=REVIEW, clock=lambda: NOW)
     assert snap_compare(app, terminal_size=size, run_before=on_a_kept_experiment)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_review_report(snap_compare, workspace, size):
+    async def report_of_a_kept_experiment(pilot):
+        await _quiet(pilot)
+        await pilot.press("down", "down", "t")  # exp 3, kept: its harness report and comparison
+        await _quiet(pilot)
+
+    app = AutokernelApp(workspace, mode=REVIEW, clock=lambda: NOW)
+    assert snap_compare(app, terminal_size=size, run_before=report_of_a_kept_experiment)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")

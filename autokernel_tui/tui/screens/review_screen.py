@@ -186,16 +186,14 @@ class ReviewScreen(Screen):
             diff = run.diff(rec)
             body.update(render_diff(diff) if diff else Text("no diff recorded (no parent commit)", "dim italic"))
         elif self.view == "report":
-            report = run.harness_report(rec)  # reports/exp-N.json holds {"report", "comparison"}
-            if report is None:
+            verdict = run.verdict(rec)
+            if verdict is None:
                 body.update(Text("no harness report recorded", "dim italic"))
             else:
+                report = verdict.report
                 reason = Text(report.get("reason") or "", "bold #ff5f5f")
-                comparison = run.comparison(rec) or {"speedup": _get(rec, "speedup_vs_incumbent"),
-                                                     "ci_low": _get(rec, "ci_low"), "ci_high": _get(rec, "ci_high"),
-                                                     "n_samples": "?", "method": "results.tsv"}
                 body.update(Group(reason, approval_renderable({"n": n, "task": _get(rec, "task"), "report": report,
-                                                               "comparison": comparison}),
+                                                               "comparison": verdict.comparison}),
                                   Text("\n" + (report.get("stderr_tail") or ""), "dim")))
         else:
             body.update(Text(run.reasoning(rec) or "no reasoning recorded (offline tuner or empty)", ""))
