@@ -95,6 +95,8 @@ def _headless(args: argparse.Namespace) -> int:
     ws = _workspace(args)
     settings = load_settings(ws, overrides=_overrides(args))
     engine = Engine(ws, settings, **engine_kwargs(args, settings))
+    for line in engine.repairs:  # what opening the run had to repair (also in events.jsonl)
+        print(f"autokernel-tui: repaired: {line}", file=sys.stderr, flush=True)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # closing the SSH session must not stop the night
 
     stopping = []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 from pathlib import Path
@@ -40,11 +39,14 @@ def run_tags(workspace: Path) -> list[str]:
 
 
 def read_results(path: Path) -> list[dict[str, str]]:
-    """results.tsv rows as dicts; a missing file is no rows."""
+    """results.tsv rows as dicts of text; a missing file is no rows. The ledger's reader: a line
+    it cannot use is skipped and a bad number read as empty, each reported once as a warning
+    naming the file and line."""
+    from autokernel_tui.ledger.results import read_rows
+
     if not Path(path).is_file():
         return []
-    with open(path, newline="", encoding="utf-8") as handle:
-        return [dict(row) for row in csv.DictReader(handle, delimiter="\t")]
+    return read_rows(Path(path))
 
 
 def results_path(workspace: Path, tag: str) -> Path:
@@ -68,16 +70,20 @@ def tail_events(path: Path, max_bytes: int = 2 * 1024 * 1024) -> list[dict]:
     lines = data.split(b"\n")
     if start > 0:
         lines = lines[1:]  # the first line is cut in the middle
+    from autokernel_tui.ledger.events import check_event
+
     events = []
-    for line in lines:
+    for i, line in enumerate(lines):
         line = line.strip()
         if not line:
             continue
         try:
             event = json.loads(line)
-        except ValueError:
-            continue  # a line being written right now
-        if isinstance(event, dict):
+        except (ValueError, RecursionError):
+            continue  # a line being written right now (or garbage: the engine reports that on resume)
+        # Valid JSON that is not a usable event (a list, a wrong type) would break a viewer: skip it.
+        event = check_event(event, f"{path} (line {i + 1} of the last {len(data)} bytes)", problems=[])
+        if event is not None:
             events.append(event)
     return events
 
