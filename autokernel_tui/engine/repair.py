@@ -165,8 +165,10 @@ def rebuild(n: int, evs: dict[str, dict], g: GitExperiment | None, run_dir: Path
     prop, verdict, decision = evs.get("proposal"), evs.get("verdict"), evs.get("decision")
     task = str(started.get("task") or (g.trailers.get("Autokernel-Task") if g else "") or "")
     report, comparison = (verdict or {}).get("report"), (verdict or {}).get("comparison")
+    from_file = False
     if report is None:
         report, comparison = _read_report(run_dir, n)
+        from_file = report is not None
     if report is None and g is not None:
         report, comparison = _from_trailers(g.trailers)
     m = _SUBJECT.match(g.subject) if g and g.subject else None
@@ -197,8 +199,8 @@ def rebuild(n: int, evs: dict[str, dict], g: GitExperiment | None, run_dir: Path
                    comparison if isinstance(comparison, dict) else None, prop, desc)
     row["timestamp"] = _iso(float((evs.get("decision") or evs.get("verdict") or started or {}).get("t") or 0)
                             or (g.time if g else 0.0)) or row["timestamp"]
-    source = " and ".join(s for s, have in (("git", g is not None and bool(g.subject)), ("events.jsonl", bool(evs)))
-                          if have) or "git"
+    source = ", ".join(s for s, have in (("git", g is not None and bool(g.subject)), ("events.jsonl", bool(evs)),
+                                         ("reports/", from_file)) if have) or "git"
     return Rebuilt(row, source, park)
 
 
