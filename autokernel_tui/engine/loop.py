@@ -145,7 +145,7 @@ class Engine:
                  new: bool = False, tasks: list[str] | None = None, agent: Any = None, harness: Any = None,
                  env: dict[str, str] | None = None):
         self.workspace = Path(workspace).resolve()
-        self.settings = settings or load_settings(self.workspace)
+        self.settings = (settings or load_settings(self.workspace)).validate()  # e.g. built in code, not loaded
         self.env = dict(os.environ if env is None else env)
         self._cv = threading.Condition(threading.RLock())
         self._subscribers: list[Callable[[dict], None]] = []
