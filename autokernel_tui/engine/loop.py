@@ -83,20 +83,24 @@ def _load_meta(path: Path) -> dict[str, Any]:
             from None
     except OSError as exc:
         raise WorkspaceError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    problems = []
     if not isinstance(meta, dict):
-        problems.append(f"a JSON {type(meta).__name__}, not an object")
-    else:
-        tasks, hashes = meta.get("tasks"), meta.get("owned_hashes")
-        if not isinstance(meta.get("base"), str) or not meta.get("base"):
-            problems.append('"base" (the commit the run started from) is not a commit id')
-        if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) and t for t in tasks):
-            problems.append('"tasks" is not a list of task names')
-        if not isinstance(hashes, dict) or not all(isinstance(v, dict) for v in hashes.values()):
-            problems.append('"owned_hashes" is not an object of task -> file hashes')
+        raise WorkspaceError(f"{path}: a JSON {type(meta).__name__}, not an object; restore the file or start a "
+                             "new run with --new")
+    return meta
+
+
+def _check_meta(path: Path, meta: dict[str, Any]) -> None:
+    """The fields of run.json a resume needs, each of the right kind (after the branch is known to exist)."""
+    problems = []
+    tasks, hashes = meta.get("tasks"), meta.get("owned_hashes")
+    if not isinstance(meta.get("base"), str) or not meta.get("base"):
+        problems.append('"base" (the commit the run started from) is not a commit id')
+    if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) and t for t in tasks):
+        problems.append('"tasks" is not a list of task names')
+    if not isinstance(hashes, dict) or not all(isinstance(v, dict) for v in hashes.values()):
+        problems.append('"owned_hashes" is not an object of task -> file hashes')
     if problems:
         raise WorkspaceError(f"{path}: {problems[0]}; restore the file or start a new run with --new")
-    return meta
 
 
 def _as_dict(obj: Any) -> dict[str, Any] | None:
@@ -199,6 +203,10 @@ class Engine:
                 raise WorkspaceError(f"run {tag} already exists; pick another --tag or leave out --new to resume it")
             self.meta = _load_meta(meta_path)
             self.repo.open()
+            _check_meta(meta_path, self.meta)
+            if not repair.is_commit(self.repo, self.meta["base"]):
+                raise WorkspaceError(f"{meta_path}: \"base\" {self.meta['base'][:40]!r} is not a commit of this "
+                                     "repository; restore the file or start a new run with --new")
             self.resumed = True
             if tasks and set(tasks) != set(self.meta["tasks"]):
                 raise WorkspaceError(f"run {tag} works on {', '.join(self.meta['tasks'])}; "

@@ -50,6 +50,16 @@ class GitExperiment:
     parent: str = ""
 
 
+def is_commit(repo: Any, rev: str) -> bool:
+    if not rev or rev.startswith("-"):
+        return False
+    try:
+        repo.repo.git.rev_parse("--verify", "-q", f"{rev}^{{commit}}")
+    except Exception:  # git.GitCommandError: not a commit here
+        return False
+    return True
+
+
 def _log(repo: Any, *args: str) -> list[tuple[str, float, str, str]]:
     """(sha, commit time, first parent, message) for each commit of ``git log args``."""
     out = repo.repo.git.log("--format=%H%x1f%ct%x1f%P%x1f%B%x1e", *args)

@@ -172,10 +172,34 @@ def test_a_broken_run_json_is_one_line_naming_the_file(workspace):
     run(workspace, 1)
     meta = run_dir(workspace) / "run.json"
     for text, expect in ((b"[1, 2]", "a JSON list, not an object"), (b'{"tag": "t"', "line 1: not JSON"),
-                         (b"\xff\xfe", "not UTF-8"), (b'{"tag": "t", "base": 5, "tasks": []}', '"base"')):
+                         (b"\xff\xfe", "not UTF-8"), (b'{"tag": "t", "base": 5, "tasks": []}', '"base"'),
+                         (b'{"tag": "t", "base": "deadbeef", "tasks": ["rmsnorm"], "owned_hashes": {}}',
+                          "is not a commit of this repository"),
+                         (b'{"tag": "t", "base": "HEAD", "tasks": "rmsnorm", "owned_hashes": {}}', '"tasks"')):
         meta.write_bytes(text)
         proc = subprocess.run(run_args(workspace, "--tag", TAG), env=engine_env(), capture_output=True, text=True,
                               timeout=60)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and str(meta) in lines[0] and expect in lines[0], proc.stderr
+
+
+def test_the_app_is_told_what_was_repaired(workspace, settings):
+    """In process (the app's case): the repairs are in the snapshot, and the live screen's state
+    turns them into warnings."""
+    from autokernel_tui.engine.loop import Engine
+    from autokernel_tui.tui.live_state import LiveState
+    from enginefakes import FakeHarness, ScriptedAgent
+
+    run(workspace, 2)
+    path = run_dir(workspace) / "results.tsv"
+    path.write_bytes(path.read_bytes()[:-20])  # the last row cut
+    engine = Engine(workspace, settings, tag=TAG, agent=ScriptedAgent([90]), harness=FakeHarness())
+    try:
+        snap = engine.snapshot()
+    finally:
+        engine.close()
+    assert any("restored the rows of experiments 2" in m for m in snap["repairs"])
+    notices = LiveState.from_snapshot(snap).repair_notices()
+    assert notices and all(n.severity == "warning" for n in notices)
+    assert any("results.tsv line 3: an incomplete last line" in n.message for n in notices)
