@@ -86,9 +86,8 @@ def parse_cells(cells: list[str], where: str, problems: list[str] | None) -> dic
                 badinput.report(problems, f"{where}: experiment {badinput.short(text)} is not a whole number "
                                           "of at least 1; row skipped")
                 return None
-            reason = str(exc) if "must be" in str(exc) else "is not a number"
-            badinput.report(problems, f"{where}: {column} {badinput.short(text)}: {reason.removeprefix(column + ' ')}"
-                                      "; read as empty")
+            why = f"but {str(exc).removeprefix(column + ' ')}" if "must be" in str(exc) else "not a number"
+            badinput.report(problems, f"{where}: {column} is {badinput.short(text)}, {why}; read as empty")
             row[column] = None
     if row["experiment"] is None:
         badinput.report(problems, f"{where}: no experiment number; row skipped")

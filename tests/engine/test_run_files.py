@@ -153,11 +153,12 @@ def test_bad_numbers_in_results_are_read_as_empty_and_the_file_rewritten(workspa
     assert typed[1]["speedup_vs_baseline"] is None and typed[1]["speedup_vs_incumbent"] is None
     assert typed[2]["description"] == "caf\ufffd"
     assert all(f"{path} line " in p for p in problems) and len(problems) == 7, problems
-    assert any("line 2: latency_us 'abc': is not a number" in p for p in problems)
+    assert any("line 2: latency_us is 'abc', not a number; read as empty" in p for p in problems)
     assert any("line 5: status 'maybe'" in p for p in problems)
 
     proc = run(workspace, 6)
-    assert "results.tsv line 2: latency_us 'abc'" in proc.stderr
+    assert "results.tsv line 2: latency_us is 'abc', not a number" in proc.stderr
+    assert "results.tsv line 2: tokens is '-5', but must be at least 0; read as empty" in proc.stderr
     assert "the old file is kept as results.tsv.bad-1" in proc.stderr
     assert (run_dir(workspace) / "results.tsv.bad-1").read_bytes().count(b"caf\xe9") == 1
     rows = check_consistent(workspace, TAG, final=True)
