@@ -9,11 +9,12 @@ read from the environment at the moment of use and never stored or printed.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -68,6 +69,102 @@ class HarnessSettings:
     keep_margin: float = 1.01  # "faster" = lower CI bound of the speedup clears this
     confirm_keeps: bool = True  # a "faster" must hold in a second comparison, roles swapped
     quick: bool = False
+    # What confines candidate code: auto (bwrap where it works, Landlock inside it or alone), bwrap
+    # (refuse to run without it), landlock (Landlock only), off (nothing: debugging, said in every report).
+    sandbox: str = "auto"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one setting may hold: its kind, its range (inclusive unless ``above``: strictly
+    greater than ``lo``), or its choices, and why, for the error message."""
+
+    kind: type
+    lo: float | None = None
+    hi: float | None = None
+    above: bool = False
+    choices: tuple[str, ...] = ()
+    url: bool = False
+    nonempty: bool = False
+    why: str = ""
+
+    def describe(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        if self.kind is bool:
+            return "true or false"
+        if self.kind is str:
+            return ("empty or an http(s):// URL" if self.url else "a non-empty string" if self.nonempty
+                    else "a string")
+        what = "a whole number" if self.kind is int else "a finite number"
+        if self.lo is not None and self.hi is not None:
+            return f"{what} {'above' if self.above else 'from'} {self.lo:g} {'and at most' if self.above else 'to'} " \
+                   f"{self.hi:g}"
+        if self.lo is not None:
+            return f"{what} {'above' if self.above else 'of at least'} {self.lo:g}"
+        return what
+
+    def check(self, value: Any) -> bool:
+        if self.choices:
+            return value in self.choices
+        if self.kind is str:
+            if self.url:
+                return value == "" or value.startswith(("http://", "https://"))
+            return bool(value) or not self.nonempty
+        if self.kind in (int, float):
+            if not math.isfinite(value):
+                return False
+            if self.lo is not None and (value <= self.lo if self.above else value < self.lo):
+                return False
+            if self.hi is not None and value > self.hi:
+                return False
+        return True
+
+
+DAY = 86400.0
+WEEK = 7 * DAY
+# Every setting, with its allowed range. A value outside it is refused wherever it comes from
+# (a TOML file, AUTOKERNEL_<SECTION>_<KEY>, a flag), with one line naming the setting, its source
+# and the range. tests/test_config.py walks this table.
+RULES: dict[str, Rule] = {
+    "run.policy": Rule(str, choices=POLICIES),
+    "run.threshold": Rule(float, 1.0, 1000.0, why="the lower CI bound a candidate's speedup must reach to be kept "
+                                                  "without asking; below 1 a slower candidate would be kept"),
+    "run.approval_timeout_s": Rule(float, 0.0, 30 * DAY, above=True, why="seconds a question waits for a human"),
+    "run.timeout_action": Rule(str, choices=("keep", "discard")),
+    "run.max_experiments": Rule(int, 0, None, why="0 = no limit"),
+    "run.max_wall_s": Rule(float, 0.0, None, why="seconds; 0 = no limit"),
+    "run.max_cost_usd": Rule(float, 0.0, None, why="dollars; 0 = no limit"),
+    "run.plateau_experiments": Rule(int, 0, None, why="0 = never move on for lack of improvement"),
+    "run.kernel_time_budget_s": Rule(float, 0.0, None, why="seconds per kernel; 0 = no limit"),
+    "run.roofline_target_pct": Rule(float, 0.0, 100.0, why="a percent of roofline; 0 = no target"),
+    "run.agent_retry_s": Rule(float, 0.0, WEEK, why="seconds; 0 = wait for a human"),
+    "agent.kind": Rule(str, choices=AGENTS),
+    "agent.model": Rule(str, nonempty=True),
+    "agent.max_tokens": Rule(int, 1, 1_000_000),
+    "agent.thinking_budget": Rule(int, 0, 1_000_000),
+    "agent.max_retries": Rule(int, 0, 100),
+    "agent.openai_base_url": Rule(str, url=True),
+    "agent.openai_model": Rule(str),
+    "agent.seed": Rule(int, 0, 2**63 - 1),
+    "agent.tuner_budget": Rule(int, 0, None, why="0 = open-ended"),
+    "agent.anthropic_base_url": Rule(str, url=True),
+    "agent.request_timeout_s": Rule(float, 0.0, DAY, above=True),
+    "agent.retry_base_s": Rule(float, 0.0, DAY),
+    "agent.retry_max_s": Rule(float, 0.0, DAY),
+    "agent.memory_chars": Rule(int, 0, 10_000_000),
+    "agent.price_input_usd_per_mtok": Rule(float, -1.0, 10_000.0, why="-1 = the built-in price table"),
+    "agent.price_output_usd_per_mtok": Rule(float, -1.0, 10_000.0, why="-1 = the built-in price table"),
+    "harness.timeout_s": Rule(float, 0.0, DAY, above=True, why="seconds per evaluation"),
+    "harness.keep_margin": Rule(float, 1.0, 10.0, why="a candidate counts as faster when the lower CI bound of its "
+                                                      "speedup clears this; below 1 a slower one would"),
+    "harness.confirm_keeps": Rule(bool),
+    "harness.quick": Rule(bool),
+    "harness.sandbox": Rule(str, choices=("auto", "bwrap", "landlock", "off")),
+}
+# How `run` spells the settings it takes as flags (for messages only).
+FLAGS = {"run.policy": "--policy", "run.max_experiments": "--max-experiments", "run.max_wall_s": "--max-hours",
+         "run.max_cost_usd": "--max-cost", "agent.kind": "--agent"}
 
 
 @dataclass
@@ -77,50 +174,71 @@ class Settings:
     harness: HarnessSettings = field(default_factory=HarnessSettings)
     keys: dict[str, str] = field(default_factory=dict)  # action -> key, overrides the app's defaults
 
-    def validate(self) -> "Settings":
-        if self.run.policy not in POLICIES:
-            raise ConfigError(f"run.policy must be one of {', '.join(POLICIES)}, not {self.run.policy!r}")
-        if self.run.timeout_action not in ("keep", "discard"):
-            raise ConfigError(f"run.timeout_action must be keep or discard, not {self.run.timeout_action!r}")
-        if self.agent.kind not in AGENTS:
-            raise ConfigError(f"agent.kind must be one of {', '.join(AGENTS)}, not {self.agent.kind!r}")
+    def validate(self, source: str = "settings") -> "Settings":
+        """Every value within its range (``RULES``); a ConfigError names the first that is not."""
+        for name, rule in RULES.items():
+            section, key = name.split(".")
+            value = getattr(getattr(self, section), key)
+            _check(name, _coerce(value, rule, f"{source}: {name}"), rule, source)
         target = self.run.roofline_target_pct
-        if not 0.0 <= target <= 100.0:
-            raise ConfigError(f"run.roofline_target_pct is a percent of roofline, 0-100 (0 = never stop on it), "
-                              f"not {target!r}")
         if 0.0 < target <= 1.0:
-            raise ConfigError(f"run.roofline_target_pct = {target!r} looks like a fraction; it is a percent: "
-                              f"write {100 * target:g} for {100 * target:g}% of roofline")
+            raise ConfigError(f"{source}: run.roofline_target_pct = {target!r} looks like a fraction; it is a "
+                              f"percent: write {100 * target:g} for {100 * target:g}% of roofline")
         return self
 
 
-def _coerce(value: Any, target_type: Any, where: str) -> Any:
-    kind = target_type if isinstance(target_type, type) else type(target_type)
+def _check(name: str, value: Any, rule: Rule, source: str) -> Any:
+    if not rule.check(value):
+        why = f" ({rule.why})" if rule.why else ""
+        raise ConfigError(f"{source}: {name} must be {rule.describe()}{why}; got {_show(value)}")
+    return value
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _coerce(value: Any, rule: Rule, where: str) -> Any:
+    """``value`` as the setting's type. Text (environment variables) is parsed; a typed value
+    (TOML, flags) must already be of the right kind: ``confirm_keeps = 1`` or ``model = 5`` is refused."""
+    kind = rule.kind
+    expected = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}[kind]
     if kind is bool:
+        if isinstance(value, bool):
+            return value
         if isinstance(value, str):
-            if value.lower() in ("1", "true", "yes", "on"):
+            if value.strip().lower() in ("1", "true", "yes", "on"):
                 return True
-            if value.lower() in ("0", "false", "no", "off"):
+            if value.strip().lower() in ("0", "false", "no", "off"):
                 return False
-            raise ConfigError(f"{where}: expected true or false, got {value!r}")
-        return bool(value)
+        raise ConfigError(f"{where}: expected {expected}, got {_show(value)}")
+    if kind is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where}: expected {expected}, got {_show(value)}")
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: expected {expected}, got {_show(value)}")
     try:
-        if kind is float and not isinstance(value, bool):
+        if isinstance(value, str):
+            value = value.strip()
+            if kind is int:
+                return int(value, 10)
             return float(value)
-        if kind is int and not isinstance(value, bool):
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError
-            return int(value)
-        if kind is str:
-            return str(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}: expected {kind.__name__}, got {value!r}") from None
-    raise ConfigError(f"{where}: unsupported value {value!r}")
+        if isinstance(value, (int, float)):
+            if kind is int:
+                if isinstance(value, float) and not value.is_integer():
+                    raise ValueError
+                return int(value)
+            return float(value)
+    except (ValueError, OverflowError):
+        pass
+    raise ConfigError(f"{where}: expected {expected}, got {_show(value)}")
 
 
 def _roofline_target_frac(value: Any, where: str) -> float:
     """The old run.roofline_target, a fraction of roofline, as run.roofline_target_pct (percent)."""
-    frac = _coerce(value, float, where)
+    frac = _coerce(value, Rule(float), where)
     if not 0.0 <= frac <= 1.0:
         raise ConfigError(f"{where} was a fraction of roofline (0-1), not {frac!r}; "
                           f"it is now run.roofline_target_pct, in percent (e.g. 90)")
@@ -149,18 +267,20 @@ def _apply(settings: Settings, data: dict[str, Any], source: str) -> None:
         target = getattr(settings, section, None)
         if not dataclasses.is_dataclass(target) or not isinstance(values, dict):
             raise ConfigError(f"{source}: unknown section [{section}]")
-        names = {f.name: f for f in dataclasses.fields(target)}
         for key, value in values.items():
-            if (section, key) in RENAMED_SETTINGS and key not in names:
+            name = f"{section}.{key}"
+            where = source(name) if callable(source) else source
+            if (section, key) in RENAMED_SETTINGS:
                 new_key, convert = RENAMED_SETTINGS[(section, key)]
-                new_value = convert(value, f"{source}: {section}.{key}")
-                _deprecated(f"{source}: {section}.{key} = {value} is deprecated (it was a fraction); read as "
+                new_value = convert(value, f"{where}: {name}")
+                _deprecated(f"{where}: {name} = {value} is deprecated (it was a fraction); read as "
                             f"{section}.{new_key} = {new_value:g} (percent). Write that instead.")
                 setattr(target, new_key, new_value)
                 continue
-            if key not in names:
-                raise ConfigError(f"{source}: unknown setting {section}.{key}")
-            setattr(target, key, _coerce(value, type(getattr(target, key)), f"{source}: {section}.{key}"))
+            rule = RULES.get(name)
+            if rule is None or not hasattr(target, key):
+                raise ConfigError(f"{where}: unknown setting {name}")
+            setattr(target, key, _check(name, _coerce(value, rule, f"{where}: {name}"), rule, where))
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -198,8 +318,8 @@ def load_settings(workspace: str | Path | None = None, overrides: dict[str, dict
         value = env.get(f"AUTOKERNEL_{section.upper()}_{old_key.upper()}")
         if value is not None and f"AUTOKERNEL_{section.upper()}_{new_key.upper()}" not in env:
             from_env.setdefault(section, {})[old_key] = value
-    _apply(settings, from_env, "environment")
+    _apply(settings, from_env, lambda name: "environment variable AUTOKERNEL_" + name.upper().replace(".", "_"))
     if overrides:
         clean = {s: {k: v for k, v in vals.items() if v is not None} for s, vals in overrides.items()}
-        _apply(settings, clean, "command line")
+        _apply(settings, clean, lambda name: f"command line {FLAGS[name]}" if name in FLAGS else "command line")
     return settings.validate()

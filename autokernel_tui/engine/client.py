@@ -69,16 +69,23 @@ class LocalClient:
             self.engine.close()
 
 
+MAX_MESSAGE = 64 << 20  # bytes in one line from the engine (a snapshot or event; diffs included)
+
+
 class SocketClient:
     def __init__(self, workspace: str | Path, timeout_s: float = 10.0):
         self.path = socket_path(workspace)
         self.timeout_s = timeout_s
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError as exc:  # e.g. this process is out of file descriptors
+            raise WorkspaceError(f"cannot open a connection to the engine: {exc.strerror or exc}") from None
         try:
             self.sock.connect(str(self.path))
         except OSError as exc:
             self.sock.close()
             raise WorkspaceError(f"cannot reach the engine at {self.path}: {exc.strerror or exc}") from None
+        self._refusal: str | None = None  # the engine's reason for hanging up on us, if it gave one
         self._ids = itertools.count(1)
         self._replies: dict[int, dict[str, Any]] = {}
         self._cv = threading.Condition()
@@ -97,42 +104,61 @@ class SocketClient:
                 buf += chunk
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
-                    if not line.strip():
-                        continue
-                    try:
-                        msg = json.loads(line)
-                    except ValueError:
-                        continue
-                    if "event" in msg:
-                        for cb in list(self._callbacks):
-                            try:
-                                cb(msg["event"])
-                            except Exception:
-                                pass
-                    else:
-                        with self._cv:
-                            self._replies[msg.get("id")] = msg
-                            self._cv.notify_all()
+                    if line.strip():
+                        self._message(line)
+                if len(buf) > MAX_MESSAGE:
+                    break  # not the engine talking: hang up
         except OSError:
             pass
         with self._cv:
             self.closed = True
             self._cv.notify_all()
 
+    def _message(self, line: bytes) -> None:
+        try:
+            msg = json.loads(line)
+        except (ValueError, RecursionError):
+            return
+        if not isinstance(msg, dict):
+            return
+        if "event" in msg:
+            if isinstance(msg["event"], dict):
+                for cb in list(self._callbacks):
+                    try:
+                        cb(msg["event"])
+                    except Exception:
+                        pass
+            return
+        rid = msg.get("id")
+        with self._cv:
+            if rid is None and msg.get("ok") is False:
+                self._refusal = str(msg.get("error") or "refused")  # e.g. too many clients
+            elif isinstance(rid, int) and not isinstance(rid, bool):
+                self._replies[rid] = msg
+            self._cv.notify_all()
+
     def send(self, cmd: str, **args: Any) -> dict[str, Any]:
         rid = next(self._ids)
-        data = (json.dumps({"id": rid, "cmd": cmd, **args}) + "\n").encode()
+        try:
+            data = (json.dumps({"id": rid, "cmd": cmd, **args}, allow_nan=False) + "\n").encode()
+        except (TypeError, ValueError) as exc:  # NaN, Infinity or an object JSON cannot carry
+            return {"ok": False, "error": f"bad request: {exc}"}
         try:
             self.sock.sendall(data)
         except OSError as exc:
-            return {"ok": False, "error": f"engine connection lost: {exc}"}
+            return {"ok": False, "error": self._lost(f"engine connection lost: {exc.strerror or exc}")}
         with self._cv:
             ok = self._cv.wait_for(lambda: rid in self._replies or self.closed, self.timeout_s)
             if rid in self._replies:
                 reply = self._replies.pop(rid)
                 reply.pop("id", None)
                 return reply
-        return {"ok": False, "error": "engine connection lost" if ok else "the engine did not answer in time"}
+        return {"ok": False, "error": self._lost("engine connection lost") if ok else "the engine did not answer in time"}
+
+    def _lost(self, default: str) -> str:
+        with self._cv:
+            self._cv.wait_for(lambda: self.closed, 1.0)  # the reader may still hold the engine's last words
+            return f"the engine refused the connection: {self._refusal}" if self._refusal else default
 
     def snapshot(self) -> dict[str, Any]:
         reply = self.send("snapshot")

@@ -6,20 +6,137 @@ ways: a client sends ``{"id": k, "cmd": ..., ...args}`` and gets
 ``{"id": k, "ok": bool, ...}``; every engine event is pushed to every client as
 ``{"event": {...}}``. A slow or dead client never blocks the engine: each has a
 bounded outgoing queue and is dropped when it overflows.
+
+Hostile or broken clients cost them, never the engine: at most ``max_clients``
+connections at once (a further one gets a one-line refusal and is closed);
+running out of file descriptors (EMFILE/ENFILE) makes the accept loop back off
+and retry, logged once, instead of ending it; a request is at most
+``MAX_REQUEST`` bytes and is checked before it reaches the engine (``parse_request``:
+JSON without NaN/Infinity, at most ``MAX_DEPTH`` levels of nesting, a known command
+with arguments of the right types), and anything wrong gets an error reply.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
+import math
 import os
 import queue
+import resource
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
-MAX_LINE = 1 << 20
+MAX_REQUEST = 64 * 1024  # bytes in one request line; commands are small
+MAX_SKIP = 16 << 20  # an over-long request is read past up to this many bytes, then the client is dropped
+MAX_DEPTH = 8  # levels of [ and { in a request
+MAX_CLIENTS = 64
 QUEUE_LIMIT = 10000
+_log = logging.getLogger("autokernel_tui")
+_FD_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+# command -> {argument: (kind, required)}; kinds: "n" (a whole number >= 1), "str".
+COMMANDS: dict[str, dict[str, tuple[str, bool]]] = {
+    "snapshot": {}, "pause": {}, "resume": {}, "start": {}, "skip": {}, "stop": {},
+    "approve": {"n": ("n", False), "reason": ("str", False)},
+    "veto": {"n": ("n", False), "reason": ("str", False)},
+    "set_policy": {"policy": ("str", True)},
+    "revert": {"n": ("n", True), "run": ("str", False)},
+}
+
+
+class BadRequest(ValueError):
+    """A request the engine will not look at; the message is the error reply."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise BadRequest(f"{name} is not a number a request may carry")
+
+
+def _depth(data: bytes) -> int:
+    """Deepest nesting of [ and { outside strings (checked before json.loads sees the text)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_DEPTH:
+                    return deepest
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
+def parse_request(line: bytes) -> tuple[Any, str, dict[str, Any]]:
+    """``(id, cmd, args)`` of one request line, or BadRequest saying what is wrong with it."""
+    if len(line) > MAX_REQUEST:
+        raise BadRequest(f"request too long ({len(line)} bytes; at most {MAX_REQUEST})")
+    if _depth(line) > MAX_DEPTH:
+        raise BadRequest(f"request nested too deeply (at most {MAX_DEPTH} levels)")
+    try:
+        msg = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        raise BadRequest("request is not UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"not JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise BadRequest("request nested too deeply") from None
+    if not isinstance(msg, dict):
+        raise BadRequest(f"a request is a JSON object, not a {type(msg).__name__}")
+    rid = msg.pop("id", None)
+    if rid is not None and (isinstance(rid, bool) or not isinstance(rid, (int, str)) or
+                            (isinstance(rid, str) and len(rid) > 100)):
+        raise BadRequest("id must be a number or a short string")
+    cmd = msg.pop("cmd", None)
+    if not isinstance(cmd, str):
+        raise BadRequest("missing cmd" if cmd is None else "cmd must be a string")
+    spec = COMMANDS.get(cmd)
+    if spec is None:
+        raise BadRequest(f"unknown command {cmd[:40]!r}; known: {', '.join(COMMANDS)}")
+    for name in msg:
+        if name not in spec:
+            raise BadRequest(f"{cmd} takes no argument {name[:40]!r}" if not spec else
+                             f"{cmd}: unknown argument {name[:40]!r}; it takes {', '.join(spec)}")
+    for name, (kind, required) in spec.items():
+        value = msg.get(name)
+        if value is None:
+            if required:
+                raise BadRequest(f"{cmd} needs {name}")
+            continue
+        if kind == "n" and not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 2**63):
+            shown = value if not isinstance(value, float) or math.isfinite(value) else "a non-finite number"
+            raise BadRequest(f"{cmd}: {name} must be an experiment number (a whole number of at least 1), "
+                             f"not {json.dumps(shown)[:40]}")
+        if kind == "str" and not (isinstance(value, str) and len(value) <= 1000):
+            raise BadRequest(f"{cmd}: {name} must be a string of at most 1000 characters")
+    return rid, cmd, msg
+
+
+def client_limit() -> int:
+    """How many clients to serve at once: MAX_CLIENTS, fewer when the file-descriptor limit is
+    low (a quarter of it), so clients can never take the descriptors the engine needs."""
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return MAX_CLIENTS
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CLIENTS
+    return max(2, min(MAX_CLIENTS, soft // 4))
 
 
 class _Client:
@@ -52,36 +169,45 @@ class _Client:
 
     def _reader(self) -> None:
         buf = b""
+        skipping = 0  # bytes of an over-long request dropped so far (its reply is already sent)
         try:
             while self.alive:
                 chunk = self.conn.recv(65536)
                 if not chunk:
                     break
+                if skipping:
+                    head, nl, chunk = chunk.partition(b"\n")
+                    skipping += len(head)
+                    if not nl:
+                        if skipping > MAX_SKIP:  # a stream with no end in sight: hang up
+                            break
+                        continue
+                    skipping = 0
                 buf += chunk
-                if len(buf) > MAX_LINE and b"\n" not in buf:
-                    break
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
                     if line.strip():
                         self._handle(line)
+                if len(buf) > MAX_REQUEST:  # memory stays bounded: answer now, drop the rest of the line
+                    self.send({"id": None, "ok": False,
+                               "error": f"bad request: request too long (over {MAX_REQUEST} bytes)"})
+                    skipping, buf = len(buf), b""
         except OSError:
             pass
+        except Exception as exc:  # a bug here must cost this client, never the engine
+            _log.warning("autokernel-tui: control client dropped: %s: %s", type(exc).__name__, exc)
         self.close()
 
     def _handle(self, line: bytes) -> None:
         try:
-            msg = json.loads(line)
-            if not isinstance(msg, dict):
-                raise ValueError("a request is a JSON object")
-        except ValueError as exc:
-            self.send({"id": None, "ok": False, "error": f"bad request: {exc}"})
+            rid, cmd, args = parse_request(line)
+        except BadRequest as exc:
+            self.send({"id": _id_of(line), "ok": False, "error": f"bad request: {exc}"})
             return
-        rid = msg.pop("id", None)
-        cmd = msg.pop("cmd", None)
-        if not isinstance(cmd, str):
-            self.send({"id": rid, "ok": False, "error": "missing cmd"})
-            return
-        reply = self.server.engine.command(cmd, **msg)
+        try:
+            reply = self.server.engine.command(cmd, **args)
+        except Exception as exc:  # the engine answers bad input itself; anything else is our bug
+            reply = {"ok": False, "error": f"the engine could not carry out {cmd}: {type(exc).__name__}: {exc}"}
         self.send({"id": rid, **reply})
 
     def finish(self, timeout: float = 2.0) -> None:
@@ -110,6 +236,19 @@ class _Client:
         self.server._forget(self)
 
 
+def _id_of(line: bytes) -> Any:
+    """The id of a request that was refused, when it can be read safely (so the client's waiting
+    call gets its error at once instead of timing out)."""
+    if len(line) > MAX_REQUEST or _depth(line) > MAX_DEPTH:
+        return None
+    try:
+        msg = json.loads(line.decode("utf-8"), parse_constant=lambda _name: None)
+    except (ValueError, RecursionError):
+        return None
+    rid = msg.get("id") if isinstance(msg, dict) else None
+    return rid if isinstance(rid, (int, str)) and not isinstance(rid, bool) and len(str(rid)) <= 100 else None
+
+
 class ControlServer:
     def __init__(self, engine: Any, path: Path):
         self.engine = engine
@@ -118,6 +257,8 @@ class ControlServer:
         self.clients: list[_Client] = []
         self._lock = threading.Lock()
         self._unsubscribe = None
+        self.max_clients = client_limit()
+        self.refused = 0  # connections turned away because max_clients were connected
 
     def start(self) -> "ControlServer":
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,20 +277,61 @@ class ControlServer:
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
-        sock.listen(8)
+        sock.listen(64)
         self.sock = sock
         self._unsubscribe = self.engine.subscribe(self._broadcast)
         threading.Thread(target=self._accept, daemon=True, name="control-accept").start()
         return self
 
     def _accept(self) -> None:
+        backoff, warned = 0.0, False
         while self.sock is not None:
+            sock = self.sock
             try:
-                conn, _ = self.sock.accept()
+                conn, _ = sock.accept()
+            except OSError as exc:
+                if self.sock is None:  # closed: we are shutting down
+                    return
+                if exc.errno in (errno.EINTR, errno.ECONNABORTED, errno.EPROTO, errno.EAGAIN):
+                    continue
+                # Out of file descriptors (or anything else): the pending connection waits in the
+                # backlog; back off and try again. Never end the loop: the engine must stay reachable.
+                if not warned:
+                    what = "out of file descriptors" if exc.errno in _FD_ERRORS else "accept failed"
+                    _log.warning("autokernel-tui: control socket: %s (%s); retrying, with back-off",
+                                 what, exc.strerror or exc)
+                    warned = True
+                backoff = min(1.0, backoff * 2 or 0.05)
+                time.sleep(backoff)
+                continue
+            if warned:
+                _log.warning("autokernel-tui: control socket: accepting connections again")
+            backoff, warned = 0.0, False
+            try:
+                self._admit(conn)
+            except Exception as exc:  # e.g. no thread could be started: that client, not the loop
+                _log.warning("autokernel-tui: control socket: dropped a connection: %s", exc)
+                try:
+                    conn.close()
+                except OSError:
+                    pass
+
+    def _admit(self, conn: socket.socket) -> None:
+        with self._lock:
+            full = len(self.clients) >= self.max_clients
+        if full:
+            self.refused += 1
+            try:
+                conn.settimeout(0.5)
+                conn.sendall((json.dumps({"id": None, "ok": False, "error": (
+                    f"the engine already serves {self.max_clients} clients (its limit); close one and retry")})
+                    + "\n").encode())
             except OSError:
-                return
-            with self._lock:
-                self.clients.append(_Client(self, conn))
+                pass
+            conn.close()
+            return
+        with self._lock:  # its threads may end (and _forget it) at once: they wait for this lock
+            self.clients.append(_Client(self, conn))
 
     def _broadcast(self, event: dict[str, Any]) -> None:
         with self._lock:

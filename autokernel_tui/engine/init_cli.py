@@ -12,6 +12,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="copy this starter task (repeat for several); --list shows them")
     parser.add_argument("--from-profile", metavar="FILE", help="create tasks from a profile written by `profile`")
     parser.add_argument("--top", type=int, default=5, help="with --from-profile: how many top ops (default 5)")
+    parser.add_argument("--nested", action="store_true",
+                        help="create the workspace as a repository of its own even inside another git checkout")
     parser.add_argument("--list", action="store_true", help="list the starter tasks and exit")
 
 
@@ -23,7 +25,7 @@ def main(args: argparse.Namespace) -> int:
         print("\n".join(list_starters()))
         return 0
     path = init_workspace(args.workspace or args.directory or ".", tasks=args.task,
-                          from_profile=args.from_profile, top=args.top)
+                          from_profile=args.from_profile, top=args.top, nested=args.nested)
     tasks = sorted(p.name for p in (path / "kernels").iterdir() if (p / "task.toml").is_file())
     print(f"workspace ready: {path}")
     print(f"tasks: {', '.join(tasks)}")

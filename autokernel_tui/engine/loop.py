@@ -22,6 +22,7 @@ import difflib
 import json
 import os
 import queue
+import re
 import threading
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import Any, Callable
 
 from autokernel_tui.config import Settings, load_settings
 from autokernel_tui.engine import gate as gatemod
-from autokernel_tui.engine import journal
+from autokernel_tui.engine import journal, repair
 from autokernel_tui.engine.lock import EngineLock
 from autokernel_tui.engine.orchestrator import EXHAUSTED, SKIPPED, Orchestrator
 from autokernel_tui.errors import AutokernelError, WorkspaceError, describe_os_error
@@ -57,12 +58,51 @@ def unfinished_run(workspace: Path) -> str | None:
     for meta_path in root.glob("*/run.json"):
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError, RecursionError):
+            continue  # opening that run says what is wrong with it
+        if not isinstance(meta, dict):
             continue
         if not meta.get("finished"):
-            key = (float(meta.get("created_at", 0)), meta_path.parent.name)
+            created = meta.get("created_at", 0)
+            created = created if isinstance(created, (int, float)) and not isinstance(created, bool) else 0
+            key = (float(created), meta_path.parent.name)
             best = key if best is None or key > best else best
     return best[1] if best else None
+
+
+def _load_meta(path: Path) -> dict[str, Any]:
+    """run.json, checked: a WorkspaceError naming the file and what is wrong, never a traceback."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise WorkspaceError(f"{path}: bytes that are not UTF-8 (at byte {exc.start}); restore the file "
+                             "or start a new run with --new") from None
+    except json.JSONDecodeError as exc:
+        raise WorkspaceError(f"{path} line {exc.lineno}: not JSON ({exc.msg}); restore the file or start a new "
+                             "run with --new") from None
+    except RecursionError:
+        raise WorkspaceError(f"{path}: nested too deeply to read; restore the file or start a new run with --new") \
+            from None
+    except OSError as exc:
+        raise WorkspaceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if not isinstance(meta, dict):
+        raise WorkspaceError(f"{path}: a JSON {type(meta).__name__}, not an object; restore the file or start a "
+                             "new run with --new")
+    return meta
+
+
+def _check_meta(path: Path, meta: dict[str, Any]) -> None:
+    """The fields of run.json a resume needs, each of the right kind (after the branch is known to exist)."""
+    problems = []
+    tasks, hashes = meta.get("tasks"), meta.get("owned_hashes")
+    if not isinstance(meta.get("base"), str) or not meta.get("base"):
+        problems.append('"base" (the commit the run started from) is not a commit id')
+    if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) and t for t in tasks):
+        problems.append('"tasks" is not a list of task names')
+    if not isinstance(hashes, dict) or not all(isinstance(v, dict) for v in hashes.values()):
+        problems.append('"owned_hashes" is not an object of task -> file hashes')
+    if problems:
+        raise WorkspaceError(f"{path}: {problems[0]}; restore the file or start a new run with --new")
 
 
 def _as_dict(obj: Any) -> dict[str, Any] | None:
@@ -83,6 +123,7 @@ def make_row(n: int, task: str, commit: str, status: str, report: dict | None, c
              proposal: dict | None, description: str) -> dict[str, Any]:
     report = upgrade_report(report)  # a verdict journaled by an older version, when resuming its run
     summary = (report or {}).get("summary") or {}
+    summary = summary if isinstance(summary, dict) else {}  # a hand-edited report must not stop a resume
     comparison = comparison or {}
     proposal = proposal or {}
     return {
@@ -107,7 +148,7 @@ class Engine:
                  new: bool = False, tasks: list[str] | None = None, agent: Any = None, harness: Any = None,
                  env: dict[str, str] | None = None):
         self.workspace = Path(workspace).resolve()
-        self.settings = settings or load_settings(self.workspace)
+        self.settings = (settings or load_settings(self.workspace)).validate()  # e.g. built in code, not loaded
         self.env = dict(os.environ if env is None else env)
         self._cv = threading.Condition(threading.RLock())
         self._subscribers: list[Callable[[dict], None]] = []
@@ -119,6 +160,8 @@ class Engine:
         self._pending: dict[str, Any] | None = None
         self._reverts: list[int] = []
         self._needs_recovery = False
+        self.repairs: list[str] = []  # what opening the run repaired (engine/repair.py), one line each
+        self._n_floor = 0
         self._retry_at: float | None = None
         self._looping = False
         self._thread: threading.Thread | None = None
@@ -157,8 +200,12 @@ class Engine:
         if meta_path.exists():
             if new:
                 raise WorkspaceError(f"run {tag} already exists; pick another --tag or leave out --new to resume it")
-            self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            self.meta = _load_meta(meta_path)
             self.repo.open()
+            _check_meta(meta_path, self.meta)
+            if not repair.is_commit(self.repo, self.meta["base"]):
+                raise WorkspaceError(f"{meta_path}: \"base\" {self.meta['base'][:40]!r} is not a commit of this "
+                                     "repository; restore the file or start a new run with --new")
             self.resumed = True
             if tasks and set(tasks) != set(self.meta["tasks"]):
                 raise WorkspaceError(f"run {tag} works on {', '.join(self.meta['tasks'])}; "
@@ -187,46 +234,72 @@ class Engine:
         self.events = EventLog(self.run_dir / "events.jsonl", tag)
         (self.run_dir / "agent").mkdir(exist_ok=True)
         (self.run_dir / "reports").mkdir(exist_ok=True)
+        self._repair()
         self._recover()
         self._rebuild_orchestrator()
-        self.prior_active_s = journal.active_seconds(read_events(self.events.path))
+        self.prior_active_s = journal.active_seconds(self._journal())
+
+    def _journal(self) -> list[dict[str, Any]]:
+        """events.jsonl as readers may use it; its bad lines were reported once, when the run opened."""
+        return read_events(self.events.path, problems=[])
+
+    def _repair(self) -> None:
+        """Bring results.tsv back in line with events.jsonl and git (engine/repair.py) and say what
+        was done: each line a ``repaired`` event, kept in ``self.repairs`` (the snapshot's
+        ``repairs``; `run --headless` prints them on stderr)."""
+        problems: list[str] = []
+        events = read_events(self.events.path, problems=problems)
+        done = repair.reconcile(self.results, events, self.repo, self.run_dir, self.tag, self.meta["base"], make_row)
+        messages = self.events.problems + problems + done.messages
+        if len(messages) > repair.MAX_MESSAGES:
+            rest = len(messages) - repair.MAX_MESSAGES + 1
+            messages = messages[: repair.MAX_MESSAGES - 1] + [f"... and {rest} more problems of the same kind"]
+        self.repairs = messages
+        self._n_floor = done.floor
+        for line in messages:
+            self._emit("repaired", message=line)
 
     def _rebuild_orchestrator(self) -> None:
         rs = self.settings.run
         shares = {t: (self.specs[t].profile or {}).get("share") for t in self.meta["tasks"]}
         self.orch = Orchestrator(shares, plateau=rs.plateau_experiments, kernel_budget_s=rs.kernel_time_budget_s,
                                  roofline_target_pct=rs.roofline_target_pct)
-        seconds = journal.experiment_seconds(read_events(self.events.path))
+        seconds = journal.experiment_seconds(self._journal())
         for t in self.meta["tasks"]:
             start = self._read_json(self.run_dir / "reports" / f"start-{t}.json")
             if start:
-                s = start.get("summary") or {}
-                self.orch.set_start(t, self._meaningful_pct(start), s.get("speedup_vs_baseline"),
+                s = start.get("summary") if isinstance(start.get("summary"), dict) else {}
+                sp = s.get("speedup_vs_baseline")
+                self.orch.set_start(t, self._meaningful_pct(start),
+                                    sp if isinstance(sp, (int, float)) and not isinstance(sp, bool) else None,
                                     bool(start.get("timing_meaningful")))
         for row in self.results.rows:
             if row["task"] not in self.orch.tasks:
                 continue
             if row["status"] == "reverted":
-                prev = self._row(int(row["description"].split()[2].rstrip(":")))
+                m = re.match(r"revert exp (\d+):", row["description"] or "")
+                prev = self._row(int(m.group(1))) if m else None
                 if prev and prev.get("speedup_vs_incumbent"):
                     self.orch.tasks[row["task"]].speedup /= prev["speedup_vs_incumbent"]
                 continue
-            report = self._read_json(self.run_dir / "reports" / f"exp-{row['experiment']}.json") or {}
+            saved = (self._read_json(self.run_dir / "reports" / f"exp-{row['experiment']}.json") or {}).get("report")
+            report = saved if isinstance(saved, dict) else {}
             self.orch.observe(row["task"], row["status"] == "keep", row["speedup_vs_incumbent"],
-                              self._meaningful_pct(report.get("report")), seconds.get(row["experiment"], 0.0),
-                              row["speedup_vs_baseline"], bool((report.get("report") or {}).get("timing_meaningful")))
+                              self._meaningful_pct(report), seconds.get(row["experiment"], 0.0),
+                              row["speedup_vs_baseline"], bool(report.get("timing_meaningful")))
 
     @staticmethod
     def _meaningful_pct(report: dict | None) -> float | None:
         """The report's roofline_pct (percent, as the harness gives it), when its timings mean something."""
-        report = upgrade_report(report)
+        report = upgrade_report(report) if isinstance(report, dict) else None
         if not report or not report.get("timing_meaningful"):
             return None
-        return (report.get("summary") or {}).get("roofline_pct")
+        pct = (report.get("summary") or {}).get("roofline_pct") if isinstance(report.get("summary"), dict) else None
+        return float(pct) if isinstance(pct, (int, float)) and not isinstance(pct, bool) else None
 
     def _recover(self) -> None:
         """Finish an experiment the last session died in, exactly once, and re-sync git."""
-        events = read_events(self.events.path)
+        events = self._journal()
         for row in journal.rows_missing_result_event(events, self.results.rows):
             self._emit("result", row=row)  # died between the row and its event
         op = journal.open_experiment(events, self.results.experiments())
@@ -274,7 +347,8 @@ class Engine:
 
     @staticmethod
     def _status_of(report: dict | None) -> str:
-        if report and report.get("status") in gatemod.FAILED_STATUS:
+        if isinstance(report, dict) and isinstance(report.get("status"), str) \
+                and report["status"] in gatemod.FAILED_STATUS:
             return gatemod.FAILED_STATUS[report["status"]]
         return "discard"
 
@@ -339,7 +413,7 @@ class Engine:
                 "tokens": sum(r["tokens"] or 0 for r in rows), "cost_usd": sum(r["cost_usd"] or 0.0 for r in rows),
                 "device": self.device, "pending": dict(self._pending) if self._pending else None,
                 "started_at": self.session_started, "experiments": len(rows), "branch": self.repo.branch,
-                "workspace": str(self.workspace), "pid": os.getpid(),
+                "workspace": str(self.workspace), "pid": os.getpid(), "repairs": list(self.repairs),
             }
 
     def command(self, cmd: str, **args: Any) -> dict[str, Any]:
@@ -566,14 +640,16 @@ class Engine:
 
     # --- one experiment -------------------------------------------------------
     def _next_n(self) -> int:
-        return max(self.results.experiments(), default=0) + 1
+        # Above every number in use: results rows, and (when the run opened) the journal and git refs.
+        return max(self.results.experiments() | {self._n_floor}) + 1
 
     def _read_json(self, path: Path) -> dict | None:
         """A saved report (reports/*.json), field names of older versions read as today's."""
         try:
-            return upgrade_saved(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, json.JSONDecodeError):
+            data = upgrade_saved(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, RecursionError):  # ValueError: bad JSON or bytes that are not UTF-8
             return None
+        return data if isinstance(data, dict) else None
 
     def _row(self, n: int) -> dict | None:
         return next((r for r in self.results.rows if r["experiment"] == n), None)

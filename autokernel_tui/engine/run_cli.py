@@ -110,6 +110,8 @@ def _headless(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     engine = Engine(ws, settings, **engine_kwargs(args, settings))
     engines.append(engine)
+    for line in engine.repairs:  # what opening the run had to repair (also in events.jsonl)
+        say(f"autokernel-tui: repaired: {line}")
     if handler.stopping:
         engine.request_stop()
     engine.subscribe(_printer())

@@ -20,6 +20,7 @@ from typing import Any
 
 import git
 
+from autokernel_tui.ledger import badinput
 from autokernel_tui.ledger.events import read_events
 from autokernel_tui.ledger.gitrepo import ShieldedRepo
 from autokernel_tui.ledger.results import COLUMNS, read_rows
@@ -73,7 +74,7 @@ def read_verdict(path: str | Path) -> Verdict | None:
     """The verdict file the engine wrote, or None when it is missing or unreadable."""
     try:
         data = upgrade_saved(json.loads(Path(path).read_text(encoding="utf-8")))  # older field names too
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError, RecursionError):  # ValueError: not JSON, or not UTF-8
         return None
     if not isinstance(data, dict) or not isinstance(data.get("report"), dict):
         return None
@@ -88,6 +89,7 @@ class RunHistory:
     workspace: Path
     meta: dict[str, Any] = field(default_factory=dict)
     experiments: list[ExperimentRecord] = field(default_factory=list)
+    problems: list[str] | None = None  # where bad lines are reported; None: logged once as warnings
 
     @property
     def branch(self) -> str:
@@ -137,12 +139,14 @@ class RunHistory:
     def reasoning(self, exp: int | ExperimentRecord) -> str:
         path = self.path / "agent" / f"exp-{self._find(exp).experiment}.md"
         try:
-            return path.read_text(encoding="utf-8")
+            return path.read_bytes().decode("utf-8", "replace")
         except OSError:
             return ""
 
     def events(self) -> list[dict[str, Any]]:
-        return [upgrade_event(e) for e in read_events(self.path / "events.jsonl")]
+        """The run's usable events, older field names read as today's; bad lines are skipped and
+        reported once (``ledger.badinput``)."""
+        return [upgrade_event(e) for e in read_events(self.path / "events.jsonl", problems=self.problems)]
 
 
 def _record(row: dict[str, Any], repo: git.Repo | None, tag: str) -> ExperimentRecord:
@@ -151,31 +155,49 @@ def _record(row: dict[str, Any], repo: git.Repo | None, tag: str) -> ExperimentR
         try:
             commit = repo.commit(rec.commit)
             rec.parent = commit.parents[0].hexsha if commit.parents else ""
-        except (ValueError, git.BadName):
+        except Exception:  # not a commit of this repository (a hand-edited row): no diff to show
             pass
         rec.ref = f"autokernel/{tag}" if rec.status in ("keep", "reverted") else f"refs/autokernel/{tag}/exp-{rec.experiment}"
     return rec
 
 
-def load_run(workspace: str | Path, tag: str) -> RunHistory:
+def _meta(path: Path, problems: list[str] | None) -> dict[str, Any]:
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, RecursionError) as exc:
+        what = f"not JSON ({exc.msg})" if isinstance(exc, json.JSONDecodeError) else \
+            "not UTF-8" if isinstance(exc, UnicodeDecodeError) else type(exc).__name__
+        badinput.report(problems, f"{path}: {what}; the run's metadata is ignored here")
+        return {}
+    if not isinstance(meta, dict):
+        badinput.report(problems, f"{path}: a JSON {type(meta).__name__}, not an object; ignored")
+        return {}
+    created = meta.get("created_at")
+    if created is not None and (isinstance(created, bool) or not isinstance(created, (int, float))):
+        meta = {**meta, "created_at": 0}
+    return meta
+
+
+def load_run(workspace: str | Path, tag: str, problems: list[str] | None = None) -> RunHistory:
+    """One run. Bad lines of its files are skipped (a bad number read as empty), each reported
+    once as a one-line warning naming the file and line, or appended to ``problems``."""
     workspace = Path(workspace).resolve()
     path = workspace / RUNS_DIR / tag
-    try:
-        meta = json.loads((path / "run.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        meta = {}
+    meta = _meta(path / "run.json", problems)
     try:
         repo: git.Repo | None = ShieldedRepo(workspace)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         repo = None
-    records = [_record(r, repo, tag) for r in read_rows(path / "results.tsv", typed=True)]
-    return RunHistory(tag=tag, path=path, workspace=workspace, meta=meta, experiments=records)
+    records = [_record(r, repo, tag) for r in read_rows(path / "results.tsv", typed=True, problems=problems)]
+    return RunHistory(tag=tag, path=path, workspace=workspace, meta=meta, experiments=records, problems=problems)
 
 
-def load_runs(workspace: str | Path) -> list[RunHistory]:
+def load_runs(workspace: str | Path, problems: list[str] | None = None) -> list[RunHistory]:
     """Every run, oldest first (by creation time recorded in run.json, then name)."""
     root = Path(workspace).resolve() / RUNS_DIR
     if not root.is_dir():
         return []
-    runs = [load_run(workspace, p.name) for p in root.iterdir() if (p / "run.json").is_file()]
+    runs = [load_run(workspace, p.name, problems) for p in root.iterdir() if (p / "run.json").is_file()]
     return sorted(runs, key=lambda r: (r.meta.get("created_at", 0), r.tag))

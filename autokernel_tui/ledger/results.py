@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from autokernel_tui.ledger import crashpoints
+from autokernel_tui.ledger import badinput, crashpoints
 from autokernel_tui.ledger.durable import append_line, repair_torn_tail, write_file_atomic
 
 COLUMNS = (
@@ -55,12 +55,27 @@ def format_row(row: dict[str, Any]) -> str:
     return "\t".join(_cell(row.get(c)) for c in COLUMNS)
 
 
+# Allowed range of each numeric column: a value outside it is read as empty (and reported).
+POSITIVE_COLUMNS = ("speedup_vs_baseline", "speedup_vs_incumbent", "ci_low", "ci_high")
+
+
 def parse_value(column: str, text: str) -> Any:
-    """Typed value of one cell: ints and floats for numeric columns, None for empty ones."""
+    """Typed value of one cell: ints and floats for numeric columns, None for empty ones.
+    Raises ValueError for a cell that is not a number of that column's kind and range."""
+    if not text:
+        return None
     if column in INT_COLUMNS:
-        return int(text) if text else None
+        value = int(text)
+        if value < (1 if column == "experiment" else 0):
+            raise ValueError(f"{column} must be {'at least 1' if column == 'experiment' else 'at least 0'}")
+        return value
     if column in FLOAT_COLUMNS:
-        return float(text) if text else None
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(f"{column} must be a finite number")
+        if value < 0 or (value == 0 and column in POSITIVE_COLUMNS):
+            raise ValueError(f"{column} must be {'above' if column in POSITIVE_COLUMNS else 'at least'} 0")
+        return value
     return text
 
 
@@ -71,29 +86,98 @@ def header_columns(header: str) -> tuple[str, ...]:
     return names if len(names) == len(COLUMNS) and set(names) == set(COLUMNS) else COLUMNS
 
 
-def read_rows(path: Path, typed: bool = False) -> list[dict[str, Any]]:
-    """Every complete row, keyed by COLUMNS in their order, whatever the file's header called
-    them (a torn tail is ignored, not repaired: readers never write)."""
+def parse_cells(cells: list[str], where: str, problems: list[str] | None) -> dict[str, Any] | None:
+    """One row's cells, typed and checked: None when the row cannot be used (wrong number of
+    columns, no valid experiment number, unknown status), a bad number read as empty. Each
+    problem is reported as one line starting with ``where``."""
+    if len(cells) != len(COLUMNS):
+        badinput.report(problems, f"{where}: {len(cells)} columns, expected {len(COLUMNS)}; row skipped")
+        return None
+    row: dict[str, Any] = {}
+    for column, text in zip(COLUMNS, cells):
+        try:
+            row[column] = parse_value(column, text)
+        except ValueError as exc:
+            if column == "experiment":
+                badinput.report(problems, f"{where}: experiment {badinput.short(text)} is not a whole number "
+                                          "of at least 1; row skipped")
+                return None
+            why = f"but {str(exc).removeprefix(column + ' ')}" if "must be" in str(exc) else "not a number"
+            badinput.report(problems, f"{where}: {column} is {badinput.short(text)}, {why}; read as empty")
+            row[column] = None
+    if row["experiment"] is None:
+        badinput.report(problems, f"{where}: no experiment number; row skipped")
+        return None
+    if row["status"] not in STATUSES:
+        badinput.report(problems, f"{where}: status {badinput.short(row['status'])} is not one of "
+                                  f"{', '.join(STATUSES)}; row skipped")
+        return None
+    return row
+
+
+def check_row(row: Any, where: str, problems: list[str] | None) -> dict[str, Any] | None:
+    """A row given as a dict (a ``result`` event's ``row``), typed and checked like a line of the file."""
+    if not isinstance(row, dict):
+        badinput.report(problems, f"{where}: the row is not an object; skipped")
+        return None
+    unknown = set(row) - set(COLUMNS)
+    if unknown:
+        badinput.report(problems, f"{where}: unknown columns {sorted(unknown)[:3]}; row skipped")
+        return None
+    return parse_cells([_cell(row.get(c)) for c in COLUMNS], where, problems)
+
+
+def _clean_text(row: dict[str, Any], cells: list[str]) -> dict[str, str]:
+    """The untyped form of a checked row: the file's own text, empty where a value was rejected."""
+    return {c: (text if row[c] is not None or c not in INT_COLUMNS + FLOAT_COLUMNS else "")
+            for c, text in zip(COLUMNS, cells)}
+
+
+def read_rows(path: Path, typed: bool = False, problems: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every usable row (a torn tail is ignored, not repaired: readers never write).
+
+    A line that cannot be used (wrong column count, no experiment number, unknown status, a
+    second row for one experiment) is skipped; a number that is not one (``abc``, ``nan``,
+    ``inf``, a negative count) is read as empty; bytes that are not UTF-8 are replaced. Each
+    is reported once, naming the file and the line (see ``badinput``).
+    """
     path = Path(path)
-    if not path.exists():
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
         return []
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    if not text.endswith("\n"):
+    lines = data.split(b"\n")
+    if not data.endswith(b"\n"):
         lines = lines[:-1]  # torn tail
     if not lines:
         return []
-    columns = header_columns(lines[0])
+    columns = COLUMNS
     rows = []
-    for line in lines[1:]:
-        if not line:
+    seen: set[int] = set()
+    for lineno, raw in enumerate(lines, start=1):
+        if not raw.strip():
             continue
-        cells = line.split("\t")
-        if len(cells) != len(COLUMNS):
+        where = badinput.at(path, lineno)
+        line = badinput.decode_line(raw, path, lineno, problems)
+        if lineno == 1:
+            if line.rstrip("\r") == HEADER:
+                continue
+            if set(RENAMED.get(n, n) for n in line.rstrip("\r").split("\t")) == set(COLUMNS):
+                columns = header_columns(line)  # a header from before a rename: its names, today's meaning
+                continue
+            badinput.report(problems, f"{where}: not the header line; read as a row")
+        cells = line.rstrip("\r").split("\t")
+        if columns != COLUMNS and len(cells) == len(columns):
+            by_name = dict(zip(columns, cells))
+            cells = [by_name[c] for c in COLUMNS]
+        row = parse_cells(cells, where, problems)
+        if row is None:
             continue
-        cell = dict(zip(columns, cells))
-        row = {c: cell[c] for c in COLUMNS}
-        rows.append({c: parse_value(c, v) for c, v in row.items()} if typed else row)
+        if row["experiment"] in seen:
+            badinput.report(problems, f"{where}: a second row for experiment {row['experiment']}; skipped")
+            continue
+        seen.add(row["experiment"])
+        rows.append(row if typed else _clean_text(row, cells))
     return rows
 
 
@@ -112,24 +196,59 @@ def _upgrade_header(path: Path) -> None:
 
 
 class ResultsLog:
-    """The writer: opened once per engine session, after repairing the file."""
+    """The writer: opened once per engine session, after repairing the file.
+
+    ``problems`` holds what opening found (a cut last line, lines that could not be used,
+    bad numbers), one line each; ``needs_rewrite`` says the file holds lines that readers
+    would skip or numbers they would blank, so the engine rewrites it clean (``rewrite``).
+    """
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        repair_torn_tail(self.path)
+        self.problems: list[str] = []
+        if self.path.exists():
+            last = self.path.read_bytes().count(b"\n") + 1
+            cut = repair_torn_tail(self.path)
+            if cut:
+                self.problems.append(f"{badinput.at(self.path, last)}: an incomplete last line "
+                                     f"({cut} bytes, no newline) was cut")
         if not self.path.exists() or self.path.stat().st_size == 0:
             append_line(self.path, HEADER)
         else:
             _upgrade_header(self.path)
-        self.rows: list[dict[str, Any]] = read_rows(self.path, typed=True)
+        found: list[str] = []
+        self.rows: list[dict[str, Any]] = read_rows(self.path, typed=True, problems=found)
+        self.problems += found
+        self.needs_rewrite = bool(found)
 
     def experiments(self) -> set[int]:
         return {r["experiment"] for r in self.rows}
 
+    def rewrite(self, rows: list[dict[str, Any]], backup: bool) -> Path | None:
+        """Replace the file with ``rows`` in experiment order (atomically). With ``backup`` the
+        old file is kept first as ``results.tsv.bad-<n>``; returns that path."""
+        rows = sorted(rows, key=lambda r: r["experiment"])
+        saved = None
+        if backup and self.path.exists():
+            k = 1
+            while self.path.with_name(f"{self.path.name}.bad-{k}").exists():
+                k += 1
+            saved = self.path.with_name(f"{self.path.name}.bad-{k}")
+            saved.write_bytes(self.path.read_bytes())
+        write_file_atomic(self.path, "".join(line + "\n" for line in [HEADER, *map(format_row, rows)]))
+        self.rows = read_rows(self.path, typed=True, problems=[])
+        self.needs_rewrite = False
+        return saved
+
     def append(self, row: dict[str, Any]) -> dict[str, Any]:
         line = format_row(row)
-        n = int(row["experiment"])
+        problems: list[str] = []
+        typed = parse_cells(line.split("\t"), f"{self.path}: new row", problems)
+        if typed is None:
+            raise ValueError(problems[0])
+        line = format_row(typed)  # a value out of its column's range is written empty, as it would be read
+        n = typed["experiment"]
         if n in self.experiments():
             raise ValueError(f"experiment {n} already has a results row")
         if crashpoints.armed("torn-row", n):
@@ -139,6 +258,5 @@ class ResultsLog:
                 os.fsync(fh.fileno())
             crashpoints.crash_point("torn-row", n)
         append_line(self.path, line)
-        typed = {c: parse_value(c, v) for c, v in zip(COLUMNS, line.split("\t"))}
         self.rows.append(typed)
         return typed

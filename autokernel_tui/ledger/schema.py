@@ -45,6 +45,7 @@ EVENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "session_ended": (("reason",), ()),
     "run_finished": (("reason",), ()),
     "error": (("message",), ()),
+    "repaired": (("message",), ()),
 }
 STATES = ("idle", "running", "paused", "awaiting_approval", "stopped")
 AGENT_KINDS = ("thinking", "text", "progress", "error")
@@ -54,7 +55,7 @@ POLICIES = ("manual", "auto", "threshold")
 
 # client.snapshot() (engine.loop.Engine.snapshot), its "tasks" entries (orchestrator) and "pending".
 SNAPSHOT_KEYS = ("run", "state", "policy", "experiment", "task", "tasks", "best", "tokens", "cost_usd", "device",
-                 "pending", "started_at", "experiments", "branch", "workspace", "pid")
+                 "pending", "started_at", "experiments", "branch", "workspace", "pid", "repairs")
 TASK_KEYS = ("name", "share", "speedup", "speedup_vs_start", "state", "roofline_pct", "experiments",
              "since_improvement", "clock_s", "status", "expected_gain")
 TASK_STATES = ("active", "queued", "plateaued", "done", "skipped")

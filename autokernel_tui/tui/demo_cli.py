@@ -21,7 +21,9 @@ def main(args: argparse.Namespace) -> int:
 
     workspace = Path(args.dir).resolve()
     if not workspace_files.is_workspace(workspace):
-        init_workspace(workspace, tasks=["rmsnorm", "softmax"])
+        # A demo is a throwaway repository of its own, even inside a project checkout: committing
+        # demo tasks into the user's repository would be worse than nesting one.
+        init_workspace(workspace, tasks=["rmsnorm", "softmax"], nested=True)
     settings = load_settings(workspace, {"run": {"policy": "manual"}, "agent": {"kind": "tuner"}})
     keys.keymap(settings.keys)
     if workspace_files.engine_is_live(workspace):

@@ -56,6 +56,7 @@ class LiveState:
     reasoning: ReasoningBuffer = field(default_factory=ReasoningBuffer)
     new_rows: list[dict] = field(default_factory=list)  # result rows not yet drawn
     notices: list[Notice] = field(default_factory=list)  # not yet shown
+    repairs: list[str] = field(default_factory=list)  # what the engine repaired when it opened the run
 
     @classmethod
     def from_snapshot(cls, snap: dict, max_reasoning_chars: int | None = None) -> "LiveState":
@@ -78,6 +79,12 @@ class LiveState:
         self.started_at = fmt.to_float(snap.get("started_at"))
         self.pending = snap.get("pending") or None
         self.kernels = [self._kernel_entry(t) for t in (snap.get("tasks") or [])]
+        repairs = snap.get("repairs")
+        self.repairs = [str(m) for m in repairs][:20] if isinstance(repairs, list) else []
+
+    def repair_notices(self) -> list[Notice]:
+        """One warning per repair the engine made when it opened the run (engine/repair.py)."""
+        return [Notice("warning", "Repaired when the run opened", m) for m in self.repairs]
 
     def _kernel_entry(self, raw: Any) -> KernelEntry:
         if isinstance(raw, str):
@@ -193,6 +200,10 @@ class LiveState:
         self.finished = str(e.get("reason") or "finished")
         self.notices.append(Notice("information", "Run finished", self.finished))
         return {HEADER, APPROVAL}
+
+    def _on_repaired(self, e: dict) -> set[str]:
+        self.notices.append(Notice("warning", "Repaired", str(e.get("message") or "")))
+        return set()
 
     def _on_error(self, e: dict) -> set[str]:
         self.notices.append(Notice("error", "Engine error", str(e.get("message") or "unknown error")))

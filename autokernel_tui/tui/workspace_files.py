@@ -40,7 +40,8 @@ def run_tags(workspace: Path) -> list[str]:
 def read_results(path: Path) -> list[dict]:
     """results.tsv rows, typed as the engine's ``result`` events carry them (ints, floats, None for
     empty), through the ledger's reader: columns renamed since the file was written are read under
-    today's names, a torn last line is skipped. A missing file is no rows."""
+    today's names, a torn last line is skipped, a line it cannot use is skipped and a bad number
+    read as empty. A missing file is no rows."""
     return _results.read_rows(Path(path), typed=True)
 
 
@@ -65,17 +66,22 @@ def tail_events(path: Path, max_bytes: int = 2 * 1024 * 1024) -> list[dict]:
     lines = data.split(b"\n")
     if start > 0:
         lines = lines[1:]  # the first line is cut in the middle
+    from autokernel_tui.ledger.events import check_event
+
     events = []
-    for line in lines:
+    for i, line in enumerate(lines):
         line = line.strip()
         if not line:
             continue
         try:
             event = json.loads(line)
-        except ValueError:
-            continue  # a line being written right now
-        if isinstance(event, dict):
-            events.append(upgrade_event(event))  # an older engine's names read as today's
+        except (ValueError, RecursionError):
+            continue  # a line being written right now (or garbage: the engine reports that on resume)
+        # Valid JSON that is not a usable event (a list, a wrong type) would break a viewer: skip it.
+        event = check_event(upgrade_event(event) if isinstance(event, dict) else event,
+                            f"{path} (line {i + 1} of the last {len(data)} bytes)", problems=[])
+        if event is not None:
+            events.append(event)  # an older engine's names read as today's
     return events
 
 

@@ -90,6 +90,7 @@ class LiveScreen(Screen):
         self.query_one("#approval").border_title = "awaiting your approval"
         self.state = LiveState.from_snapshot(self.client.snapshot())
         self._catch_up()
+        self.state.notices.extend(self.state.repair_notices())  # said once, when the screen opens
         # Subscribe after the catch-up: events are pushed, never replayed.
         self.client.subscribe(self._from_engine_thread)
         self._redraw({HEADER, KERNELS, REASONING, DIFF, RESULTS, APPROVAL})

@@ -115,11 +115,19 @@ class ReviewScreen(Screen):
         table.focus()
 
     def reload(self) -> None:
-        loader = self.load_history
-        if loader is None:
-            from autokernel_tui.ledger.history import load_runs as loader
-        self.runs = loader(self.workspace)
+        problems: list[str] = []  # lines of the run files that could not be used, one line each
+        if self.load_history is None:
+            from autokernel_tui.ledger.history import load_runs
+
+            self.runs = load_runs(self.workspace, problems=problems)
+        else:
+            self.runs = self.load_history(self.workspace)
         self._fill()
+        for line in problems[:5]:
+            self.notify(line, title="Skipped in the run files", severity="warning", timeout=20)
+        if len(problems) > 5:
+            self.notify(f"... and {len(problems) - 5} more", title="Skipped in the run files", severity="warning",
+                        timeout=20)
 
     def _kernels(self) -> list[str]:
         return ["all"] + sorted({str(_get(r, "task")) for run in self.runs for r in run.experiments})
