@@ -516,7 +516,8 @@ class Engine:
 
                 self._harness = Harness(timeout_s=self.settings.harness.timeout_s, device="auto",
                                         keep_margin=self.settings.harness.keep_margin,
-                                        confirm_keeps=self.settings.harness.confirm_keeps)
+                                        confirm_keeps=self.settings.harness.confirm_keeps,
+                                        sandbox=self.settings.harness.sandbox)
         if self._agent is None:
             from autokernel_tui.agents.base import make_agent
 

@@ -64,6 +64,8 @@ def render(report) -> str:
     if report.shapes:
         lines.append(f"  JIT compile {report.compile_s:.2f} s (not in the times above); wall {report.wall_s:.2f} s"
                      + (f"; peak VRAM {report.peak_vram_mib:.0f} MiB" if report.peak_vram_mib else ""))
+    if report.sandbox:
+        lines.append(f"  sandbox: {report.sandbox}")
     if report.status in ("CRASH", "TIMEOUT") and report.stderr_tail.strip():
         tail = [ln for ln in report.stderr_tail.splitlines() if ln.strip()][-3:]
         lines.extend(f"  | {ln[:200]}" for ln in tail)
@@ -82,7 +84,8 @@ def main(args: argparse.Namespace) -> int:
     load_spec(task_dir)  # a broken task folder: one line, exit 2
     settings = load_settings(None)
     timeout = args.timeout if args.timeout is not None else settings.harness.timeout_s
-    with Harness(timeout_s=timeout, device=args.device, keep_margin=settings.harness.keep_margin) as harness:
+    with Harness(timeout_s=timeout, device=args.device, keep_margin=settings.harness.keep_margin,
+                 sandbox=settings.harness.sandbox) as harness:
         report = harness.evaluate(task_dir, quick=args.quick or settings.harness.quick)
     print(render(report))
     if args.json:

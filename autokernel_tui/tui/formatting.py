@@ -90,3 +90,13 @@ def device_label(device: Any) -> str:
     if not name or not meaningful:
         return "CPU: Triton interpreter, timings not meaningful"
     return name
+
+
+def sandbox_warning(device: Any) -> str | None:
+    """What the header says when candidate code runs less confined than it should (None: fully)."""
+    sandbox = str(device.get("sandbox") or "") if isinstance(device, dict) else ""
+    if sandbox.startswith("NO SANDBOX"):
+        return "NO SANDBOX: candidates run as you"
+    if sandbox.startswith("no bwrap"):
+        return "sandbox: Landlock only (no bwrap)"
+    return None

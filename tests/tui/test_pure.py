@@ -116,3 +116,11 @@ def test_keymap_validation():
     ids = [spec.id for spec in keys.ALL]
     assert len(ids) == len(set(ids)), "binding ids are unique"
     assert keys.display_key(keys.NAVIGATION[3], {}) == "?"
+
+
+def test_the_header_says_when_candidates_run_less_confined():
+    from autokernel_tui.tui.formatting import sandbox_warning
+    assert sandbox_warning({"name": "NVIDIA H200", "sandbox": "bwrap: own mount view ..."}) is None
+    assert "Landlock only" in sandbox_warning({"sandbox": "no bwrap (bubblewrap cannot create namespaces here)"})
+    assert sandbox_warning({"sandbox": "NO SANDBOX (harness.sandbox = off): ..."}).startswith("NO SANDBOX")
+    assert sandbox_warning({"name": "CPU"}) is None and sandbox_warning(None) is None

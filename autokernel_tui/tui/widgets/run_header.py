@@ -39,6 +39,10 @@ def header_text(state: LiveState, now: float, attached: bool = False) -> Text:
     text.append(*sep)
     device = fmt.device_label(state.device)
     text.append(device, "#d78700" if device.startswith("CPU") else "#87d7af")
+    warning = fmt.sandbox_warning(state.device)
+    if warning:
+        text.append("  ")
+        text.append(warning, "bold #ff5f5f" if warning.startswith("NO") else "bold #d78700")
     if attached:
         text.append("  attached", "italic #87afff")
     return text
