@@ -146,7 +146,7 @@ def test_the_old_roofline_target_setting_is_read_as_percent(tmp_path, monkeypatc
     with pytest.raises(ConfigError, match="looks like a fraction; it is a percent: write 90"):
         load_settings(ws, env={})
     (ws / "autokernel.toml").write_text("[run]\nroofline_target_pct = 150\n")
-    with pytest.raises(ConfigError, match="0-100"):
+    with pytest.raises(ConfigError, match="from 0 to 100"):
         load_settings(ws, env={})
     (ws / "autokernel.toml").write_text("[run]\nroofline_target_pct = 0\n")
     assert load_settings(ws, env={}).run.roofline_target_pct == 0.0  # 0: never stop on the roofline

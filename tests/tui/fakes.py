@@ -134,7 +134,7 @@ def snapshot(**over):
         "run": TAG, "state": "running", "policy": "manual", "experiment": 7, "task": "rmsnorm",
         "tasks": ranking(), "best": {"rmsnorm": 1.12}, "tokens": 123456, "cost_usd": 1.87, "device": DEVICE,
         "pending": None, "started_at": T0, "experiments": len(ROWS), "branch": f"autokernel/{TAG}",
-        "workspace": "/fixture/ws", "pid": 4242,
+        "workspace": "/fixture/ws", "pid": 4242, "repairs": [],
     }
     snap.update(over)
     return checked(schema.check_snapshot(snap), snap)

@@ -77,7 +77,7 @@ def test_the_real_engine_writes_what_the_schema_says(tmp_path):
     files = _run_files(workspace / ".autokernel" / "runs" / GPU_TAG)
     assert _problems(*files) == []
     events = files[0]
-    assert {e["type"] for e in events} >= set(schema.EVENTS) - {"experiment_abandoned", "run_finished", "error"}
+    assert {e["type"] for e in events} >= set(schema.EVENTS) - {"experiment_abandoned", "run_finished", "error", "repaired"}
 
 
 def test_the_schema_catches_the_old_fakes_drift():

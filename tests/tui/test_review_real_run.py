@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 def real_run(tmp_path):
     from autokernel_tui.config import Settings
     from autokernel_tui.engine.loop import Engine
+    from autokernel_tui.harness.runner import Harness
     from autokernel_tui.ledger.workspace import init_workspace
 
     ws = init_workspace(tmp_path / "ws", tasks=["rmsnorm"])
@@ -32,10 +33,11 @@ def real_run(tmp_path):
     s.run.max_experiments = 1
     s.agent.kind = "tuner"
     s.harness.quick = True
-    # Interpreter timings are noise: let every passing candidate count as faster, once, so it is kept.
-    s.harness.keep_margin = 0.0001
     s.harness.confirm_keeps = False
-    engine = Engine(ws, s, tag="real", env={"TRITON_INTERPRET": "1"})
+    # Interpreter timings are noise: the real harness with a keep margin no setting may ask for (below
+    # 1 a slower candidate would count as faster), so every passing candidate is kept, once.
+    harness = Harness(timeout_s=s.harness.timeout_s, device="auto", keep_margin=0.0001, confirm_keeps=False)
+    engine = Engine(ws, s, tag="real", env={"TRITON_INTERPRET": "1"}, harness=harness)
     try:
         reason = engine.run()
     finally:
