@@ -51,11 +51,11 @@ def append_line(path: Path, line: str) -> None:
         os.close(fd)
 
 
-def write_file_atomic(path: Path, text: str) -> None:
+def write_file_atomic(path: Path, text: str | bytes) -> None:
     """Write a whole file via a temp file + rename, so readers never see half of it."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    with open(tmp, "wb") as fh:
+        fh.write(text if isinstance(text, bytes) else text.encode("utf-8"))
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)

@@ -189,10 +189,11 @@ def upgrade_row(row: dict[str, Any]) -> dict[str, Any]:
 def _upgrade_header(path: Path) -> None:
     """Give a file written before a rename today's header (only the engine, holding the workspace
     lock, calls this). Rows are untouched: the renamed columns kept their place and unit."""
-    text = path.read_text(encoding="utf-8")
-    header, sep, rest = text.partition("\n")
-    if header != HEADER and tuple(RENAMED.get(n, n) for n in header.split("\t")) == COLUMNS:
-        write_file_atomic(path, HEADER + sep + rest)
+    data = path.read_bytes()  # bytes: a row that is not UTF-8 is the reader's to report, untouched here
+    header, sep, rest = data.partition(b"\n")
+    names = header.decode("utf-8", "replace").rstrip("\r").split("\t")
+    if header.decode("utf-8", "replace") != HEADER and tuple(RENAMED.get(n, n) for n in names) == COLUMNS:
+        write_file_atomic(path, HEADER.encode() + sep + rest)
 
 
 class ResultsLog:
