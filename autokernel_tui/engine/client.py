@@ -76,6 +76,13 @@ class SocketClient:
     def __init__(self, workspace: str | Path, timeout_s: float = 10.0):
         self.path = socket_path(workspace)
         self.timeout_s = timeout_s
+        from autokernel_tui.engine.control import read_token
+
+        try:
+            self._token = read_token(self.path)
+        except OSError as exc:
+            raise WorkspaceError(f"cannot read the engine's control token beside {self.path}: "
+                                 f"{exc.strerror or exc}") from None
         try:
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         except OSError as exc:  # e.g. this process is out of file descriptors
@@ -140,7 +147,8 @@ class SocketClient:
     def send(self, cmd: str, **args: Any) -> dict[str, Any]:
         rid = next(self._ids)
         try:
-            data = (json.dumps({"id": rid, "cmd": cmd, **args}, allow_nan=False) + "\n").encode()
+            data = (json.dumps({"id": rid, "cmd": cmd, **args, "token": self._token}, allow_nan=False)
+                    + "\n").encode()
         except (TypeError, ValueError) as exc:  # NaN, Infinity or an object JSON cannot carry
             return {"ok": False, "error": f"bad request: {exc}"}
         try:
