@@ -151,6 +151,8 @@ class Contestant:
         self.last = outs
         if not msg.get("keep_inputs"):
             self.sets.pop(key, None)
+        if msg.get("fingerprint_seed") is not None:  # the judge wants only fingerprints of these outputs
+            return {"elapsed_s": elapsed, "fingerprints": inputs_mod.fingerprints(outs, int(msg["fingerprint_seed"]))}
         return {"elapsed_s": elapsed, "outputs": transfer.export(outs, self.scratch, "last")}
 
     @staticmethod

@@ -120,6 +120,7 @@ class Evaluation:
         self.compile_s = 0.0
         self.outside: list[dict[str, Any]] = []  # per timed batch: outside seconds and reported times
         self.split: Counter[str] = Counter()  # where the evaluation's wall time went, in seconds
+        self._expected: dict[tuple, list[dict[str, Any]]] = {}
 
     @contextlib.contextmanager
     def timed(self, what: str):
@@ -138,8 +139,15 @@ class Evaluation:
         return {"dims": dict(shape.dims), "dtype": dtype, "base_seed": self.base_seed(shape, dtype),
                 "steps": [["perturb", self.rng.randrange(2**62)], *extra]}
 
-    def expected(self, inputs: tuple) -> list[dict[str, Any]]:
-        return [transfer.describe(o) for o in as_tuple(self.ref.reference(*inputs))]
+    def expected(self, inputs: tuple, key: tuple | None = None) -> list[dict[str, Any]]:
+        """Shape, dtype and device of the reference's outputs (what a candidate must return);
+        with ``key`` (shape name, dtype) computed once per config, not per call."""
+        if key is not None and key in self._expected:
+            return self._expected[key]
+        meta = [transfer.describe(o) for o in as_tuple(self.ref.reference(*inputs))]
+        if key is not None:
+            self._expected[key] = meta
+        return meta
 
     # Contestants -------------------------------------------------------------------------
     def contestant(self, source: str, slot: str = "a") -> ContestantProxy:
@@ -151,7 +159,7 @@ class Evaluation:
         where = f"{shape.name} {dtype}" + (f" '{label}'" if label else "")
         if recipe is not None:
             inputs = self.builder.build(recipe)
-        expected = self.expected(inputs)
+        expected = self.expected(inputs, (shape.name, dtype))
         reply, _ = c.request({"op": "call", "set": f"{shape.name}:{dtype}", "recipe": recipe, "where": where,
                               "stage": stage, "expected": expected, "keep_inputs": keep_inputs,
                               "forbidden_ops": list(self.spec.forbidden_ops)}, stage)
@@ -201,21 +209,29 @@ class Evaluation:
                                                  keep_inputs=True)
             # Replay check: new contents in the same tensors, with the same address, id and _version
             # (written through .data), so a cache keyed on any of them is stale.
+            # Only the outputs' fingerprints come back this time (a stale output fails them as surely).
             fresh = self.recipe(shape, dtype)
             inputs_mod.refill_(inputs, self.builder.build(fresh))
             c.request({"op": "refill", "set": f"{shape.name}:{dtype}", "recipe": fresh}, "shapes")
+            stale = Verdict("REJECTED", "shapes", f"{shape.name} {dtype}: stale output after the inputs changed in "
+                            "place (same address, id and version): caching or replaying outputs across calls")
+            seed = self.rng.randrange(2**40)
             try:
-                _, _, errors2 = self.run_checked(c, shape, dtype, "shapes", None, inputs=inputs)
+                reply, _ = c.request({"op": "call", "set": f"{shape.name}:{dtype}", "recipe": None,
+                                      "where": f"{shape.name} {dtype}", "stage": "shapes",
+                                      "expected": self.expected(inputs, (shape.name, dtype)),
+                                      "forbidden_ops": list(self.spec.forbidden_ops), "fingerprint_seed": seed},
+                                     "shapes")
             except Verdict as v:
-                if (v.status == "FAIL" and "wrong" in v.reason) or "no Triton kernel" in v.reason:
-                    raise Verdict("REJECTED", "shapes", f"{shape.name} {dtype}: stale output after the inputs "
-                                  "changed in place (same address, id and version): caching or replaying "
-                                  "outputs across calls") from None
+                if "no Triton kernel" in v.reason:
+                    raise stale from None
                 raise
+            with self.timed("judge: fingerprints verified"):
+                self._verify_fingerprints([None], [0], [reply.get("fingerprints")], seed, self.spec.tolerances[dtype],
+                                          f"{shape.name} {dtype}", inputs=[inputs], error=stale)
             report.shapes.append(ShapeResult(
                 shape=shape.name, dims=dict(shape.dims), dtype=dtype, passed=True,
-                max_abs_err=max(e.max_abs_err for e in errors + errors2),
-                rel_l2_err=max(e.rel_l2_err for e in errors + errors2)))
+                max_abs_err=max(e.max_abs_err for e in errors), rel_l2_err=max(e.rel_l2_err for e in errors)))
 
     def stage_stability(self, c: ContestantProxy) -> None:
         transforms = getattr(self.ref, "ADVERSARIAL", {}) or {}
@@ -266,18 +282,22 @@ class Evaluation:
                              "reported_us": sum(times), "warmup": warmup})
         return times
 
-    def _verify_fingerprints(self, recipes: list[dict], verify: list[int], claimed: list, seed: int, tol: Any,
-                             where: str) -> None:
+    def _verify_fingerprints(self, recipes: list[dict | None], verify: list[int], claimed: Any, seed: int, tol: Any,
+                             where: str, inputs: list[tuple] | None = None, error: Verdict | None = None) -> None:
+        """Check the claimed fingerprints of reps ``verify`` against the reference on their inputs (built
+        from ``recipes``, or given as ``inputs``); a mismatch raises ``error`` (default: a timed run)."""
+        if not isinstance(claimed, list):
+            claimed = []
         for r in verify:
-            inputs = self.builder.build(recipes[r])
-            refs = precise_reference(self.ref, inputs)
-            got = claimed[r] if isinstance(claimed[r], list) else []
+            inputs_r = inputs[r] if inputs is not None else self.builder.build(recipes[r])
+            refs = precise_reference(self.ref, inputs_r)
+            got = claimed[r] if r < len(claimed) and isinstance(claimed[r], list) else []
             for i, ref in enumerate(refs):
                 ref_fp, bound = inputs_mod.fingerprint_bound(ref, seed + 1000 * r + i, tol.max_rel_l2)
                 value = float(got[i]) if i < len(got) and isinstance(got[i], (int, float)) else math.nan
                 if not inputs_mod.fingerprint_ok(value, ref_fp, bound):
-                    raise Verdict("REJECTED", "timing", f"{where}: the output of a timed run is wrong (the kernel "
-                                  "behaves differently when timed, or replays outputs)")
+                    raise error or Verdict("REJECTED", "timing", f"{where}: the output of a timed run is wrong (the "
+                                           "kernel behaves differently when timed, or replays outputs)")
 
     def fetch_and_check(self, c: ContestantProxy, shape: Shape, dtype: str, recipe: dict, rep: int,
                         seed: int | None = None) -> None:
