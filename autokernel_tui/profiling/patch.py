@@ -22,12 +22,20 @@ matmul             ``nn.Linear`` (kernel_fn(x[M,K], W^T[K,N]) + bias)
 Every replacement runs its kernel inside ``record_function("autokernel::<family>")`` so a
 profile of the patched model attributes the Triton kernels to their family (and only
 them: SwiGLU's projections run outside the label and stay matmuls).
+
+``patch_model(..., custom_ops=True)`` puts each kernel in as a ``torch.library`` custom op
+(``autokernel::<family>_<digest>``, with a fake implementation for shapes), so the patched
+model compiles with ``torch.compile`` (the kernels are calls inside Inductor's graph; the
+rest of the model is Inductor's) and captures into CUDA graphs (``mode="reduce-overhead"``),
+where the host cost of launching disappears. In eager mode the plain function is cheaper to
+call (no dispatcher on the way), so that is the default.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -87,19 +95,82 @@ def load_kernels(paths: dict[str, str | Path]) -> dict[str, Callable]:
     return {family: load_kernel(p) for family, p in paths.items()}
 
 
+# family -> (kernel_fn's parameters with their types, the shape of its output from its inputs)
+_T, _F, _S = torch.Tensor, float, str
+OP_SIGNATURES: dict[str, tuple[tuple[tuple[str, type], ...], Callable[..., torch.Tensor]]] = {
+    "rmsnorm": ((("x", _T), ("weight", _T), ("eps", _F)), lambda x, w, eps: torch.empty_like(x)),
+    "layernorm": ((("x", _T), ("weight", _T), ("bias", _T), ("eps", _F)), lambda x, w, b, eps: torch.empty_like(x)),
+    "gelu": ((("x", _T), ("approximate", _S)), lambda x, approximate: torch.empty_like(x)),
+    "swiglu": ((("gate", _T), ("up", _T)), lambda g, u: torch.empty_like(g)),
+    "flash_attention": ((("q", _T), ("k", _T), ("v", _T)), lambda q, k, v: torch.empty_like(q)),
+    "rotary": ((("x", _T), ("cos", _T), ("sin", _T)), lambda x, cos, sin: torch.empty_like(x)),
+    "softmax": ((("x", _T),), lambda x: torch.empty_like(x)),
+    "cross_entropy": ((("logits", _T), ("targets", _T)), lambda logits, t: logits.new_empty(())),
+    # b arrives as the weight's transpose, a view: the op makes it contiguous (cached per weight version).
+    "matmul": ((("a", _T), ("b", _T)), lambda a, b: a.new_empty(a.shape[0], b.shape[1])),
+}
+_OPS: dict[str, Callable] = {}
+
+
+def _contiguous_b(fn: Callable) -> Callable:
+    """matmul's kernel_fn wants b[K,N] contiguous; the op gets W^T as a view and keeps one copy per
+    weight version (inside the op, where the cache is plain Python that a compiled graph never sees)."""
+    cache: dict[tuple, torch.Tensor] = {}
+
+    def call(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        if not b.is_contiguous():
+            key = (b.data_ptr(), b._version, b.dtype, tuple(b.shape))
+            if key not in cache:
+                cache.clear()
+                cache[key] = b.contiguous()
+            b = cache[key]
+        return fn(a, b)
+    return call
+
+
+def as_custom_op(family: str, fn: Callable) -> Callable:
+    """``fn`` (a family's kernel_fn) as a torch custom op, registered once per kernel."""
+    if family not in OP_SIGNATURES:
+        raise PatchError(f"no custom-op signature for {family}")
+    params, fake = OP_SIGNATURES[family]
+    name = f"autokernel::{family}_{hashlib.sha256(repr((family, id(fn), fn.__module__)).encode()).hexdigest()[:12]}"
+    if name in _OPS:
+        return _OPS[name]
+    impl = _contiguous_b(fn) if family == "matmul" else fn
+
+    def op_impl(*args):
+        return impl(*args)
+
+    op_impl.__signature__ = inspect.Signature(
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=t) for n, t in params],
+        return_annotation=torch.Tensor)
+    op = torch.library.custom_op(name, op_impl, mutates_args=())
+    op.register_fake(fake)
+    _OPS[name] = op
+    return op
+
+
 def _rows(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-1])
+
+
+def _compiling() -> bool:
+    compiler = getattr(torch, "compiler", None)
+    return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
 
 
 class _Patched(nn.Module):
     family = ""
 
-    def __init__(self, original: nn.Module, fn: Callable):
+    def __init__(self, original: nn.Module, fn: Callable, custom_op: bool = False):
         super().__init__()
         self.original = original  # keeps the parameters where the model expects them
-        self.fn = fn
+        self.fn = as_custom_op(self.family, fn) if custom_op else fn
+        self.custom_op = custom_op
 
     def forward(self, *args):
+        if _compiling():  # a compiled graph has no use for the profiler label
+            return self.run(*args)
         with torch.profiler.record_function(f"autokernel::{self.family}"):
             return self.run(*args)
 
@@ -141,8 +212,11 @@ class SwiGLUKernel(_Patched):
         # (inside it, a profile of the patched model would charge them to swiglu).
         m = self.original
         g, u = m.gate_proj(x), m.up_proj(x)
-        with torch.profiler.record_function(f"autokernel::{self.family}"):
+        if _compiling():
             h = self.fn(_rows(g), _rows(u)).view(g.shape)
+        else:
+            with torch.profiler.record_function(f"autokernel::{self.family}"):
+                h = self.fn(_rows(g), _rows(u)).view(g.shape)
         return m.down_proj(h)
 
 
@@ -189,7 +263,9 @@ class LinearKernel(_Patched):
 
     def run(self, x):
         m = self.original
-        y = self.fn(_rows(x), self.weight_t()).view(*x.shape[:-1], m.weight.shape[0])
+        # As a custom op the transpose is a view (the op keeps its contiguous copy); eagerly, cached here.
+        wt = m.weight.t() if self.custom_op else self.weight_t()
+        y = self.fn(_rows(x), wt).view(*x.shape[:-1], m.weight.shape[0])
         return y if m.bias is None else y + m.bias
 
 
@@ -217,10 +293,12 @@ SITES: dict[str, tuple[Callable[[nn.Module], bool], type]] = {
 }
 
 
-def patch_model(model: nn.Module, kernels: dict[str, Callable], families: list[str] | None = None) -> dict[str, int]:
+def patch_model(model: nn.Module, kernels: dict[str, Callable], families: list[str] | None = None,
+                custom_ops: bool = False) -> dict[str, int]:
     """Replace every qualifying module of each family in ``kernels``; returns {family: modules replaced}.
 
     In place. Families without a patch site here are reported with 0; nothing is patched twice.
+    ``custom_ops``: call each kernel as a torch custom op (for ``torch.compile`` and CUDA graphs).
     """
     unknown = [f for f in kernels if f not in SITES]
     wanted = [f for f in (families or list(kernels)) if f in kernels]
@@ -236,7 +314,7 @@ def patch_model(model: nn.Module, kernels: dict[str, Callable], families: list[s
                     continue  # the wrapped module itself (its own children may still be patched)
                 if isinstance(child, _Patched) or not qualifies(child):
                     continue
-                setattr(parent, name, wrapper(child, kernels[family]))
+                setattr(parent, name, wrapper(child, kernels[family], custom_ops))
                 counts[family] += 1
     return counts
 

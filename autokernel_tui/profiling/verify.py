@@ -23,6 +23,17 @@ from autokernel_tui.tasks import spec as taskspec
 # Relative L2 error allowed against the original when the model's own noise is smaller.
 ERROR_FLOOR = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 5e-3}
 NOISE_FACTOR = 3.0
+# How a model can be run, with and without the kernels: (kernels in?, torch.compile mode or None).
+# "+kernels" under compile calls each kernel as a torch custom op inside Inductor's graph; the
+# "cudagraphs" modes are torch.compile(mode="reduce-overhead"), whose CUDA graphs take the host's
+# launch cost away. The unpatched rows are what a user gets without us.
+MODES: dict[str, tuple[bool, str | None]] = {
+    "eager": (False, None), "eager+kernels": (True, None),
+    "compile": (False, "default"), "compile+kernels": (True, "default"),
+    "cudagraphs": (False, "reduce-overhead"), "cudagraphs+kernels": (True, "reduce-overhead"),
+}
+GPU_MODES = tuple(MODES)
+CPU_MODES: tuple[str, ...] = ()  # compiling on the CPU takes minutes, and its times mean nothing
 
 
 class VerifyError(AutokernelError):
@@ -181,8 +192,9 @@ def _family_times(bundle, model, steps: int) -> dict:
 
 def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=None, device="auto", train=False,
            layers=None, iters: int | None = None, warmup: int | None = None, families: list[str] | None = None,
-           profile_steps: int | None = None) -> dict:
-    """Patch ``kernels`` ({family: kernel.py}) into ``model`` and compare it with the original."""
+           profile_steps: int | None = None, modes: tuple[str, ...] | None = None) -> dict:
+    """Patch ``kernels`` ({family: kernel.py}) into ``model`` and compare it with the original, in
+    each of ``modes`` (default: every mode of ``MODES`` on a GPU, eager with and without on the CPU)."""
     import torch
 
     from autokernel_tui.profiling.cli import default_dtype
@@ -250,7 +262,71 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
         "measured_speedup": before["median_us"] / after["median_us"] if after["median_us"] > 0 else None,
         "predicted_speedup": predicted, "prediction_gap": gap, "families": per_family,
         "kernels": {f: str(p) for f, p in kernels.items()},
+        **compare_modes(original, kernels, families, inputs, out0, tol, bundle.device,
+                        modes or (GPU_MODES if gpu else CPU_MODES), iters, warmup),
     }
+
+
+def compare_modes(original, kernels: dict[str, Path], families, inputs, reference_out, tol: float, device: str,
+                  modes: tuple[str, ...], iters: int, warmup: int) -> dict:
+    """The model in each mode, with and without the kernels: outputs checked against eager, times
+    interleaved (so drift falls on all alike), and which one to ship."""
+    import torch
+
+    from autokernel_tui.profiling.patch import load_kernels, patch_model
+
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise VerifyError(f"unknown mode(s) {', '.join(unknown)}; modes: {', '.join(MODES)}")
+    cuda = device.startswith("cuda")
+    built, results = {}, {}
+    for name in modes:
+        with_kernels, compile_mode = MODES[name]
+        if compile_mode == "reduce-overhead" and not cuda:
+            results[name] = {"skipped": "CUDA graphs need a GPU"}
+            continue
+        m = copy.deepcopy(original)
+        if with_kernels:
+            patch_model(m, load_kernels(kernels), families, custom_ops=compile_mode is not None)
+        if compile_mode is not None:
+            m = torch.compile(m, mode=compile_mode, dynamic=False)
+        try:
+            out = None
+            for _ in range(max(warmup, 3 if compile_mode == "reduce-overhead" else 1)):  # compiles, records graphs
+                out = _forward(m, inputs)
+            out = out.float().clone()
+        except Exception as exc:  # a mode that does not run is a finding, not a crash of verify
+            results[name] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+            continue
+        err = rel_l2(out, reference_out.float())
+        finite = bool(torch.isfinite(out).all())
+        results[name] = {"correct": finite and err <= tol, "rel_l2_vs_eager": err}
+        built[name] = m
+    names = list(built)
+    times = _time([built[n] for n in names], inputs, iters, 0, device) if names else []
+    for n, t in zip(names, times):
+        results[n].update(_stats(t))
+    base = {k: results.get(k, {}).get("median_us") for k in ("eager", "compile", "cudagraphs")}
+    for n in names:
+        med = results[n]["median_us"]
+        for ref_name, ref_us in base.items():
+            if ref_us and med:
+                results[n][f"speedup_vs_{ref_name}"] = ref_us / med
+    timed = [n for n in names if results[n].get("correct") and results[n].get("median_us")]
+    best = min(timed, key=lambda n: results[n]["median_us"]) if timed else None
+    return {"modes": results, "ship": best, "ship_reason": _ship_reason(best, results)}
+
+
+def _ship_reason(best: str | None, results: dict) -> str:
+    if best is None:
+        return "no mode both ran and matched the original"
+    without = best.replace("+kernels", "")
+    line = f"{best}: the fastest mode whose outputs match ({results[best]['median_us'] / 1e3:.3f} ms)"
+    if best.endswith("+kernels") and results.get(without, {}).get("median_us"):
+        line += f", {results[without]['median_us'] / results[best]['median_us']:.3f}x {without} without the kernels"
+    elif not best.endswith("+kernels"):
+        line += "; the kernels do not make this model faster in any mode measured"
+    return line
 
 
 def prof_device(device: str) -> str:
@@ -288,6 +364,17 @@ def format_result(r: dict) -> str:
             continue
         lines.append(f"  {f['family']:<16} share {100 * f['share']:5.1f}%  {f['before_us']:10.1f} us -> "
                      f"{f['after_us']:10.1f} us  kernel {x(f['kernel_speedup'])}")
+    if r.get("modes"):
+        lines.append("modes (each beside eager, torch.compile and CUDA graphs of the unpatched model):")
+        for name, m in r["modes"].items():
+            if "skipped" in m or "error" in m:
+                lines.append(f"  {name:<19} {m.get('skipped') or 'failed: ' + m['error']}")
+                continue
+            check = "PASS" if m.get("correct") else "FAIL"
+            vs = "  ".join(f"{x(m.get(f'speedup_vs_{b}'))} vs {b}" for b in ("eager", "compile", "cudagraphs")
+                           if m.get(f"speedup_vs_{b}") is not None)
+            lines.append(f"  {name:<19} {m['median_us'] / 1e3:8.3f} ms  outputs {check}  {vs}")
+        lines.append(f"ship: {r['ship_reason']}")
     if not r["timing_meaningful"]:
         lines.append("CPU: kernels ran in the Triton interpreter; the check is real, the timings are not.")
     return "\n".join(lines)
