@@ -35,6 +35,10 @@ class ShapeResult:
     compile_ref_us: float | None = None
     speedup_vs_baseline: float | None = None
     speedup_vs_compile: float | None = None
+    # Host side of a call (median us to launch it with the GPU busy; GPU only) and the eager
+    # reference's; a call costs a model max(host, device) when it runs eagerly one after another.
+    host_us: float | None = None
+    baseline_host_us: float | None = None
     gbps: float | None = None
     tflops: float | None = None
     roofline_pct: float | None = None  # percent of the roofline, 0-100 (clamped)

@@ -196,7 +196,7 @@ class Contestant:
         if self.launches.count - launches < len(sets) + 1:
             raise Verdict("REJECTED", "timing", f"{where} (timed run): some timed calls launched no Triton kernel")
         self.batch = [as_tuple(o) for o in outs + more]
-        return {"times_us": before.times_us + after.times_us}
+        return {"times_us": before.times_us + after.times_us, "host_us": before.host_us + after.host_us}
 
     def fingerprint_batch(self, msg: dict) -> dict:
         seed = int(msg["seed"])

@@ -121,6 +121,7 @@ class Evaluation:
         self.outside: list[dict[str, Any]] = []  # per timed batch: outside seconds and reported times
         self.split: Counter[str] = Counter()  # where the evaluation's wall time went, in seconds
         self._expected: dict[tuple, list[dict[str, Any]]] = {}
+        self.host_us: dict[str, list[float]] = {}  # per config: host time of each timed call (as reported)
 
     @contextlib.contextmanager
     def timed(self, what: str):
@@ -267,6 +268,9 @@ class Evaluation:
         reply, t_time = c.request({"op": "time", "recipes": recipes, "warmup": warmup, "where": where,
                                    "stage": "timing", "forbidden_ops": list(self.spec.forbidden_ops)}, "timing")
         times = [float(t) for t in reply.get("times_us", [])]
+        host = reply.get("host_us")
+        if isinstance(host, list) and len(host) == len(times):
+            self.host_us.setdefault(where, []).extend(float(h) for h in host if isinstance(h, (int, float)))
         if len(times) != len(recipes) or not all(math.isfinite(t) and t >= 0 for t in times):
             raise Verdict("REJECTED", "timing", f"{where}: the contestant reported {len(times)} times for "
                                                 f"{len(recipes)} timed calls")
@@ -318,7 +322,7 @@ class Evaluation:
             recipes = [self.recipe(shape, dtype) for _ in range(CPU_REPS)]
             times = self.timed_batch(c, shape, dtype, recipes, 2, list(range(len(recipes))))
             self.fetch_and_check(c, shape, dtype, recipes[0], 0)
-            return Samples(times)
+            return Samples(times, self.host_us.get(f"{shape.name} {dtype}", []))
         first = [self.recipe(shape, dtype) for _ in range(FIRST_BATCH)]
         times = self.timed_batch(c, shape, dtype, first, 2, self.rng.sample(range(FIRST_BATCH), 1))
         total = reps_for(stats.median(times))
@@ -333,7 +337,7 @@ class Evaluation:
                 self.fetch_and_check(c, shape, dtype, recipes[verify[0]], verify[0])
             b += 1
         c.request({"op": "drop"}, "timing")
-        return Samples(times)
+        return Samples(times, self.host_us.get(f"{shape.name} {dtype}", []))
 
     def time_reference(self, fn: Any, shape: Shape, dtype: str) -> Samples:
         """The judge's own timing of a trusted function (the eager reference, its compiled form)."""
@@ -344,12 +348,14 @@ class Evaluation:
             n = reps_for(probe.median)
         size = self.batch_size(shape, dtype, n)
         times: list[float] = []
+        host: list[float] = []
         while len(times) < n:
             sets = [self.builder.build(self.recipe(shape, dtype)) for _ in range(min(size, n - len(times)))]
             samples, outs = time_reps(fn, sets, self.st.flusher)
             del outs
             times += samples.times_us
-        return Samples(times)
+            host += samples.host_us
+        return Samples(times, host)
 
     def baseline(self, shape: Shape, dtype: str) -> dict[str, Any]:
         key = BaselineCache.key(self.digest, shape.name + ":" + shape.label(), dtype)
@@ -361,7 +367,8 @@ class Evaluation:
 
     def _take_baseline(self, key: str, shape: Shape, dtype: str) -> dict[str, Any]:
         eager = self.time_reference(self.ref.reference, shape, dtype)
-        value: dict[str, Any] = {"eager_us": eager.median, "compile_us": None, "compile_note": "not on CPU"}
+        value: dict[str, Any] = {"eager_us": eager.median, "compile_us": None, "compile_note": "not on CPU",
+                                 "eager_host_us": stats.median(eager.host_us) if eager.host_us else None}
         if self.st.cuda:
             value.update(self._time_compiled(shape, dtype))
         self.st.baselines.put(key, value)
@@ -405,6 +412,8 @@ class Evaluation:
             p20, med, p80 = samples.pcts()
             row.median_us, row.p20_us, row.p80_us = med, p20, p80
             row.baseline_us, row.compile_ref_us = base["eager_us"], base.get("compile_us")
+            row.host_us = stats.median(samples.host_us) if samples.host_us else None
+            row.baseline_host_us = base.get("eager_host_us")
             row.speedup_vs_baseline = base["eager_us"] / med if med > 0 else None
             row.speedup_vs_compile = row.compile_ref_us / med if row.compile_ref_us and med > 0 else None
             n_bytes = float(self.ref.bytes_moved(dict(shape.dims), _dtype(dtype)))

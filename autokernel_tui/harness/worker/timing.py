@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
@@ -45,6 +45,9 @@ HOST_LEAD_CYCLES = 200_000
 @dataclass
 class Samples:
     times_us: list[float]
+    # Host time of each call (launching it, the GPU kept busy meanwhile): what an eager model pays
+    # per call on the CPU side. Empty on the CPU, where the call is the whole interpreted run.
+    host_us: list[float] = field(default_factory=list)
 
     @property
     def median(self) -> float:
@@ -118,11 +121,14 @@ def time_reps(fn: Callable, input_sets: Sequence[tuple], flush: L2Flusher | None
             times.append((time.perf_counter() - t0) * 1e6)
         return Samples(times), outputs
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in input_sets]
+    host = []
     with no_gc():
         for inputs, (start, end) in zip(input_sets, events):
             flush()
             start.record()
+            t0 = time.perf_counter()
             outputs.append(fn(*inputs))
+            host.append((time.perf_counter() - t0) * 1e6)
             end.record()
     torch.cuda.synchronize()
-    return Samples([s.elapsed_time(e) * 1000.0 for s, e in events]), outputs
+    return Samples([s.elapsed_time(e) * 1000.0 for s, e in events], host), outputs
