@@ -42,6 +42,10 @@ class ShapeResult:
     gbps: float | None = None
     tflops: float | None = None
     roofline_pct: float | None = None  # percent of the roofline, 0-100 (clamped)
+    # Why this shape's times are not to be trusted (its spread stayed wide after one retake), or "".
+    # A disturbed shape is left out of the summary's speedups, never counted as a gain or a loss.
+    disturbed: str = ""
+    baseline_note: str = ""  # "in window" (the eager reference re-timed beside the kernel) or why not
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -61,6 +65,7 @@ class Summary:
     worst_speedup: float | None
     gbps: float | None
     tflops: float | None
+    disturbed_shapes: int = 0  # left out of the speedups above (ShapeResult.disturbed)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -50,6 +50,12 @@ VERIFY_PER_BATCH = {"cuda": 1, "cpu": 3}  # timed reps whose fingerprints are ch
 # the measured difference travels with every comparison (``cross_check``) either way.
 EXCESS_TOL_US = 50.0
 EXCESS_TOL_FRAC = 1.0
+# A shape whose timed calls spread wider than this (p80 / p20) was disturbed (a host stall, another
+# process on the GPU): it is timed once more, and if it stays this wide it is marked, not believed.
+# (On the H200, run 6l: a disturbed rmsnorm shape read p20-p80 10.0-32.6 us where 9.8-10.9 is usual.)
+DISTURBED_SPREAD = 1.3
+# The eager reference is re-timed beside the kernel on this many calls (the cached figure is a hint).
+WINDOW_REPS = 10
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -339,9 +345,9 @@ class Evaluation:
         c.request({"op": "drop"}, "timing")
         return Samples(times, self.host_us.get(f"{shape.name} {dtype}", []))
 
-    def time_reference(self, fn: Any, shape: Shape, dtype: str) -> Samples:
+    def time_reference(self, fn: Any, shape: Shape, dtype: str, reps: int | None = None) -> Samples:
         """The judge's own timing of a trusted function (the eager reference, its compiled form)."""
-        n = CPU_REPS if not self.st.cuda else None
+        n = CPU_REPS if not self.st.cuda else reps
         warm_up(fn, self.builder.build(self.recipe(shape, dtype)))
         if n is None:
             probe, _ = time_reps(fn, [self.builder.build(self.recipe(shape, dtype))], self.st.flusher)
@@ -407,8 +413,23 @@ class Evaluation:
         self.st.pool.settle()  # no spare starting its CUDA context while we time
         for shape, dtype in self.configs:
             row = by_key[(shape.name, dtype)]
-            base = self.baseline(shape, dtype)
+            base = dict(self.baseline(shape, dtype))
             samples = self.time_contestant(c, shape, dtype)
+            if self.st.cuda and _spread(samples) > DISTURBED_SPREAD:  # one retake; the tighter one stands
+                self.host_us.pop(f"{shape.name} {dtype}", None)
+                again = self.time_contestant(c, shape, dtype)
+                samples = again if _spread(again) < _spread(samples) else samples
+                if _spread(samples) > DISTURBED_SPREAD:
+                    row.disturbed = (f"p20-p80 spread {_spread(samples):.2f}x after a retake (over "
+                                     f"{DISTURBED_SPREAD}x): times not to be trusted")
+            if self.st.cuda:  # the eager reference beside the kernel, in the same window
+                with self.timed("judge: baselines re-timed"):
+                    now = self.time_reference(self.ref.reference, shape, dtype, reps=WINDOW_REPS)
+                row.baseline_note = (f"in window ({now.median:.2f} us; cached {base['eager_us']:.2f})"
+                                     if base.get("eager_us") else "in window")
+                base["eager_us"] = now.median
+                if now.host_us:
+                    base["eager_host_us"] = stats.median(now.host_us)
             p20, med, p80 = samples.pcts()
             row.median_us, row.p20_us, row.p80_us = med, p20, p80
             row.baseline_us, row.compile_ref_us = base["eager_us"], base.get("compile_us")
@@ -581,8 +602,15 @@ def excess_verdict(diffs_us: list[float], per_call_us: list[float]) -> str | Non
     return None
 
 
+def _spread(samples: Samples) -> float:
+    p20, _, p80 = samples.pcts()
+    return p80 / p20 if p20 > 0 else math.inf
+
+
 def summarize(rows: list[ShapeResult]) -> Summary | None:
-    timed = [r for r in rows if r.median_us]
+    """Geomeans over the shapes whose times stand (a disturbed shape is counted, not averaged in)."""
+    measured = [r for r in rows if r.median_us]
+    timed = [r for r in measured if not r.disturbed] or measured
     if not timed:
         return None
 
@@ -600,5 +628,6 @@ def summarize(rows: list[ShapeResult]) -> Summary | None:
         worst_speedup=worst.speedup_vs_baseline,
         gbps=gm(r.gbps for r in timed),
         tflops=gm(r.tflops for r in timed),
+        disturbed_shapes=sum(1 for r in measured if r.disturbed),
     )
 
