@@ -39,6 +39,10 @@ class ShapeResult:
     # reference's; a call costs a model max(host, device) when it runs eagerly one after another.
     host_us: float | None = None
     baseline_host_us: float | None = None
+    # Per call when run back to back as an eager model runs it (host and GPU overlapping; GPU only):
+    # above median_us the launch, not the kernel, sets the pace (host-bound). Informational.
+    as_called_us: float | None = None
+    baseline_as_called_us: float | None = None
     gbps: float | None = None
     tflops: float | None = None
     roofline_pct: float | None = None  # percent of the roofline, 0-100 (clamped)

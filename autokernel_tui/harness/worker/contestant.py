@@ -34,7 +34,7 @@ from autokernel_tui.harness.worker.correctness import as_tuple, check_inputs_unc
     snapshot_inputs
 from autokernel_tui.harness.worker.errors import Verdict, one_line
 from autokernel_tui.harness.worker.loading import load_module
-from autokernel_tui.harness.worker.timing import L2Flusher, time_reps, warm_up
+from autokernel_tui.harness.worker.timing import L2Flusher, time_as_called, time_reps, warm_up
 
 BASE_CACHE_BYTES = {"cuda": 24 << 30, "cpu": 512 << 20}
 FILE_SIZE_LIMIT = 8 << 30
@@ -198,6 +198,15 @@ class Contestant:
         self.batch = [as_tuple(o) for o in outs + more]
         return {"times_us": before.times_us + after.times_us, "host_us": before.host_us + after.host_us}
 
+    def time_as_called(self, msg: dict) -> dict:
+        """Back-to-back calls, as an eager model makes them (informational: never decides a keep)."""
+        sets = [self.builder.build(r) for r in msg["recipes"]]
+        try:
+            per_call = time_as_called(self.fn, sets)
+        except BaseException as exc:  # noqa: BLE001
+            raise candidate_error(exc, f"{msg['where']} (as called)", "timing") from None
+        return {"as_called_us": per_call}
+
     def fingerprint_batch(self, msg: dict) -> dict:
         seed = int(msg["seed"])
         return {"fingerprints": [inputs_mod.fingerprints(outs, seed + 1000 * r) for r, outs in enumerate(self.batch)]}
@@ -211,7 +220,8 @@ class Contestant:
             self.sets.clear()
         return {}
 
-    HANDLERS = {"assign": assign, "call": call, "refill": refill, "time": time, "fingerprint_batch": fingerprint_batch,
+    HANDLERS = {"assign": assign, "call": call, "refill": refill, "time": time, "time_as_called": time_as_called,
+                "fingerprint_batch": fingerprint_batch,
                 "fetch_rep": fetch_rep, "drop": drop}
 
     # Loop --------------------------------------------------------------------------------

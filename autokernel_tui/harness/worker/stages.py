@@ -33,7 +33,8 @@ from autokernel_tui.harness.worker.correctness import Errors, as_tuple, bitwise_
 from autokernel_tui.harness.worker.errors import Verdict, one_line
 from autokernel_tui.harness.worker.loading import load_module
 from autokernel_tui.harness.worker.pool import ContestantPool, ContestantProxy
-from autokernel_tui.harness.worker.timing import CPU_REPS, L2Flusher, Samples, reps_for, time_reps, warm_up
+from autokernel_tui.harness.worker.timing import (CPU_REPS, L2Flusher, Samples, reps_for, time_as_called, time_reps,
+                                                  warm_up)
 from autokernel_tui.tasks.spec import REFERENCE_FILE, Shape, TaskSpec, load_spec, owned_file_hashes
 
 CPU_DEVICE_NAME = "CPU (Triton interpreter)"
@@ -56,6 +57,7 @@ EXCESS_TOL_FRAC = 1.0
 DISTURBED_SPREAD = 1.3
 # The eager reference is re-timed beside the kernel on this many calls (the cached figure is a hint).
 WINDOW_REPS = 10
+AS_CALLED_REPS = 20  # back-to-back calls whose wall time gives the "as called" figure
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -345,6 +347,18 @@ class Evaluation:
         c.request({"op": "drop"}, "timing")
         return Samples(times, self.host_us.get(f"{shape.name} {dtype}", []))
 
+    def time_as_called(self, c: ContestantProxy, shape: Shape, dtype: str, row: ShapeResult) -> None:
+        """Both the kernel and the eager reference called back to back, as an eager model calls them."""
+        n = max(2, min(AS_CALLED_REPS, self.batch_size(shape, dtype, AS_CALLED_REPS)))
+        recipes = [self.recipe(shape, dtype) for _ in range(n)]
+        reply, _ = c.request({"op": "time_as_called", "recipes": recipes, "where": f"{shape.name} {dtype}"},
+                             "timing")
+        value = reply.get("as_called_us")
+        row.as_called_us = float(value) if isinstance(value, (int, float)) and value > 0 else None
+        with self.timed("judge: baselines re-timed"):
+            row.baseline_as_called_us = time_as_called(self.ref.reference,
+                                                       [self.builder.build(r) for r in recipes])
+
     def time_reference(self, fn: Any, shape: Shape, dtype: str, reps: int | None = None) -> Samples:
         """The judge's own timing of a trusted function (the eager reference, its compiled form)."""
         n = CPU_REPS if not self.st.cuda else reps
@@ -423,6 +437,7 @@ class Evaluation:
                     row.disturbed = (f"p20-p80 spread {_spread(samples):.2f}x after a retake (over "
                                      f"{DISTURBED_SPREAD}x): times not to be trusted")
             if self.st.cuda:  # the eager reference beside the kernel, in the same window
+                self.time_as_called(c, shape, dtype, row)
                 with self.timed("judge: baselines re-timed"):
                     now = self.time_reference(self.ref.reference, shape, dtype, reps=WINDOW_REPS)
                 row.baseline_note = (f"in window ({now.median:.2f} us; cached {base['eager_us']:.2f})"

@@ -132,3 +132,20 @@ def time_reps(fn: Callable, input_sets: Sequence[tuple], flush: L2Flusher | None
             end.record()
     torch.cuda.synchronize()
     return Samples([s.elapsed_time(e) * 1000.0 for s, e in events], host), outputs
+
+
+def time_as_called(fn: Callable, input_sets: Sequence[tuple]) -> float:
+    """Microseconds per call when the calls run back to back, as an eager model makes them: no
+    spin, no flush, the host's launch cost and the GPU's time overlapping as they will (the wall
+    clock from before the first launch to the GPU finishing the last, over the number of calls)."""
+    cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in input_sets[0])
+    if cuda:
+        torch.cuda.synchronize()
+    with no_gc():
+        t0 = time.perf_counter()
+        for inputs in input_sets:
+            fn(*inputs)
+        if cuda:
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - t0
+    return elapsed * 1e6 / len(input_sets)
