@@ -34,6 +34,7 @@ from autokernel_tui.harness.worker.correctness import as_tuple, check_inputs_unc
     snapshot_inputs
 from autokernel_tui.harness.worker.errors import Verdict, one_line
 from autokernel_tui.harness.worker.loading import load_module
+from autokernel_tui.harness.worker.reference import load_reference
 from autokernel_tui.harness.worker.timing import L2Flusher, time_as_called, time_reps, warm_up
 
 BASE_CACHE_BYTES = {"cuda": 24 << 30, "cpu": 512 << 20}
@@ -93,7 +94,7 @@ class Contestant:
         self.scratch = scratch
         if self.cuda:
             self.flusher = L2Flusher(torch.device("cuda"))
-        ref = load_module(task_dir / "reference.py", "reference")
+        ref = load_reference(task_dir)
         self.builder = inputs_mod.InputBuilder(ref, self.device, BASE_CACHE_BYTES[self.device])
         self.launches.install()
         self.snapshot = guards.IdentitySnapshot()

@@ -21,7 +21,7 @@ import secrets
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -31,11 +31,11 @@ from autokernel_tui.harness.worker import inputs as inputs_mod, transfer
 from autokernel_tui.harness.worker.baselines import BaselineCache
 from autokernel_tui.harness.worker.correctness import Errors, as_tuple, bitwise_equal, compare, precise_reference
 from autokernel_tui.harness.worker.errors import Verdict, one_line
-from autokernel_tui.harness.worker.loading import load_module
+from autokernel_tui.harness.worker.reference import load_reference
 from autokernel_tui.harness.worker.pool import ContestantPool, ContestantProxy
 from autokernel_tui.harness.worker.timing import (CPU_REPS, L2Flusher, Samples, reps_for, time_as_called, time_reps,
                                                   warm_up)
-from autokernel_tui.tasks.spec import REFERENCE_FILE, Shape, TaskSpec, load_spec, owned_file_hashes
+from autokernel_tui.tasks.spec import Shape, TaskSpec, load_spec, owned_file_hashes
 
 CPU_DEVICE_NAME = "CPU (Triton interpreter)"
 BASE_CACHE_BYTES = {"cuda": 24 << 30, "cpu": 512 << 20}
@@ -102,7 +102,7 @@ class JudgeState:
     def reference(self, task_dir: Path) -> tuple[Any, str, inputs_mod.InputBuilder]:
         digest = hashlib.sha256("".join(sorted(owned_file_hashes(task_dir).values())).encode()).hexdigest()
         if digest not in self._refs:
-            ref = load_module(task_dir / REFERENCE_FILE, "reference")
+            ref = load_reference(task_dir)
             self._refs[digest] = (ref, inputs_mod.InputBuilder(ref, self.device, BASE_CACHE_BYTES[self.device]))
         ref, builder = self._refs[digest]
         return ref, digest, builder
@@ -356,21 +356,34 @@ class Evaluation:
         value = reply.get("as_called_us")
         row.as_called_us = float(value) if isinstance(value, (int, float)) and value > 0 else None
         with self.timed("judge: baselines re-timed"):
-            row.baseline_as_called_us = time_as_called(self.ref.reference,
-                                                       [self.builder.build(r) for r in recipes])
+            prepare, fn = self.baseline_fn()
+            row.baseline_as_called_us = time_as_called(fn, [prepare(self.builder.build(r)) for r in recipes])
 
-    def time_reference(self, fn: Any, shape: Shape, dtype: str, reps: int | None = None) -> Samples:
-        """The judge's own timing of a trusted function (the eager reference, its compiled form)."""
+    def baseline_fn(self, compiled: Any = None) -> tuple[Callable[[tuple], tuple], Callable[..., Any]]:
+        """(prepare, fn): what a baseline times, ``fn(*prepare(inputs))``. A forward task's reference
+        (or ``compiled``, its torch.compile); a backward task's backward alone, its forward run in
+        ``prepare``, off the clock (``compiled``: any truthy value asks for torch.compile's)."""
+        if hasattr(self.ref, "backward_only"):
+            return self.ref.backward_only(compiled=bool(compiled))
+        return (lambda inputs: inputs), (compiled or self.ref.reference)
+
+    def time_reference(self, baseline: tuple[Callable, Callable], shape: Shape, dtype: str,
+                       reps: int | None = None) -> Samples:
+        """The judge's own timing of a trusted baseline (``baseline_fn()``: eager, torch.compile)."""
+        prepare, fn = baseline
         n = CPU_REPS if not self.st.cuda else reps
-        warm_up(fn, self.builder.build(self.recipe(shape, dtype)))
+        for _ in range(2):  # warm-up: JIT, autotuning, the allocator
+            fn(*prepare(self.builder.build(self.recipe(shape, dtype))))
+        if self.st.cuda:
+            torch.cuda.synchronize()
         if n is None:
-            probe, _ = time_reps(fn, [self.builder.build(self.recipe(shape, dtype))], self.st.flusher)
+            probe, _ = time_reps(fn, [prepare(self.builder.build(self.recipe(shape, dtype)))], self.st.flusher)
             n = reps_for(probe.median)
         size = self.batch_size(shape, dtype, n)
         times: list[float] = []
         host: list[float] = []
         while len(times) < n:
-            sets = [self.builder.build(self.recipe(shape, dtype)) for _ in range(min(size, n - len(times)))]
+            sets = [prepare(self.builder.build(self.recipe(shape, dtype))) for _ in range(min(size, n - len(times)))]
             samples, outs = time_reps(fn, sets, self.st.flusher)
             del outs
             times += samples.times_us
@@ -386,7 +399,7 @@ class Evaluation:
             return self._take_baseline(key, shape, dtype)
 
     def _take_baseline(self, key: str, shape: Shape, dtype: str) -> dict[str, Any]:
-        eager = self.time_reference(self.ref.reference, shape, dtype)
+        eager = self.time_reference(self.baseline_fn(), shape, dtype)
         value: dict[str, Any] = {"eager_us": eager.median, "compile_us": None, "compile_note": "not on CPU",
                                  "eager_host_us": stats.median(eager.host_us) if eager.host_us else None}
         if self.st.cuda:
@@ -404,21 +417,25 @@ class Evaluation:
                      "accumulated_recompile_limit"):
             if hasattr(cfg, name):
                 setattr(cfg, name, max(int(getattr(cfg, name)), 4096))
-        ref = self.ref.reference
+        if hasattr(self.ref, "backward_only"):
+            baseline = self.ref.backward_only(compiled=True)  # torch.compile's generated backward
+        else:
+            ref = self.ref.reference
 
-        def reference_for_compile(*args):
-            return ref(*args)
+            def reference_for_compile(*args):
+                return ref(*args)
 
-        compiled = torch.compile(reference_for_compile, dynamic=False)
+            baseline = self.baseline_fn(torch.compile(reference_for_compile, dynamic=False))
         before = counters["stats"]["unique_graphs"]
         try:
-            compiled(*self.builder.build(self.recipe(shape, dtype)))
+            prepare, fn = baseline
+            fn(*prepare(self.builder.build(self.recipe(shape, dtype))))
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001 - a reference dynamo cannot compile: report, don't fail
             return {"compile_us": None, "compile_note": one_line(f"torch.compile failed: {exc}")}
         if counters["stats"]["unique_graphs"] <= before:
             return {"compile_us": None, "compile_note": "torch.compile fell back to eager (no graph compiled)"}
-        samples = self.time_reference(compiled, shape, dtype)
+        samples = self.time_reference(baseline, shape, dtype)
         return {"compile_us": samples.median, "compile_note": "compiled"}
 
     def stage_timing(self, c: ContestantProxy, report: Report) -> None:
@@ -439,7 +456,7 @@ class Evaluation:
             if self.st.cuda:  # the eager reference beside the kernel, in the same window
                 self.time_as_called(c, shape, dtype, row)
                 with self.timed("judge: baselines re-timed"):
-                    now = self.time_reference(self.ref.reference, shape, dtype, reps=WINDOW_REPS)
+                    now = self.time_reference(self.baseline_fn(), shape, dtype, reps=WINDOW_REPS)
                 row.baseline_note = (f"in window ({now.median:.2f} us; cached {base['eager_us']:.2f})"
                                      if base.get("eager_us") else "in window")
                 base["eager_us"] = now.median
