@@ -33,7 +33,8 @@ from autokernel_tui.harness.worker.correctness import Errors, as_tuple, bitwise_
 from autokernel_tui.harness.worker.errors import Verdict, one_line
 from autokernel_tui.harness.worker.loading import load_module
 from autokernel_tui.harness.worker.pool import ContestantPool, ContestantProxy
-from autokernel_tui.harness.worker.timing import CPU_REPS, L2Flusher, Samples, reps_for, time_reps, warm_up
+from autokernel_tui.harness.worker.timing import CPU_REPS, L2Flusher, Samples, compile_reference, reps_for, \
+    time_fresh
 from autokernel_tui.tasks.spec import REFERENCE_FILE, Shape, TaskSpec, load_spec, owned_file_hashes
 
 CPU_DEVICE_NAME = "CPU (Triton interpreter)"
@@ -317,19 +318,8 @@ class Evaluation:
 
     def time_reference(self, fn: Any, shape: Shape, dtype: str) -> Samples:
         """The judge's own timing of a trusted function (the eager reference, its compiled form)."""
-        n = CPU_REPS if not self.st.cuda else None
-        warm_up(fn, self.builder.build(self.recipe(shape, dtype)))
-        if n is None:
-            probe, _ = time_reps(fn, [self.builder.build(self.recipe(shape, dtype))], self.st.flusher)
-            n = reps_for(probe.median)
-        size = self.batch_size(shape, dtype, n)
-        times: list[float] = []
-        while len(times) < n:
-            sets = [self.builder.build(self.recipe(shape, dtype)) for _ in range(min(size, n - len(times)))]
-            samples, outs = time_reps(fn, sets, self.st.flusher)
-            del outs
-            times += samples.times_us
-        return Samples(times)
+        return time_fresh(fn, lambda: self.builder.build(self.recipe(shape, dtype)), self.st.flusher,
+                          batch_size=lambda n: self.batch_size(shape, dtype, n))
 
     def baseline(self, shape: Shape, dtype: str) -> dict[str, Any]:
         key = BaselineCache.key(self.digest, shape.name + ":" + shape.label(), dtype)
@@ -348,30 +338,12 @@ class Evaluation:
         return value
 
     def _time_compiled(self, shape: Shape, dtype: str) -> dict[str, Any]:
-        """torch.compile of the reference, a fresh function per shape x dtype, with dynamo's
-        limits raised and its counters checked so a silent eager fallback is caught."""
-        import torch._dynamo
-        from torch._dynamo.utils import counters
-        cfg = torch._dynamo.config
-        for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
-                     "accumulated_recompile_limit"):
-            if hasattr(cfg, name):
-                setattr(cfg, name, max(int(getattr(cfg, name)), 4096))
-        ref = self.ref.reference
-
-        def reference_for_compile(*args):
-            return ref(*args)
-
-        compiled = torch.compile(reference_for_compile, dynamic=False)
-        before = counters["stats"]["unique_graphs"]
-        try:
-            compiled(*self.builder.build(self.recipe(shape, dtype)))
-            torch.cuda.synchronize()
-        except Exception as exc:  # noqa: BLE001 - a reference dynamo cannot compile: report, don't fail
-            return {"compile_us": None, "compile_note": one_line(f"torch.compile failed: {exc}")}
-        if counters["stats"]["unique_graphs"] <= before:
-            return {"compile_us": None, "compile_note": "torch.compile fell back to eager (no graph compiled)"}
-        samples = self.time_reference(compiled, shape, dtype)
+        """torch.compile of the reference (``timing.compile_reference``: default mode, dynamo's
+        limits raised and its counters checked so a silent eager fallback is caught), timed."""
+        compiled = compile_reference(self.ref.reference, self.builder.build(self.recipe(shape, dtype)))
+        if compiled.fn is None:
+            return {"compile_us": None, "compile_note": compiled.note}
+        samples = self.time_reference(compiled.fn, shape, dtype)
         return {"compile_us": samples.median, "compile_note": "compiled"}
 
     def stage_timing(self, c: ContestantProxy, report: Report) -> None:
