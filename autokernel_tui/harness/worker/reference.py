@@ -10,7 +10,7 @@ times:
   the same seed) after the forward inputs, so a candidate's ``kernel_fn(*inputs, grad_out)``
   returns the gradients of the ``grad_inputs``;
 * ``reference`` is autograd of the forward reference (``reference_precise``: in float64);
-* ``backward_only(compiled)`` gives what the baselines time: the backward alone of eager autograd,
+* ``backward_only(forward)`` gives what the baselines time: the backward alone of eager autograd,
   or of ``torch.compile``'s generated backward, on a graph whose forward ran before the clock.
 """
 
@@ -87,14 +87,11 @@ class BackwardReference:
         precise = getattr(self.module, "reference_precise", None) or self.module.reference
         return self._grads(precise, inputs, double=True)
 
-    def backward_only(self, compiled: bool = False) -> tuple[Callable[[tuple], tuple], Callable[..., Any]]:
-        """(prepare, run): ``prepare(inputs)`` runs the forward (eager, or torch.compile's) off the
-        clock and returns what ``run(*prepared)`` needs to run only the backward."""
-        forward = self.module.reference
-        if compiled:
-            def reference_for_compile(*args):
-                return forward(*args)
-            forward = torch.compile(reference_for_compile, dynamic=False)
+    def backward_only(self, forward: Callable | None = None) -> tuple[Callable[[tuple], tuple], Callable[..., Any]]:
+        """(prepare, run): ``prepare(inputs)`` runs the forward (the eager reference, or ``forward``,
+        e.g. its torch.compile) off the clock and returns what ``run(*prepared)`` needs to run only
+        the backward (autograd's, or the compiled graph's generated one)."""
+        forward = forward or self.module.reference
 
         def prepare(inputs: tuple) -> tuple:
             *fwd, grad_out = inputs

@@ -33,8 +33,8 @@ from autokernel_tui.harness.worker.correctness import Errors, as_tuple, bitwise_
 from autokernel_tui.harness.worker.errors import Verdict, one_line
 from autokernel_tui.harness.worker.reference import load_reference
 from autokernel_tui.harness.worker.pool import ContestantPool, ContestantProxy
-from autokernel_tui.harness.worker.timing import (CPU_REPS, L2Flusher, Samples, reps_for, time_as_called, time_reps,
-                                                  warm_up)
+from autokernel_tui.harness.worker.timing import (CPU_REPS, L2Flusher, Samples, compile_reference, reps_for,
+                                                  time_as_called, time_fresh)
 from autokernel_tui.tasks.spec import Shape, TaskSpec, load_spec, owned_file_hashes
 
 CPU_DEVICE_NAME = "CPU (Triton interpreter)"
@@ -359,36 +359,20 @@ class Evaluation:
             prepare, fn = self.baseline_fn()
             row.baseline_as_called_us = time_as_called(fn, [prepare(self.builder.build(r)) for r in recipes])
 
-    def baseline_fn(self, compiled: Any = None) -> tuple[Callable[[tuple], tuple], Callable[..., Any]]:
+    def baseline_fn(self, compiled: Callable | None = None) -> tuple[Callable[[tuple], tuple], Callable[..., Any]]:
         """(prepare, fn): what a baseline times, ``fn(*prepare(inputs))``. A forward task's reference
-        (or ``compiled``, its torch.compile); a backward task's backward alone, its forward run in
-        ``prepare``, off the clock (``compiled``: any truthy value asks for torch.compile's)."""
+        (or ``compiled``, its torch.compile); a backward task's backward alone, its forward (eager, or
+        ``compiled``) run in ``prepare``, off the clock."""
         if hasattr(self.ref, "backward_only"):
-            return self.ref.backward_only(compiled=bool(compiled))
+            return self.ref.backward_only(compiled)
         return (lambda inputs: inputs), (compiled or self.ref.reference)
 
     def time_reference(self, baseline: tuple[Callable, Callable], shape: Shape, dtype: str,
                        reps: int | None = None) -> Samples:
         """The judge's own timing of a trusted baseline (``baseline_fn()``: eager, torch.compile)."""
         prepare, fn = baseline
-        n = CPU_REPS if not self.st.cuda else reps
-        for _ in range(2):  # warm-up: JIT, autotuning, the allocator
-            fn(*prepare(self.builder.build(self.recipe(shape, dtype))))
-        if self.st.cuda:
-            torch.cuda.synchronize()
-        if n is None:
-            probe, _ = time_reps(fn, [prepare(self.builder.build(self.recipe(shape, dtype)))], self.st.flusher)
-            n = reps_for(probe.median)
-        size = self.batch_size(shape, dtype, n)
-        times: list[float] = []
-        host: list[float] = []
-        while len(times) < n:
-            sets = [prepare(self.builder.build(self.recipe(shape, dtype))) for _ in range(min(size, n - len(times)))]
-            samples, outs = time_reps(fn, sets, self.st.flusher)
-            del outs
-            times += samples.times_us
-            host += samples.host_us
-        return Samples(times, host)
+        return time_fresh(fn, lambda: prepare(self.builder.build(self.recipe(shape, dtype))), self.st.flusher,
+                          reps=reps if self.st.cuda else None, batch_size=lambda n: self.batch_size(shape, dtype, n))
 
     def baseline(self, shape: Shape, dtype: str) -> dict[str, Any]:
         key = BaselineCache.key(self.digest, shape.name + ":" + shape.label(), dtype)
@@ -408,34 +392,16 @@ class Evaluation:
         return value
 
     def _time_compiled(self, shape: Shape, dtype: str) -> dict[str, Any]:
-        """torch.compile of the reference, a fresh function per shape x dtype, with dynamo's
-        limits raised and its counters checked so a silent eager fallback is caught."""
-        import torch._dynamo
-        from torch._dynamo.utils import counters
-        cfg = torch._dynamo.config
-        for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
-                     "accumulated_recompile_limit"):
-            if hasattr(cfg, name):
-                setattr(cfg, name, max(int(getattr(cfg, name)), 4096))
-        if hasattr(self.ref, "backward_only"):
-            baseline = self.ref.backward_only(compiled=True)  # torch.compile's generated backward
-        else:
-            ref = self.ref.reference
-
-            def reference_for_compile(*args):
-                return ref(*args)
-
-            baseline = self.baseline_fn(torch.compile(reference_for_compile, dynamic=False))
-        before = counters["stats"]["unique_graphs"]
-        try:
-            prepare, fn = baseline
-            fn(*prepare(self.builder.build(self.recipe(shape, dtype))))
-            torch.cuda.synchronize()
-        except Exception as exc:  # noqa: BLE001 - a reference dynamo cannot compile: report, don't fail
-            return {"compile_us": None, "compile_note": one_line(f"torch.compile failed: {exc}")}
-        if counters["stats"]["unique_graphs"] <= before:
-            return {"compile_us": None, "compile_note": "torch.compile fell back to eager (no graph compiled)"}
-        samples = self.time_reference(baseline, shape, dtype)
+        """torch.compile of the reference (``timing.compile_reference``: default mode, dynamo's
+        limits raised and its counters checked so a silent eager fallback is caught), timed; for a
+        backward task, its forward compiled and the generated backward timed alone."""
+        sample = self.builder.build(self.recipe(shape, dtype))
+        backward = hasattr(self.ref, "backward_only")
+        forward = self.ref.module.reference if backward else self.ref.reference
+        compiled = compile_reference(forward, sample[:-1] if backward else sample)
+        if compiled.fn is None:
+            return {"compile_us": None, "compile_note": compiled.note}
+        samples = self.time_reference(self.baseline_fn(compiled.fn), shape, dtype)
         return {"compile_us": samples.median, "compile_note": "compiled"}
 
     def stage_timing(self, c: ContestantProxy, report: Report) -> None:
