@@ -101,7 +101,8 @@ class BackwardReference:
             return (out, grad_out, *[leaves[i] for i in self.grad_inputs])
 
         def run(out: torch.Tensor, grad_out: torch.Tensor, *leaves: torch.Tensor) -> tuple:
-            return torch.autograd.grad(out, leaves, grad_out)
+            # retain_graph: a warm-up may run the backward of one graph twice; the work is the same
+            return torch.autograd.grad(out, leaves, grad_out, retain_graph=True)
 
         return prepare, run
 
