@@ -201,6 +201,9 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
     from autokernel_tui.profiling.patch import load_kernels, patch_model
     from autokernel_tui.profiling.zoo import load_model
 
+    if train:
+        return verify_training(model, kernels, batch=batch, seq=seq, dtype=dtype, device=device, layers=layers,
+                               iters=iters, warmup=warmup, families=families)
     dtype = default_dtype(dtype, device)
     bundle = load_model(model, batch=batch, seq=seq, dtype=dtype, device=device, train=train, layers=layers)
     gpu = bundle.device.startswith("cuda")
@@ -381,3 +384,153 @@ def format_result(r: dict) -> str:
 
 
 
+
+
+def backward_kernels(kernels: dict[str, Path]) -> dict:
+    """{family: Backward} for the forward kernels in ``kernels``: a backward task's kernel where one
+    lies beside (``<task>_bwd/`` with ``kind = "backward"``), else autograd through the task's reference."""
+    from autokernel_tui.profiling.patch import Backward, load_kernel, load_references
+
+    refs = load_references(kernels)
+    out = {}
+    for family, path in kernels.items():
+        bwd_dir = Path(path).parent.parent / f"{Path(path).parent.name}_bwd"
+        kernel, positions = None, ()
+        if (bwd_dir / taskspec.SPEC_FILE).is_file():
+            spec = taskspec.load_spec(bwd_dir)
+            if spec.kind == "backward":
+                kernel, positions = load_kernel(bwd_dir / taskspec.KERNEL_FILE), spec.grad_inputs
+        if kernel is not None or family in refs:
+            out[family] = Backward(reference=refs.get(family), kernel=kernel, positions=positions)
+    return out
+
+
+def _train_step(model, inputs, seed: int):
+    """One training step's loss and gradients (the same dropout masks for every model: ``seed``)."""
+    import torch
+
+    from autokernel_tui.profiling.zoo import scalar_loss
+
+    for p in model.parameters():
+        p.grad = None
+    torch.manual_seed(seed)
+    loss = scalar_loss(model(*inputs))
+    loss.backward()
+    return loss.detach().float(), [None if p.grad is None else p.grad.detach().float().clone()
+                                   for p in model.parameters()]
+
+
+def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=None, device="auto",
+                    layers=None, iters: int | None = None, warmup: int | None = None,
+                    families: list[str] | None = None) -> dict:
+    """Training steps of the model with and without the kernels, from the same weights and batch:
+    the loss and every parameter's gradient checked (against the model's own precision noise), and
+    the step (forward + backward) timed beside eager and, on a GPU, torch.compile."""
+    import torch
+
+    from autokernel_tui.profiling.cli import default_dtype
+    from autokernel_tui.profiling.patch import load_kernels, patch_model
+    from autokernel_tui.profiling.zoo import load_model
+
+    dtype = default_dtype(dtype, device)
+    bundle = load_model(model, batch=batch, seq=seq, dtype=dtype, device=device, train=True, layers=layers)
+    gpu = bundle.device.startswith("cuda")
+    iters = iters or (20 if gpu else 2)
+    warmup = warmup if warmup is not None else (3 if gpu else 1)
+    original = bundle.model.train()
+    backwards = backward_kernels(kernels)
+    patched = copy.deepcopy(original)
+    counts = patch_model(patched, load_kernels(kernels), families, backwards=backwards)
+    if not any(counts.values()):
+        raise VerifyError(f"none of the kernels ({', '.join(sorted(kernels))}) has a patch site in {model}")
+    names = [n for n, _ in original.named_parameters()]
+    loss0, grads0 = _train_step(original, bundle.inputs, 0)
+    loss1, grads1 = _train_step(patched, bundle.inputs, 0)
+    noise_loss, noise_grads = 0.0, [0.0] * len(names)
+    if dtype != "float32":  # the model's own noise: the same step in float32
+        ref32 = copy.deepcopy(original).float()
+        inputs32 = tuple(x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in bundle.inputs)
+        loss32, grads32 = _train_step(ref32, inputs32, 0)
+        noise_loss = rel_l2(loss0.reshape(1), loss32.reshape(1))
+        noise_grads = [rel_l2(a, b) if a is not None and b is not None else 0.0 for a, b in zip(grads0, grads32)]
+        del ref32
+    floor = ERROR_FLOOR[dtype]
+    params = []
+    for name, a, b, noise in zip(names, grads0, grads1, noise_grads):
+        if a is None and b is None:
+            continue
+        if a is None or b is None:
+            params.append({"name": name, "rel_l2": float("inf"), "tolerance": 0.0, "ok": False,
+                           "why": "a gradient on one side only"})
+            continue
+        err, tol = rel_l2(b, a), max(NOISE_FACTOR * noise, floor)
+        params.append({"name": name, "rel_l2": err, "tolerance": tol,
+                       "ok": bool(torch.isfinite(b).all()) and err <= tol})
+    loss_err, loss_tol = rel_l2(loss1.reshape(1), loss0.reshape(1)), max(NOISE_FACTOR * noise_loss, floor)
+    loss_ok = bool(torch.isfinite(loss1)) and loss_err <= loss_tol
+    models = {"eager": original, "eager+kernels": patched}
+    if gpu:
+        models["compile"] = torch.compile(copy.deepcopy(original))
+    times = _time_steps(list(models.values()), bundle.inputs, iters, warmup, bundle.device)
+    stats = {name: _stats(t) for name, t in zip(models, times)}
+    for name, st in stats.items():
+        for ref in ("eager", "compile"):
+            if ref in stats and st["median_us"]:
+                st[f"speedup_vs_{ref}"] = stats[ref]["median_us"] / st["median_us"]
+    worst = max(params, key=lambda p: p["rel_l2"] / p["tolerance"] if p["tolerance"] else float("inf"))
+    return {
+        "model": bundle.name, "device": prof_device(bundle.device), "dtype": dtype, "batch": bundle.batch,
+        "seq": bundle.seq, "mode": "training step (forward + backward)", "timing_meaningful": gpu,
+        "patched": counts, "unpatched_families": [f for f, n in counts.items() if not n],
+        "backward": {f: ("its own backward kernel" if b.kernel is not None else "autograd through the reference")
+                     for f, b in backwards.items() if counts.get(f)},
+        "correct": loss_ok and all(p["ok"] for p in params), "loss": [float(loss0), float(loss1)],
+        "loss_rel_err": loss_err, "loss_tolerance": loss_tol, "gradients": params, "worst_gradient": worst,
+        "steps": stats,
+        "timing_method": "CUDA events, interleaved, median" if gpu else "perf_counter on the CPU: not meaningful",
+    }
+
+
+def _time_steps(models: list, inputs, iters: int, warmup: int, device: str) -> list[list[float]]:
+    """Per model, ``iters`` training-step times in microseconds, interleaved."""
+    import time
+
+    import torch
+
+    cuda = device.startswith("cuda")
+    for _ in range(warmup):
+        for m in models:
+            _train_step(m, inputs, 0)
+    times: list[list[float]] = [[] for _ in models]
+    for _ in range(iters):
+        for i, m in enumerate(models):
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            _train_step(m, inputs, 0)
+            if cuda:
+                torch.cuda.synchronize()
+            times[i].append((time.perf_counter() - t0) * 1e6)
+    return times
+
+
+def format_training(r: dict) -> str:
+    def x(v):
+        return f"{v:.3f}x" if isinstance(v, (int, float)) else "n/a"
+
+    lines = [f"verify --train {r['model']} on {r['device']}: {r['dtype']}, batch {r['batch']} x seq {r['seq']}, "
+             f"{r['mode']}",
+             "patched: " + ", ".join(f"{f} ({n} modules; backward: {r['backward'].get(f, 'none')})"
+                                     for f, n in r["patched"].items() if n)]
+    verdict = "PASS" if r["correct"] else "FAIL"
+    w = r["worst_gradient"]
+    lines.append(f"training step: {verdict}: loss {r['loss'][0]:.5g} -> {r['loss'][1]:.5g} (rel {r['loss_rel_err']:.1e}, "
+                 f"tolerance {r['loss_tolerance']:.1e}); {sum(p['ok'] for p in r['gradients'])} of "
+                 f"{len(r['gradients'])} parameter gradients within tolerance, worst {w['name']} rel L2 "
+                 f"{w['rel_l2']:.1e} (tolerance {w['tolerance']:.1e})")
+    for name, st in r["steps"].items():
+        vs = "  ".join(f"{x(st.get(f'speedup_vs_{b}'))} vs {b}" for b in ("eager", "compile") if b in r["steps"])
+        lines.append(f"  {name:<15} {st['median_us'] / 1e3:8.3f} ms per step  {vs}")
+    if not r["timing_meaningful"]:
+        lines.append("CPU: kernels ran in the Triton interpreter; the check is real, the timings are not.")
+    return "\n".join(lines)

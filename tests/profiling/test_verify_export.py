@@ -247,3 +247,35 @@ def test_kernels_as_custom_ops_compile_with_the_model_and_the_fastest_correct_mo
                       ("eager", "compile+kernels"), iters=2, warmup=1)
     assert r["modes"]["compile+kernels"]["correct"] is False and r["ship"] == "eager"
     assert "do not make this model faster" in r["ship_reason"]
+
+
+def _backward_task(kernels: Path, source: str) -> None:
+    """kernels/rmsnorm_bwd: a backward task (the tests' Triton rmsnorm backward) beside rmsnorm."""
+    import shutil
+
+    from tests.harness.conftest import make_backward_task
+    make_backward_task(kernels / "rmsnorm_bwd")
+    (kernels / "rmsnorm_bwd" / "kernel.py").write_text(source)
+    shutil.copytree(STARTERS / "rmsnorm", kernels / "rmsnorm")
+
+
+def test_a_patched_model_trains_with_its_own_backward_kernel_and_a_wrong_one_fails(tmp_path):
+    # Issue 20: the loss and every parameter's gradient match the unpatched model's training step.
+    from tests.harness.conftest import BACKWARD_GOOD
+
+    from autokernel_tui.profiling.verify import format_training, verify
+
+    good = tmp_path / "good"
+    _backward_task(good, BACKWARD_GOOD)
+    r = verify("llama-tiny", kernel_paths(good, ["rmsnorm"]), batch=1, seq=8, dtype="float32", device="cpu",
+               train=True, layers=1, iters=1)
+    assert r["correct"], format_training(r)
+    assert r["backward"] == {"rmsnorm": "its own backward kernel"}
+    assert all(p["ok"] for p in r["gradients"]) and len(r["gradients"]) > 3
+    assert "PASS" in format_training(r) and "eager+kernels" in r["steps"]
+
+    bad = tmp_path / "bad"
+    _backward_task(bad, BACKWARD_GOOD.replace("x * rstd * dy, mask=m)", "x * dy, mask=m)"))  # wrong d(weight)
+    r = verify("llama-tiny", kernel_paths(bad, ["rmsnorm"]), batch=1, seq=8, dtype="float32", device="cpu",
+               train=True, layers=1, iters=1)
+    assert not r["correct"] and "norm" in r["worst_gradient"]["name"]
