@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("autokernel_tui.harness.cli", "check and time one task's kernel.py"),
     "verify": ("autokernel_tui.profiling.verify_cli", "put kept kernels into the model and time it end to end"),
     "export": ("autokernel_tui.profiling.export_cli", "write kept kernels as a standalone package"),
+    "report": ("autokernel_tui.report.cli", "write a run's morning report (one HTML or Markdown file)"),
 }
 DEFAULT_COMMAND = "tui"
 
