@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("autokernel_tui.engine.status_cli", "print the state of the run in a workspace"),
     "attach": ("autokernel_tui.tui.attach_cli", "attach the app to a headless run"),
     "review": ("autokernel_tui.tui.review_cli", "browse every experiment of every run"),
+    "serve": ("autokernel_tui.tui.serve_cli", "show the app in a browser (localhost, behind a random token)"),
     "profile": ("autokernel_tui.profiling.cli", "profile a model and rank its ops by Amdahl's law"),
     "bench": ("autokernel_tui.harness.cli", "check and time one task's kernel.py"),
     "verify": ("autokernel_tui.profiling.verify_cli", "put kept kernels into the model and time it end to end"),
