@@ -29,15 +29,9 @@ from typing import Any
 
 from autokernel_tui.errors import WorkspaceError
 from autokernel_tui.ledger.history import ExperimentRecord, RunHistory, load_runs
+from autokernel_tui.report.paths import VERIFY_FILE, verify_path  # noqa: F401  (re-exported)
 
-VERIFY_FILE = "verify.json"
-MEASURED = ("keep", "discard", "vetoed")  # experiments whose candidate passed and was timed
 REVERT_RE = re.compile(r"revert exp (\d+):")
-
-
-def verify_path(workspace: str | Path, tag: str) -> Path:
-    """Where a ``verify`` of run ``tag``'s kept kernels is saved (and the report looks for it)."""
-    return Path(workspace).resolve() / ".autokernel" / "runs" / tag / VERIFY_FILE
 
 
 def _num(value: Any) -> float | None:

@@ -188,3 +188,21 @@ def test_agent_text_is_escaped(two_kernels):
     page = html(r)
     assert "<script>" not in page and '<img src="http://evil">' not in page
     assert "&lt;script&gt;" in page
+
+
+def test_verify_of_a_runs_kept_kernels_is_saved_for_the_report(two_kernels, capsys):
+    """`verify WS` on a run's kept kernels (the real verify, llama-tiny on the CPU) saves its result
+    in the run's folder, and the report shows it."""
+    saved = verify_path(two_kernels, "two")
+    saved.unlink(missing_ok=True)
+    rc = cli_main(["verify", str(two_kernels), "--run", "two", "--model", "llama-tiny", "--device", "cpu",
+                   "--dtype", "float32", "--iters", "1", "--tasks", "rmsnorm"])
+    out = capsys.readouterr()
+    assert rc == 0, out.out + out.err
+    assert f"saved for `autokernel-tui report`: {saved}" in out.out
+    assert "verify llama-tiny: timing the model without and with the kernels" in out.err  # progress, not silence
+    r = collect(two_kernels, "two")
+    assert r.verify["model"] == "llama" or r.verify["model"].startswith("llama")
+    assert r.verify_source == str(saved)
+    md = markdown(r)
+    assert "Outputs: PASS" in md and f"From {saved}" in md
