@@ -46,9 +46,14 @@ def is_loopback(host: str) -> bool:
 
 
 def app_command(workspace: Path, extra: list[str] | None = None) -> str:
-    """The shell command each browser session runs: this Python, this package, the same app."""
+    """The shell command each browser session runs: this Python, this package, the same app. In a
+    session of its own (``setsid`` where there is one), so the terminal's Ctrl+C reaches only the
+    server, which then quits each session's app in order (textual-serve's quit message)."""
+    import shutil
+
     argv = [sys.executable, "-m", "autokernel_tui", "tui", str(workspace), *(extra or [])]
-    return " ".join(shlex.quote(a) for a in argv)
+    setsid = shutil.which("setsid")
+    return ("exec " + (f"{shlex.quote(setsid)} " if setsid else "")) + " ".join(shlex.quote(a) for a in argv)
 
 
 PAGE = """<!DOCTYPE html>

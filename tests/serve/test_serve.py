@@ -156,8 +156,9 @@ def test_approve_from_a_real_browser(workspace, tmp_path):
         while not any(e["type"] == "awaiting_approval" for e in read_events(events_path)):
             assert time.time() < deadline, "the engine never asked for approval"
             time.sleep(0.1)
-        server, url, _ = _serve(workspace, env={k: v for k, v in os.environ.items()
-                                                if not k.startswith("AUTOKERNEL_")})
+        serve_env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOKERNEL_")}
+        serve_env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg")  # a developer's keymap must not change the keys
+        server, url, _ = _serve(workspace, env=serve_env)
         browser = Browser(browser_bin, tmp_path / "chromium-profile")
         shot = tmp_path / "serve-live.png"
         artifacts = os.environ.get("AUTOKERNEL_TEST_ARTIFACTS")
