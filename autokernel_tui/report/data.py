@@ -264,8 +264,10 @@ def collect(workspace: str | Path, tag: str | None = None, verify_file: str | Pa
         k.incumbent = k.keeps[-1] if k.keeps else None
         k.now_report = k.incumbent.report if k.incumbent else k.start
         k.now = (k.now_report or {}).get("summary") if isinstance((k.now_report or {}).get("summary"), dict) else None
-        last_revert = max((e.n for e in k.experiments if e.record.status == "reverted"), default=0)
-        k.stale_after_revert = last_revert > (k.incumbent.n if k.incumbent else 0)
+        # The code now is the start plus every keep not reverted: the incumbent's measured code
+        # only when no keep before it was reverted (all reverted: the start, measured too).
+        k.stale_after_revert = k.incumbent is not None and any(
+            e.reverted_by is not None and e.n < k.incumbent.n for e in k.experiments)
         k.timing_meaningful = bool((k.now_report or {}).get("timing_meaningful"))
         k.profile = _task_profile(ws, run.tag, task)
         share = _num(k.profile.get("share"))

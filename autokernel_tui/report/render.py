@@ -266,7 +266,7 @@ def html(r: RunReport) -> str:
     for e in r.experiments:
         rec = e.record
         status = rec.status + (f" (reverted by exp {e.reverted_by})" if e.reverted_by else "")
-        harness_line = rec.correctness
+        harness_line = rec.correctness or ""
         if e.report and e.report.get("reason"):
             harness_line += f": {e.report['reason']}"
         out.append(f'<tr class="exp" data-exp="{rec.experiment}">' + _td(str(rec.experiment), True) + _td(rec.task) +

@@ -49,6 +49,10 @@ def gpu_like(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def two_kernels(tmp_path_factory):
+    return _two_kernel_run(tmp_path_factory.mktemp("two"))
+
+
+def _two_kernel_run(root: Path) -> Path:
     """rmsnorm (share 0.4) and softmax (share 0.2) under the auto policy; a kernel plateaus after one
     experiment without a keep. Latencies (us, 100 = the baseline and the start): 80 kept, 90 not,
     then the other kernel: 50 kept, 70 not."""
@@ -56,7 +60,7 @@ def two_kernels(tmp_path_factory):
     from autokernel_tui.engine.loop import Engine
     from autokernel_tui.ledger.workspace import init_workspace
 
-    ws = init_workspace(tmp_path_factory.mktemp("two") / "ws", tasks=["rmsnorm", "softmax"])
+    ws = init_workspace(root / "ws", tasks=["rmsnorm", "softmax"])
     _set_share(ws, "rmsnorm", 0.4)
     _set_share(ws, "softmax", 0.2)
     s = Settings()
@@ -206,3 +210,26 @@ def test_verify_of_a_runs_kept_kernels_is_saved_for_the_report(two_kernels, caps
     assert r.verify_source == str(saved)
     md = markdown(r)
     assert "Outputs: PASS" in md and f"From {saved}" in md
+
+
+def test_a_reverted_keep_leaves_the_chain(tmp_path):
+    """Reverting softmax's keep (review's `u`, the engine's offline revert) takes it out of the best
+    confirmed numbers and the prediction; the report says so."""
+    from autokernel_tui.config import Settings
+    from autokernel_tui.engine.client import LocalClient
+
+    ws = _two_kernel_run(tmp_path)
+    client = LocalClient(ws, Settings(), start=False, serve=False, tag="two")
+    try:
+        assert client.send("revert", n=3, run="two")["ok"]
+    finally:
+        client.close()
+    r = collect(ws, "two")
+    soft = next(k for k in r.kernels if k.task == "softmax")
+    assert soft.keeps == [] and soft.vs_start == 1.0 and soft.now_vs_baseline == pytest.approx(1.0)
+    assert next(e for e in r.experiments if e.n == 3).reverted_by == 5
+    assert r.prediction.speedup == pytest.approx(1 / ((1 - 0.6) + 0.4 / 1.25 + 0.2 / 1.0))
+    page = html(r)
+    assert "keep (reverted by exp 5)" in page
+    assert next(row for row in kernel_rows(r) if row["kernel"] == "softmax")["now"] == "1.000x"  # the start
+    assert [s["data-exp"] for s in _parse(page).kept_sections] == ["1"]
