@@ -24,10 +24,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("autokernel_tui.engine.status_cli", "print the state of the run in a workspace"),
     "attach": ("autokernel_tui.tui.attach_cli", "attach the app to a headless run"),
     "review": ("autokernel_tui.tui.review_cli", "browse every experiment of every run"),
+    "serve": ("autokernel_tui.tui.serve_cli", "show the app in a browser (localhost, behind a random token)"),
     "profile": ("autokernel_tui.profiling.cli", "profile a model and rank its ops by Amdahl's law"),
     "bench": ("autokernel_tui.harness.cli", "check and time one task's kernel.py"),
     "verify": ("autokernel_tui.profiling.verify_cli", "put kept kernels into the model and time it end to end"),
     "export": ("autokernel_tui.profiling.export_cli", "write kept kernels as a standalone package"),
+    "report": ("autokernel_tui.report.cli", "write a run's morning report (one HTML or Markdown file)"),
 }
 DEFAULT_COMMAND = "tui"
 

@@ -143,21 +143,27 @@ def _forward(model, inputs):
         return _tensor(model(*inputs))
 
 
-def _time(models: list, inputs, iters: int, warmup: int, device: str) -> list[list[float]]:
-    """Per model, ``iters`` forward times in microseconds, interleaved so drift hits all alike."""
+def _time(models: list, inputs, iters: int, warmup: int, device: str,
+          on_forward=None) -> list[list[float]]:
+    """Per model, ``iters`` forward times in microseconds, interleaved so drift hits all alike.
+    ``on_forward(i, seconds)`` is called after each forward pass of model ``i`` (progress)."""
     import time
 
     import torch
 
     cuda = device.startswith("cuda")
+    tick = on_forward or (lambda i, seconds: None)
     for _ in range(warmup):
-        for m in models:
+        for i, m in enumerate(models):
+            t0 = time.perf_counter()
             _forward(m, inputs)
+            tick(i, time.perf_counter() - t0)
     if cuda:
         torch.cuda.synchronize()
     times: list[list[float]] = [[] for _ in models]
     for _ in range(iters):
         for i, m in enumerate(models):
+            t_call = time.perf_counter()
             if cuda:
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
@@ -169,6 +175,7 @@ def _time(models: list, inputs, iters: int, warmup: int, device: str) -> list[li
                 t0 = time.perf_counter()
                 _forward(m, inputs)
                 times[i].append((time.perf_counter() - t0) * 1e6)
+            tick(i, time.perf_counter() - t_call)
     return times
 
 
@@ -178,13 +185,13 @@ def _stats(xs: list[float]) -> dict:
     return {"median_us": statistics.median(xs), "p20_us": q(0.2), "p80_us": q(0.8), "n": len(xs)}
 
 
-def _family_times(bundle, model, steps: int) -> dict:
+def _family_times(bundle, model, steps: int, on_step=None) -> dict:
     from autokernel_tui.profiling.amdahl import rank
     from autokernel_tui.profiling.capture import profile_bundle
 
     b = copy.copy(bundle)
     b.model, b.train = model, False
-    prof = rank(profile_bundle(b, steps=steps, warmup=1))
+    prof = rank(profile_bundle(b, steps=steps, warmup=1, on_step=on_step))
     return {"total_us": prof["total_us"],
             "families": {f["family"]: {"time_us": f["time_us"], "kernels": [k["name"] for k in f["kernels"][:4]]}
                          for f in prof["families"]}}
@@ -192,10 +199,20 @@ def _family_times(bundle, model, steps: int) -> dict:
 
 def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=None, device="auto", train=False,
            layers=None, iters: int | None = None, warmup: int | None = None, families: list[str] | None = None,
-           profile_steps: int | None = None, modes: tuple[str, ...] | None = None) -> dict:
+           profile_steps: int | None = None, modes: tuple[str, ...] | None = None, progress=None) -> dict:
     """Patch ``kernels`` ({family: kernel.py}) into ``model`` and compare it with the original, in
-    each of ``modes`` (default: every mode of ``MODES`` on a GPU, eager with and without on the CPU)."""
+    each of ``modes`` (default: every mode of ``MODES`` on a GPU, eager with and without on the CPU).
+
+    ``progress(stage, done, total, left_s)`` (``autokernel_tui.progress``) hears what runs and an
+    estimate of the time left, from the measured cost of one forward pass of each model."""
+    import time
+
     import torch
+
+    from autokernel_tui.progress import Estimate, nothing
+
+    say = progress or nothing
+    est = Estimate()
 
     from autokernel_tui.profiling.cli import default_dtype
     from autokernel_tui.profiling.patch import load_kernels, patch_model
@@ -205,33 +222,74 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
         return verify_training(model, kernels, batch=batch, seq=seq, dtype=dtype, device=device, layers=layers,
                                iters=iters, warmup=warmup, families=families)
     dtype = default_dtype(dtype, device)
+    say("loading the model")
     bundle = load_model(model, batch=batch, seq=seq, dtype=dtype, device=device, train=train, layers=layers)
     gpu = bundle.device.startswith("cuda")
     iters = iters or (30 if gpu else 3)
     warmup = warmup if warmup is not None else (5 if gpu else 1)
+    steps = profile_steps or (3 if gpu else 1)
+    run_modes = [m for m in (modes or (GPU_MODES if gpu else CPU_MODES))
+                 if m in MODES and not (MODES[m][1] == "reduce-overhead" and not gpu)]
     original = bundle.model.eval()
     patched = copy.deepcopy(original)
     counts = patch_model(patched, load_kernels(kernels), families)
     if not any(counts.values()):
         raise VerifyError(f"none of the kernels ({', '.join(sorted(kernels))}) has a patch site in {model}")
     inputs = bundle.inputs
-    out0, out1 = _forward(original, inputs), _forward(patched, inputs)
+    # The work ahead, in forward passes of each model ("orig", "patched"): their measured cost
+    # makes the estimate. Compiling a mode is not counted (it is said while it runs).
+    est.plan("orig", 1 + (dtype != "float32") + warmup + iters + 1 + steps)
+    est.plan("patched", 1 + warmup + iters + 1 + steps)
+    for m in run_modes:
+        est.plan("patched" if MODES[m][0] else "orig", max(warmup, 3 if MODES[m][1] == "reduce-overhead" else 1) + iters)
+    kinds = ("orig", "patched")
+
+    def timed_forward(m, kind: str, stage: str, done: int, total: int):
+        say(stage, done, total, est.left_s())
+        t0 = time.perf_counter()
+        out = _forward(m, inputs)
+        est.did(kind, time.perf_counter() - t0)
+        return out
+
+    checks = 3 if dtype != "float32" else 2
+    out0 = timed_forward(original, "orig", "checking outputs: the original model", 0, checks)
+    out1 = timed_forward(patched, "patched", "checking outputs: the model with the kernels", 1, checks)
     # The model's own precision noise: the original against a float32 copy of itself.
     noise = 0.0
     if dtype != "float32":
         ref32 = copy.deepcopy(original).float()
+        say("checking outputs: a float32 copy (the model's own noise)", 2, checks, est.left_s())
+        t0 = time.perf_counter()
         out32 = _forward(ref32, tuple(x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
                                       for x in inputs))
+        est.did("orig", time.perf_counter() - t0)
         noise = rel_l2(out0.float(), out32)
         del ref32
     err = rel_l2(out1.float(), out0.float())
     tol = max(NOISE_FACTOR * noise, ERROR_FLOOR[dtype])
     finite = bool(torch.isfinite(out1).all())
     passed = finite and err <= tol
-    times = _time([original, patched], inputs, iters, warmup, bundle.device)
+    n_timed = 2 * (warmup + iters)
+    done = [0]
+
+    def on_forward(i: int, seconds: float) -> None:
+        est.did(kinds[i], seconds)
+        done[0] += 1
+        say("timing the model without and with the kernels (forward passes)", done[0], n_timed, est.left_s())
+
+    say("timing the model without and with the kernels (forward passes)", 0, n_timed, est.left_s())
+    times = _time([original, patched], inputs, iters, warmup, bundle.device, on_forward)
     before, after = _stats(times[0]), _stats(times[1])
-    steps = profile_steps or (3 if gpu else 1)
-    prof0, prof1 = _family_times(bundle, original, steps), _family_times(bundle, patched, steps)
+
+    def profiling(kind: str, which: str):
+        def on_step(stage: str, i: int, n: int, seconds: float | None) -> None:
+            if seconds is not None:
+                est.did(kind, seconds)
+            say(f"profiling {which}: {stage}", i, n, est.left_s())
+        return on_step
+
+    prof0 = _family_times(bundle, original, steps, profiling("orig", "the original model"))
+    prof1 = _family_times(bundle, patched, steps, profiling("patched", "the model with the kernels"))
     patched_fams = [f for f, n in counts.items() if n]
     per_family = []
     t_before = t_after = 0.0
@@ -266,28 +324,38 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
         "predicted_speedup": predicted, "prediction_gap": gap, "families": per_family,
         "kernels": {f: str(p) for f, p in kernels.items()},
         **compare_modes(original, kernels, families, inputs, out0, tol, bundle.device,
-                        modes or (GPU_MODES if gpu else CPU_MODES), iters, warmup),
+                        modes or (GPU_MODES if gpu else CPU_MODES), iters, warmup, say, est),
     }
 
 
 def compare_modes(original, kernels: dict[str, Path], families, inputs, reference_out, tol: float, device: str,
-                  modes: tuple[str, ...], iters: int, warmup: int) -> dict:
+                  modes: tuple[str, ...], iters: int, warmup: int, progress=None, estimate=None) -> dict:
     """The model in each mode, with and without the kernels: outputs checked against eager, times
     interleaved (so drift falls on all alike), and which one to ship."""
+    import time
+
     import torch
 
     from autokernel_tui.profiling.patch import load_kernels, patch_model
+    from autokernel_tui.progress import Estimate, nothing
+
+    say = progress or nothing
+    est = estimate or Estimate()
 
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise VerifyError(f"unknown mode(s) {', '.join(unknown)}; modes: {', '.join(MODES)}")
     cuda = device.startswith("cuda")
     built, results = {}, {}
-    for name in modes:
+    for k, name in enumerate(modes):
         with_kernels, compile_mode = MODES[name]
         if compile_mode == "reduce-overhead" and not cuda:
             results[name] = {"skipped": "CUDA graphs need a GPU"}
             continue
+        left = est.left_s()
+        say(f"mode {name}: " + ("compiling and warming up" if compile_mode else "warming up"), k, len(modes),
+            None if left is None else left)
+        kind = "patched" if with_kernels else "orig"
         m = copy.deepcopy(original)
         if with_kernels:
             patch_model(m, load_kernels(kernels), families, custom_ops=compile_mode is not None)
@@ -295,8 +363,13 @@ def compare_modes(original, kernels: dict[str, Path], families, inputs, referenc
             m = torch.compile(m, mode=compile_mode, dynamic=False)
         try:
             out = None
-            for _ in range(max(warmup, 3 if compile_mode == "reduce-overhead" else 1)):  # compiles, records graphs
+            for w in range(max(warmup, 3 if compile_mode == "reduce-overhead" else 1)):  # compiles, records graphs
+                t0 = time.perf_counter()
                 out = _forward(m, inputs)
+                if w or compile_mode is None:  # the first call of a compiled mode is mostly compilation
+                    est.did(kind, time.perf_counter() - t0)
+                else:
+                    est.todo[kind] = max(0.0, est.todo.get(kind, 0.0) - 1)
             out = out.float().clone()
         except Exception as exc:  # a mode that does not run is a finding, not a crash of verify
             results[name] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
@@ -306,7 +379,15 @@ def compare_modes(original, kernels: dict[str, Path], families, inputs, referenc
         results[name] = {"correct": finite and err <= tol, "rel_l2_vs_eager": err}
         built[name] = m
     names = list(built)
-    times = _time([built[n] for n in names], inputs, iters, 0, device) if names else []
+    kinds = ["patched" if MODES[n][0] else "orig" for n in names]
+    done = [0]
+
+    def on_forward(i: int, seconds: float) -> None:
+        est.did(kinds[i], seconds)
+        done[0] += 1
+        say("timing every mode (forward passes)", done[0], len(names) * iters, est.left_s())
+
+    times = _time([built[n] for n in names], inputs, iters, 0, device, on_forward) if names else []
     for n, t in zip(names, times):
         results[n].update(_stats(t))
     base = {k: results.get(k, {}).get("median_us") for k in ("eager", "compile", "cudagraphs")}

@@ -40,10 +40,20 @@ def main(args: argparse.Namespace) -> int:
     if not model:
         raise VerifyError("name the model: --model MODEL (the workspace's tasks do not record one)")
     pick = lambda flag, key: flag if flag is not None else (saved.get(key) if model == saved.get("model") else None)  # noqa: E731
-    result = verify(model, kernels, batch=pick(args.batch, "batch"), seq=pick(args.seq, "seq"),
-                    dtype=pick(args.dtype, "dtype"), device=args.device, train=args.train,
-                    layers=pick(args.layers, "layers"), iters=args.iters)
+    from autokernel_tui.progress import Progress
+
+    with Progress(f"verify {model}") as progress:
+        result = verify(model, kernels, batch=pick(args.batch, "batch"), seq=pick(args.seq, "seq"),
+                        dtype=pick(args.dtype, "dtype"), device=args.device, train=args.train,
+                        layers=pick(args.layers, "layers"), iters=args.iters, progress=progress)
     print(format_result(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1), encoding="utf-8")
+    if not args.kernels and where.startswith("run "):  # a run's kept kernels: the morning report shows it
+        from autokernel_tui.report.paths import verify_path
+
+        path = verify_path(args.workspace_flag or args.workspace, where.split()[1])
+        if path.parent.is_dir():
+            path.write_text(json.dumps(result, indent=1), encoding="utf-8")
+            print(f"saved for `autokernel-tui report`: {path}")
     return 0 if result["correct"] else 1
