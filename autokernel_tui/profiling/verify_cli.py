@@ -16,7 +16,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int)
     parser.add_argument("--seq", type=int)
     parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"])
-    parser.add_argument("--train", action="store_true", help="compare the training loss (forward) instead of outputs")
+    parser.add_argument("--train", action="store_true",
+                        help="a training step (forward + backward) instead of inference: the loss and every "
+                             "parameter's gradient checked, the step timed")
+    parser.add_argument("--modes", metavar="M,M",
+                        help="inference modes to measure: eager, eager+kernels, compile, compile+kernels, cudagraphs, "
+                             "cudagraphs+kernels (default: all on a GPU, none on the CPU)")
     parser.add_argument("--layers", type=int)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--iters", type=int, help="timed iterations (default 30 on a GPU, 3 on the CPU)")
@@ -30,7 +35,7 @@ def main(args: argparse.Namespace) -> int:
     from autokernel_tui.profiling.patch import use_interpreter_if_no_gpu
 
     use_interpreter_if_no_gpu(args.device)
-    from autokernel_tui.profiling.verify import (VerifyError, chosen_kernels, format_result,
+    from autokernel_tui.profiling.verify import (VerifyError, chosen_kernels, format_result, format_training,
                                                  model_args_from_tasks, verify)
 
     kdir, where, kernels = chosen_kernels(args)
@@ -45,8 +50,9 @@ def main(args: argparse.Namespace) -> int:
     with Progress(f"verify {model}") as progress:
         result = verify(model, kernels, batch=pick(args.batch, "batch"), seq=pick(args.seq, "seq"),
                         dtype=pick(args.dtype, "dtype"), device=args.device, train=args.train,
-                        layers=pick(args.layers, "layers"), iters=args.iters, progress=progress)
-    print(format_result(result))
+                        layers=pick(args.layers, "layers"), iters=args.iters, progress=progress,
+                        modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()) if args.modes else None)
+    print(format_training(result) if "gradients" in result else format_result(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1), encoding="utf-8")
     if not args.kernels and where.startswith("run "):  # a run's kept kernels: the morning report shows it
