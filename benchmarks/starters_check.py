@@ -66,6 +66,18 @@ def load_module(path: Path, tag: str):
     return module
 
 
+def load_reference(task_dir: Path, tag: str):
+    """A task's reference as the harness sees it: the module, or for a backward task (``kind =
+    "backward"``) the harness's ``BackwardReference`` around it (inputs end with ``grad_out``, the
+    outputs are the gradients)."""
+    from autokernel_tui.harness.worker.reference import BackwardReference
+    from autokernel_tui.tasks.spec import load_spec
+
+    module = load_module(Path(task_dir) / "reference.py", tag)
+    spec = load_spec(task_dir)
+    return BackwardReference(module, spec.grad_inputs) if spec.kind == "backward" else module
+
+
 def task_dirs(root: Path | None = None, only: list[str] | None = None) -> list[Path]:
     from autokernel_tui.tasks.spec import find_tasks
 
@@ -185,7 +197,7 @@ def check_case(task_dir: Path, dtype_name: str, shape, device: str, seed: int = 
     from autokernel_tui.tasks.spec import load_spec
 
     spec = load_spec(task_dir)
-    ref_mod = load_module(task_dir / "reference.py", tag)
+    ref_mod = load_reference(task_dir, tag)
     ker_mod = load_module(task_dir / "kernel.py", tag)
     tol = spec.tolerances[dtype_name]
     inputs = build_inputs(ref_mod, shape.dims, dtype_name, device, seed, adversarial)
@@ -207,7 +219,7 @@ def check_task(task_dir: Path, device: str, dtypes: list[str] | None = None, lau
     from autokernel_tui.tasks.spec import load_spec
 
     spec = load_spec(task_dir)
-    ref_mod = load_module(task_dir / "reference.py", "check")
+    ref_mod = load_reference(task_dir, "check")
     shapes = spec.shapes_for(device)
     rows = []
     for dtype_name in spec.dtypes:

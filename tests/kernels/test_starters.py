@@ -23,7 +23,7 @@ def _cases():
         for dtype in spec.dtypes:
             for shape in spec.test_shapes:
                 yield pytest.param(spec.path, dtype, shape, None, id=f"{spec.name}-{dtype}-{shape.name}")
-            ref = sc.load_module(spec.path / "reference.py", "test")
+            ref = sc.load_reference(spec.path, "test")
             for adv in getattr(ref, "ADVERSARIAL", {}):
                 for shape in sc.adversarial_shapes(spec.test_shapes):
                     yield pytest.param(spec.path, dtype, shape, adv, id=f"{spec.name}-{dtype}-{shape.name}+{adv}")
@@ -45,7 +45,7 @@ def test_kernel_matches_reference(task_dir, dtype, shape, adversarial):
 def test_task_is_well_formed(spec):
     spec = load_spec(spec.path)  # parses and validates task.toml
     assert spec.shapes and spec.test_shapes and spec.dtypes
-    ref = sc.load_module(spec.path / "reference.py", "test")
+    ref = sc.load_reference(spec.path, "test")
     for fn in ("make_inputs", "reference", "flops", "bytes_moved"):
         assert callable(getattr(ref, fn, None)), f"reference.py lacks {fn}()"
     assert getattr(ref, "ADVERSARIAL", None), "reference.py needs at least one adversarial transform"
