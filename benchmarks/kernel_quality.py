@@ -205,7 +205,7 @@ def run_task(task_dir: Path, tuned_dir: Path | None, dtypes: list[str], timer: T
     from autokernel_tui.tasks.spec import load_spec
 
     spec = load_spec(task_dir)
-    ref_mod = sc.load_module(task_dir / "reference.py", "quality")
+    ref_mod = sc.load_reference(task_dir, "quality")
     kernels = {"starter": sc.load_module(task_dir / "kernel.py", "quality")}
     if tuned_dir is not None and (tuned_dir / "kernel.py").is_file():
         kernels["tuned"] = sc.load_module(tuned_dir / "kernel.py", "quality_tuned")

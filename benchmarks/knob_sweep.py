@@ -65,7 +65,7 @@ def sweep(task_dir: Path, grid: dict[str, list[int]], shape_names: list[str], dt
     from autokernel_tui.tasks.spec import load_spec
 
     spec = load_spec(task_dir)
-    ref_mod = sc.load_module(task_dir / "reference.py", "sweep")
+    ref_mod = sc.load_reference(task_dir, "sweep")
     mod = sc.load_module(task_dir / "kernel.py", "sweep")
     unknown = [k for k in grid if not hasattr(mod, k)]
     if unknown:

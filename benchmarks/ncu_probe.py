@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
     shape = next((s for s in spec.shapes if s.name == shape_name), None)
     if shape is None:
         raise SystemExit(f"{task} has no shape {shape_name!r}: {', '.join(s.name for s in spec.shapes)}")
-    ref = sc.load_module(task_dir / "reference.py", "ncu")
+    ref = sc.load_reference(task_dir, "ncu")
     ker = sc.load_module(task_dir / "kernel.py", "ncu")
     for name, value in (a.split("=", 1) for a in argv[3:]):
         if not isinstance(getattr(ker, name, None), int):

@@ -106,7 +106,7 @@ def compile_tasks(tasks: list[str] | None, dtypes: list[str] | None, knobs: dict
     try:
         for task_dir in sc.task_dirs(None, tasks):
             spec = load_spec(task_dir)
-            ref = sc.load_module(task_dir / "reference.py", "sm90")
+            ref = sc.load_reference(task_dir, "sm90")
             ker = sc.load_module(task_dir / "kernel.py", "sm90")
             for name, value in (knobs or {}).items():
                 setattr(ker, name, value)
