@@ -111,7 +111,7 @@ class Progress:
     """The reporter. Use as a context manager; call it (it is the ``progress`` callback)."""
 
     def __init__(self, title: str, stream: TextIO | None = None, tty: bool | None = None, every_s: float = 15.0,
-                 expected_s: float | None = None):
+                 expected_s: float | None = None, quiet_s: float = 5.0):
         self.title = title
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
@@ -129,6 +129,10 @@ class Progress:
         self._rich = None
         self._task = None
         self._last_line = 0.0
+        # Plain lines are held for the first ``quiet_s`` seconds: a command that fails at once (a model
+        # file that does not import) says its error alone, on one line, with no progress around it.
+        self.quiet_s = quiet_s
+        self._held: list[str] | None = []
 
     # --- what is shown ----------------------------------------------------------------------------
     def elapsed_s(self) -> float:
@@ -174,8 +178,20 @@ class Progress:
 
     def _print(self) -> None:
         self._last_line = time.monotonic()
+        if self._held is not None and self.elapsed_s() < self.quiet_s:
+            self._held.append(self.line())
+            return
+        self._release()
+        self._write(self.line())
+
+    def _release(self) -> None:
+        held, self._held = self._held or [], None
+        for text in held:
+            self._write(text)
+
+    def _write(self, text: str) -> None:
         try:
-            print(self.line(), file=self.stream, flush=True)
+            print(text, file=self.stream, flush=True)
         except (OSError, ValueError):  # the stream went away: progress is never worth a crash
             pass
 
@@ -189,6 +205,8 @@ class Progress:
             with self._lock:
                 if self._rich is not None:
                     self._rich_update()  # the estimate moves with the clock
+                elif self._held and self.elapsed_s() >= self.quiet_s:
+                    self._release()
                 elif time.monotonic() - self._last_line >= self.every_s:
                     self._print()
 
@@ -223,11 +241,10 @@ class Progress:
         if self._rich is not None:
             self._rich.stop()
             self._rich = None
-        try:
-            print(f"{self.title}: {'done' if exc[0] is None else 'stopped'} after {fmt_s(self.elapsed_s())}",
-                  file=self.stream, flush=True)
-        except (OSError, ValueError):
-            pass
+        if exc[0] is not None and self._held is not None and self.elapsed_s() < self.quiet_s:
+            return  # failed at once: the error is the whole story
+        self._release()
+        self._write(f"{self.title}: {'done' if exc[0] is None else 'stopped'} after {fmt_s(self.elapsed_s())}")
 
 
 def evaluate_with_progress(harness, task_dir, quick: bool = False, stream: TextIO | None = None,

@@ -33,7 +33,7 @@ def test_estimate_from_measured_unit_costs():
 
 def test_plain_lines_on_stage_changes_and_a_heartbeat_while_a_stage_runs():
     out = io.StringIO()
-    with pg.Progress("verify llama", stream=out, every_s=0.2) as p:
+    with pg.Progress("verify llama", stream=out, every_s=0.2, quiet_s=0.0) as p:
         p("loading the model")
         time.sleep(0.05)
         p("timing", 1, 4)
@@ -121,3 +121,22 @@ def test_verify_reports_stages_and_a_shrinking_estimate():
     lefts = [c[3] for c in calls if len(c) > 3 and c[3] is not None]
     assert lefts and lefts[-1] == pytest.approx(0.0, abs=1e-9)  # every planned forward pass ran
     assert all(len(c) < 4 or c[3] is None for c in calls[:3])  # no estimate before one pass of each model was timed
+
+
+def test_a_command_that_fails_at_once_prints_no_progress_around_its_error():
+    out = io.StringIO()
+    with pytest.raises(RuntimeError):
+        with pg.Progress("profile bad.py", stream=out, tty=False, quiet_s=2.0) as p:
+            p("loading bad.py")
+            raise RuntimeError("the model file is broken")
+    assert out.getvalue() == ""
+    # The same failure after the quiet start keeps its progress lines and says it stopped.
+    out = io.StringIO()
+    with pytest.raises(RuntimeError):
+        with pg.Progress("profile bad.py", stream=out, tty=False, quiet_s=0.2) as p:
+            p("loading bad.py")
+            time.sleep(1.3)
+            raise RuntimeError("the model file is broken")
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("profile bad.py: loading bad.py, 0:00 elapsed")
+    assert re.match(r"profile bad.py: stopped after 0:0\d$", lines[-1])
