@@ -1,8 +1,9 @@
 """A task's reference, as the judge and the contestants use it (worker side: torch + stdlib).
 
 A forward task's ``reference.py`` is used as it is. A backward task (``kind = "backward"`` in
-task.toml) has the same ``reference.py`` (its forward op, inputs, adversarial transforms, and the
-FLOP and byte counts of its backward) plus ``grad_inputs``, the indices of the inputs whose
+task.toml) has the same ``reference.py`` (its forward op, inputs, adversarial transforms; the FLOP
+and byte counts of its backward as ``backward_flops``/``backward_bytes_moved``, else ``flops``/
+``bytes_moved``; in kernels/ the ``<task>_bwd/reference.py`` is a link to the forward's) plus ``grad_inputs``, the indices of the inputs whose
 gradients the kernel returns; ``BackwardReference`` turns it into what the harness checks and
 times:
 
@@ -106,8 +107,10 @@ class BackwardReference:
 
         return prepare, run
 
+    # The backward's own work: ``backward_flops``/``backward_bytes_moved`` where the op's reference
+    # defines them (one reference.py serves the forward task and, linked, its ``<task>_bwd`` task).
     def flops(self, shape: dict) -> int:
-        return self.module.flops(shape)
+        return getattr(self.module, "backward_flops", self.module.flops)(shape)
 
     def bytes_moved(self, shape: dict, dtype: torch.dtype) -> int:
-        return self.module.bytes_moved(shape, dtype)
+        return getattr(self.module, "backward_bytes_moved", self.module.bytes_moved)(shape, dtype)
