@@ -239,6 +239,33 @@ def test_budget_in_dollars_and_revert(workspace, settings):
     assert git(workspace, "rev-parse", "autokernel/t~1").strip() == kept2
 
 
+def test_a_revert_is_known_by_its_trailer_not_its_description(workspace, settings):
+    """Which experiment a revert undid is its commit's Autokernel-Reverts trailer: a description
+    edited by hand changes nothing (a second revert is refused, the kernel's speedup stays taken
+    back out); a revert whose commit cannot be read is still read by its description."""
+    settings.run.max_experiments = 2
+    engine = Engine(workspace, settings, tag="t", agent=ScriptedAgent([90, 80]), harness=FakeHarness())
+    engine.run()
+    assert engine.command("revert", n=2)["ok"] is True
+    assert engine.orch.tasks["rmsnorm"].speedup == pytest.approx(100 / 90, rel=1e-4)
+    engine.close()
+    path = run_dir(workspace) / "results.tsv"
+    path.write_text(path.read_text().replace("revert exp 2: latency 80us", "undo the 80 us kernel"))
+    assert "Autokernel-Reverts: " + read_rows(path, typed=True)[1]["commit"] in \
+        git(workspace, "log", "-1", "--format=%B", "autokernel/t")
+
+    engine = Engine(workspace, settings, tag="t", agent=ScriptedAgent([90]), harness=FakeHarness())
+    try:
+        assert engine.results.rows[2]["description"] == "undo the 80 us kernel"
+        refused = engine.command("revert", n=2)
+        assert refused["ok"] is False and "already reverted" in refused["error"]
+        assert engine.orch.tasks["rmsnorm"].speedup == pytest.approx(100 / 90, rel=1e-4)  # replayed the same
+        old = {"experiment": 9, "commit": "", "status": "reverted", "description": "revert exp 1: latency 90us"}
+        assert engine.reverts.target(old) == 1
+    finally:
+        engine.close()
+
+
 def test_disk_full_pauses_and_resume_records_the_experiment_once(workspace, settings, monkeypatch):
     settings.run.max_experiments = 3
     engine = Engine(workspace, settings, tag="t", agent=ScriptedAgent([90, 80, 70]), harness=FakeHarness())
