@@ -64,7 +64,7 @@ TASK_KEYS = ("name", "share", "speedup", "speedup_vs_start", "state", "roofline_
 TASK_STATES = ("active", "queued", "plateaued", "done", "skipped")
 PENDING_KEYS = ("n", "task", "diff", "report", "comparison", "deadline")
 DEVICE_KEYS = ("name", "timing_meaningful")  # required; the harness may add more (bandwidth_gbps, ...)
-# runs/<tag>/run.json (engine.loop.Engine._open_run)
+# runs/<tag>/run.json (engine.runrecord.open_run)
 RUN_META_KEYS = ("tag", "branch", "base", "tasks", "owned_hashes", "settings", "created_at", "finished")
 
 
