@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from autokernel_tui.engine.backends import Evaluator
@@ -33,7 +33,7 @@ from autokernel_tui.ledger import crashpoints
 from autokernel_tui.ledger.events import AgentTextBatcher
 from autokernel_tui.ledger.gitrepo import RunRepo, message
 
-RECORDED, UNAVAILABLE, EXHAUSTED = "recorded", "unavailable", "exhausted"
+RECORDED, AGENT_DOWN, NOTHING_LEFT = "recorded", "agent_down", "nothing_left"
 
 
 @dataclass
@@ -54,9 +54,9 @@ class Lab:
 
 @dataclass
 class Outcome:
-    """How an experiment ended. ``recorded``: its results row was written (``row``);
-    ``unavailable``: the agent is down (the number is used again); ``exhausted``: the agent has
-    nothing left to try on this kernel."""
+    """How an experiment ended. ``RECORDED``: its results row was written (``row``);
+    ``AGENT_DOWN``: the agent is unavailable (the number is used again); ``NOTHING_LEFT``: the
+    agent has nothing left to try on this kernel (the number is used again)."""
     n: int
     task: str
     kind: str
@@ -65,10 +65,6 @@ class Outcome:
     comparison: Comparison | None = None
     seconds: float = 0.0
     reason: str = ""
-    kept: bool = field(init=False, default=False)
-
-    def __post_init__(self) -> None:
-        self.kept = bool(self.row and self.row["status"] == "keep")
 
 
 class Experiment:
@@ -88,10 +84,10 @@ class Experiment:
             proposal, batcher = self._propose(ctx)
         except agents.AgentUnavailable as exc:
             self.emit("experiment_abandoned", n=n, reason=f"agent unavailable: {exc}")
-            return Outcome(n, task, UNAVAILABLE, reason=str(exc))
+            return Outcome(n, task, AGENT_DOWN, reason=str(exc))
         except agents.NothingToPropose as exc:
             self.emit("experiment_abandoned", n=n, reason=f"nothing left to try: {exc}")
-            return Outcome(n, task, EXHAUSTED, reason=str(exc))
+            return Outcome(n, task, NOTHING_LEFT, reason=str(exc))
         except agents.AgentError as exc:  # e.g. a submission that stayed malformed: a failed experiment
             self.emit("proposal", n=n, description="malformed proposal", hypothesis="", diff="", agent="",
                       tokens=0, cost_usd=0.0)

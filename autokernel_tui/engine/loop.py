@@ -32,13 +32,12 @@ from autokernel_tui.config import Settings, load_settings
 from autokernel_tui.engine import budget, journal, recovery
 from autokernel_tui.engine.backends import Evaluator, load_object, make_agent, make_harness
 from autokernel_tui.engine.bus import EventBus
-from autokernel_tui.engine.experiment import EXHAUSTED as NOTHING_LEFT
-from autokernel_tui.engine.experiment import UNAVAILABLE, Experiment, Lab, Outcome
+from autokernel_tui.engine.experiment import AGENT_DOWN, NOTHING_LEFT, Experiment, Lab, Outcome
 from autokernel_tui.engine.gate import ApprovalGate, Pending
 from autokernel_tui.engine.lock import EngineLock
 from autokernel_tui.engine.orchestrator import EXHAUSTED, SKIPPED, Orchestrator, roofline_if_meaningful
 from autokernel_tui.engine.revert import Reverts
-from autokernel_tui.engine.runrecord import RUNS, RunRecord, new_tag, open_run, unfinished_run
+from autokernel_tui.engine.runrecord import RUNS, new_tag, open_run, unfinished_run
 from autokernel_tui.errors import AutokernelError, EngineError, describe_os_error
 from autokernel_tui.harness.report import Report
 
@@ -264,8 +263,8 @@ class Engine:
             todo, self._revert_queue = self._revert_queue, []
         for k in todo:
             try:
-                task = self.reverts.check(k)["task"]
-                self._unkeep(task, self.reverts.revert(k, self.bus.emit))
+                reverted = self.reverts.revert(k, self.bus.emit)
+                self._unkeep(reverted["task"], reverted)
             except EngineError as exc:
                 self._error(str(exc))
 
@@ -418,7 +417,7 @@ class Engine:
 
     def _after(self, outcome: Outcome) -> None:
         """What an experiment's outcome means for the loop."""
-        if outcome.kind == UNAVAILABLE:
+        if outcome.kind == AGENT_DOWN:
             retry = self.settings.run.agent_retry_s
             self._pause_on_error(f"agent unavailable: {outcome.reason} — paused; resume when it is back"
                                  + (f" (retrying by itself in {retry / 60:.0f} min)" if retry else ""))

@@ -201,7 +201,7 @@ def rebuild(n: int, evs: dict[str, dict], g: GitExperiment | None, run_dir: Path
             desc = f"interrupted: the engine stopped during this experiment ({desc or 'no proposal yet'})"
     if reverted and not desc.startswith("revert exp"):
         desc = f"revert exp {started.get('revert_of', '?')}: {desc}"
-    row = make_row(n, task, commit, status, report, comparison, Spend.from_event(prop) if prop else None, desc)
+    row = make_row(n, task, commit, status, report, comparison, Spend.from_event(prop), desc)
     row["timestamp"] = _iso(float((evs.get("decision") or evs.get("verdict") or started or {}).get("t") or 0)
                             or (g.time if g else 0.0)) or row["timestamp"]
     source = ", ".join(s for s, have in (("git", g is not None and bool(g.subject)), ("events.jsonl", bool(evs)),

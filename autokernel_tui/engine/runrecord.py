@@ -168,6 +168,8 @@ class RunRecord:
         self.specs: dict[str, Any] = {}
         self.floor = 0  # the highest experiment number in use anywhere when the run opened (engine/repair.py)
         self._saved: dict[int, Saved] = {}
+        self.results: ResultsLog  # open_files()
+        self.events: EventLog
 
     def open_files(self) -> None:
         self.results = ResultsLog(self.dir / "results.tsv")
