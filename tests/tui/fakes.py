@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 
 from autokernel_tui.config import Settings
-from autokernel_tui.engine.loop import make_row
+from autokernel_tui.engine.runrecord import Spend, make_row
 from autokernel_tui.engine.orchestrator import PLATEAU, Orchestrator
 from autokernel_tui.harness.report import Comparison, Report, ShapeResult, Summary
 from autokernel_tui.ledger import schema
@@ -97,7 +97,8 @@ def experiment(n, status, task="rmsnorm", speed=1.05, description="tune warps", 
         failed = status in FAILED
         rep = report(FAILED.get(status, "PASS"), "smoke" if failed else "timing", summary_speed=speed, task=task)
         comp = None if failed else ROW_COMPARISON
-        r = make_row(n, task, commit or f"abc{n:04d}", status, rep, comp, PROPOSAL, description)
+        r = make_row(n, task, commit or f"abc{n:04d}", status, Report.from_dict(rep),
+                     Comparison.from_dict(comp) if comp else None, Spend(**PROPOSAL), description)
     r["timestamp"] = f"2026-12-02T01:{n:02d}:00Z"  # fixed clock
     return checked(schema.check_row(r), r), rep, comp
 
@@ -183,7 +184,7 @@ def make_workspace(root: Path, rows=ROWS, events=None) -> Path:
         failed = r["status"] in FAILED
         rep = report(FAILED.get(r["status"], "PASS"), "smoke" if failed else "timing", task=r["task"],
                      summary_speed=r["speedup_vs_baseline"])
-        # as the engine saves it (engine.loop: reports/exp-N.json)
+        # as the engine saves it (engine.runrecord: reports/exp-N.json)
         (run / "reports" / f"exp-{n}.json").write_text(json.dumps(
             {"report": rep, "comparison": None if failed else ROW_COMPARISON}))
         (run / "agent" / f"exp-{n}.md").write_text(f"# exp {n}\n\nTry {r['description']}: fewer passes over x.\n")

@@ -58,7 +58,7 @@ def test_the_engines_numbers_reach_the_screen_in_percent(gpu_run):
     """What the engine recorded (results.tsv, the pending report) is what the panes show."""
     workspace, engine = gpu_run
     pending = engine.snapshot()["pending"]
-    start = [s["roofline_pct"] for s in engine._read_json(engine.run_dir / "reports" / "start-rmsnorm.json")["shapes"]]
+    start = [s.roofline_pct for s in engine.record.start_report("rmsnorm").shapes]
     assert start == [10.47, 83.18]  # the starter, as the H200 harness reports it: percent
     pct = [s["roofline_pct"] for s in pending["report"]["shapes"]]
     assert all(1 < p <= 100 for p in pct)
