@@ -99,6 +99,20 @@ class AutokernelApp(App[Any]):
         active = state is not None and state.state not in ("stopped", "idle")
         self.push_screen(QuitScreen(self.attached, active), self._quit_chosen)
 
+    def get_system_commands(self, screen):
+        from textual.app import SystemCommand
+
+        for command in super().get_system_commands(screen):
+            if command.title == "Quit":
+                command = SystemCommand("Quit", "asks whether to stop the run or leave it running headless",
+                                        self.action_quit)
+            yield command
+
+    async def action_quit(self) -> None:
+        """The command palette's Quit and ctrl+q: the same question as q, never a silent exit (which left
+        a blank terminal while the in-process engine finished its experiment)."""
+        self.ask_quit()
+
     def _quit_chosen(self, choice: str | None) -> None:
         if choice is not None:
             self.exit(choice)

@@ -21,9 +21,11 @@ def run_live(workspace: Path, settings, client, attached: bool, headless_args: l
         # The SSH session died: keep the night's run going rather than losing it.
         choice = DETACH if attached else HEADLESS
     if choice == STOP:
+        _say("stopping: the experiment under way finishes and is recorded first (on the CPU that can take minutes)…")
         engine_link.stop_and_close(client)
         _say("run stopped after its current experiment; resume with: autokernel-tui")
     elif choice == HEADLESS:
+        _say("handing over: the experiment under way finishes here first, then the run continues headless…")
         engine_link.stop_and_close(client)
         pid = engine_link.spawn_headless(workspace, extra_args=headless_args)
         _say(f"run continues headless (pid {pid}); watch it with: autokernel-tui attach {workspace}")
