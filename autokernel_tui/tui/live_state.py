@@ -115,6 +115,7 @@ class LiveState:
     ended_at: float | None = None  # when the session stopped: the elapsed clock stops there
     activity: Activity | None = None
     start_measured: set[str] = field(default_factory=set)  # tasks whose starting kernel this run measured
+    quick: bool | None = None  # the harness runs in quick mode (first dtype only); None: not known here
     took_s: dict[str, float] = field(default_factory=dict)  # activity kind -> how long it took last time
     last_check: str = ""  # what the harness ran, from the newest report: "3 test shapes x 1 dtype"
     _starts: "StartChain" = field(default_factory=lambda: StartChain())

@@ -72,7 +72,7 @@ async def test_a_cpu_run_reads_vs_the_starter_kernel_never_0_00x(tmp_path):
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot)
         text = screen_text(app)
-        assert "best 1.68x vs start" in text and "vs base n/a on CPU" in text
+        assert "best 1.68x vs start" in text and "timings not meaningful, vs base n/a" in text
         assert "0.00x" not in text and "0.01x" not in text
         assert "vs start" in text.split("results.tsv")[1]  # the results' speedup column
         kernels = text.split("kernels by Amdahl share")[1].split("results.tsv")[0]
@@ -267,3 +267,18 @@ async def test_review_of_a_cpu_run_shows_speedups_vs_the_starter(tmp_path):
         await pilot.press("down", "t")  # exp 2's harness report
         await settle(pilot)
         assert "vs baseline n/a (CPU)" in screen_text(app)
+
+
+async def test_the_demo_runs_the_quick_check_and_the_screen_says_so(workspace, client):
+    from autokernel_tui.config import load_settings
+    from autokernel_tui.tui.demo import demo_notes, demo_overrides
+
+    assert demo_overrides({})["harness"] == {"quick": True}
+    assert "harness" not in demo_overrides({"AUTOKERNEL_HARNESS_QUICK": "0"})  # the user's word wins
+    settings = load_settings(workspace, demo_overrides({}), env={})
+    assert settings.harness.quick and settings.agent.kind == "tuner" and settings.run.policy == "manual"
+    app = AutokernelApp(workspace, client=client, clock=lambda: NOW, notes=demo_notes(settings), harness_quick=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        assert "quick check: 1st dtype only" in screen_text(app).splitlines()[0]
+        assert any("quick mode: the first dtype of each task only" in n.message for n in app._notifications)

@@ -21,7 +21,7 @@ from textual.widgets import Footer, Static
 
 from autokernel_tui.config import POLICIES
 from autokernel_tui.tui import keys, workspace_files
-from autokernel_tui.tui.live_state import APPROVAL, DIFF, HEADER, KERNELS, REASONING, RESULTS, LiveState
+from autokernel_tui.tui.live_state import APPROVAL, DIFF, HEADER, KERNELS, REASONING, RESULTS, LiveState, Notice
 from autokernel_tui.tui.messages import CommandDone, EngineEvent
 from autokernel_tui.tui.screens.fitted import FittedFooter
 from autokernel_tui.tui.widgets.approval_panel import ApprovalPanel
@@ -91,8 +91,10 @@ class LiveScreen(FittedFooter, Screen):
         self.query_one("#diff").border_title = "kernel.py: candidate vs incumbent"
         self.query_one("#approval").border_title = "awaiting your approval"
         self.state = LiveState.from_snapshot(self.client.snapshot())
+        self.state.quick = getattr(self.app, "harness_quick", None)
         self._catch_up()
         self.state.notices.extend(self.state.repair_notices())  # said once, when the screen opens
+        self.state.notices.extend(Notice("information", "autokernel-tui", note) for note in getattr(self.app, "notes", []))
         # Subscribe after the catch-up: events are pushed, never replayed.
         self.client.subscribe(self._from_engine_thread)
         self._redraw({HEADER, KERNELS, REASONING, DIFF, RESULTS, APPROVAL})
@@ -135,7 +137,7 @@ class LiveScreen(FittedFooter, Screen):
         if KERNELS in parts:
             self.query_one(KernelTable).show(state.kernels, state.task, state.meaningful)
             cpu = state.meaningful is False
-            self.query_one(KernelTable).border_title = ("kernels by Amdahl share · speedups vs the starter (CPU)"
+            self.query_one(KernelTable).border_title = ("kernels by Amdahl share (CPU: vs starter)"
                                                         if cpu else "kernels by Amdahl share")
         if RESULTS in parts:
             cpu = state.meaningful is False
@@ -158,7 +160,7 @@ class LiveScreen(FittedFooter, Screen):
             self._show_approval()
         for notice in state.notices:
             self.notify(notice.message, title=notice.title, severity=notice.severity,
-                        timeout=30 if notice.severity == "error" else 10)
+                        timeout=30 if notice.severity == "error" or notice.title == "autokernel-tui" else 10)
         state.notices.clear()
 
     @property

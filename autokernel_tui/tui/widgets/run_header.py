@@ -19,7 +19,7 @@ STATE_STYLE = {
 
 
 SPINNER = "◐◓◑◒"
-CPU_BASE_NOTE = "vs base n/a on CPU"
+CPU_BASE_NOTE = "vs base n/a"  # after the CPU label: speedups vs eager torch mean nothing there
 
 
 def header_text(state: LiveState, now: float, attached: bool = False) -> Group:
@@ -54,14 +54,17 @@ def status_line(state: LiveState, now: float, attached: bool = False) -> Text:
         # The Triton interpreter against eager torch on the CPU compares nothing real: the
         # header shows the gain over the starter kernel (the product of kept speedups) instead.
         part("best", fmt.speedup(best) + (" vs start" if best is not None else ""), "bold #5fd75f")
-        text.append(f" ({CPU_BASE_NOTE})", "dim")
     else:
         part("best", fmt.speedup(best) + (" vs base" if best is not None else ""), "bold #5fd75f")
     if state.tokens or state.cost_usd:  # the offline tuner spends nothing: no "0 tok $0.00" to read past
         part("spend", f"{fmt.tokens(state.tokens)} tok {fmt.dollars(state.cost_usd)}")
     text.append(*sep)
     device = fmt.device_label(state.device)
+    if state.meaningful is False:
+        device += f", {CPU_BASE_NOTE}"
     text.append(device, "#d78700" if device.startswith("CPU") else "#87d7af")
+    if state.quick:
+        text.append("  quick check: 1st dtype only", "#d7af5f")
     warning = fmt.sandbox_warning(state.device)
     if warning:
         text.append("  ")
