@@ -8,11 +8,15 @@ from pathlib import Path
 from autokernel_tui.tui import engine_link
 
 
-def run_live(workspace: Path, settings, client, attached: bool, headless_args: list[str] | tuple = ()) -> int:
+def run_live(workspace: Path, settings, client, attached: bool, headless_args: list[str] | tuple = (),
+             notes: list[str] | tuple = ()) -> int:
+    """``notes``: said once when the screen opens (the demo says what it runs). An in-process run's
+    harness settings are this process's, so the header can say when the harness runs in quick mode."""
     from autokernel_tui.tui.app import AutokernelApp
     from autokernel_tui.tui.screens.quit_screen import DETACH, HANGUP, HEADLESS, STOP
 
-    app = AutokernelApp(workspace, client=client, attached=attached, user_keys=settings.keys)
+    app = AutokernelApp(workspace, client=client, attached=attached, user_keys=settings.keys, notes=list(notes),
+                        harness_quick=None if attached else bool(settings.harness.quick))
     try:
         choice = app.run()
     except OSError:  # the terminal went away while drawing: treat it as a hang-up
@@ -21,9 +25,11 @@ def run_live(workspace: Path, settings, client, attached: bool, headless_args: l
         # The SSH session died: keep the night's run going rather than losing it.
         choice = DETACH if attached else HEADLESS
     if choice == STOP:
+        _say("stopping: the experiment under way finishes and is recorded first (on the CPU that can take minutes)…")
         engine_link.stop_and_close(client)
         _say("run stopped after its current experiment; resume with: autokernel-tui")
     elif choice == HEADLESS:
+        _say("handing over: the experiment under way finishes here first, then the run continues headless…")
         engine_link.stop_and_close(client)
         pid = engine_link.spawn_headless(workspace, extra_args=headless_args)
         _say(f"run continues headless (pid {pid}); watch it with: autokernel-tui attach {workspace}")

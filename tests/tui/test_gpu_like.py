@@ -15,7 +15,7 @@ from rich.console import Console
 from autokernel_tui.engine.client import LocalClient
 from autokernel_tui.tui.app import REVIEW, AutokernelApp
 from autokernel_tui.tui.widgets.approval_panel import approval_renderable
-from autokernel_tui.tui.widgets.results_table import COLUMNS
+from autokernel_tui.tui.widgets.results_table import BY_KEY, cell
 from tests.tui.fakes import screen_text
 from tests.fakes.gpu_run import make_gpu_like_run, stop_run
 from tests.tui.test_snapshots import _quiet
@@ -31,8 +31,7 @@ def gpu_run(tmp_path):
 
 
 def _roof_cell(row: dict) -> str:
-    make = next(make for key, _, make in COLUMNS if key == "roofline_pct")
-    return make(row).plain
+    return cell(BY_KEY["roofline_pct"], row).plain
 
 
 def test_a_percent_is_never_shown_as_a_fraction():

@@ -1,0 +1,57 @@
+"""What `autokernel-tui demo` runs: a throwaway workspace, the offline tuner, manual approval, and the
+harness in quick mode, said on screen. The command (tui/demo_cli.py, moving to commands/) calls
+``run_demo``; the logic lives here so the command stays parsing only.
+
+Quick mode checks and times the first dtype of each task only (harness ``quick``); on a machine without
+a GPU the harness runs the tasks' small test shapes under the Triton interpreter either way. A full
+evaluation of a starter on a 2-core CPU took 40-100 s (3 test shapes x 3 dtypes, the interpreter at
+~0.6-0.9 s per call of the 37-row shape), so each experiment (evaluation, comparison, confirming
+comparison) took 3-4 minutes; quick mode divides that by three. ``AUTOKERNEL_HARNESS_QUICK=0`` runs the
+full check in the demo too.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEMO_TASKS = ("rmsnorm", "softmax")
+QUICK_ENV = "AUTOKERNEL_HARNESS_QUICK"
+
+
+def demo_overrides(env: dict[str, str] | None = None) -> dict[str, dict]:
+    """The demo's settings over the user's: tuner, manual approval, quick mode unless the environment
+    says otherwise (AUTOKERNEL_HARNESS_QUICK)."""
+    env = os.environ if env is None else env
+    overrides: dict[str, dict] = {"run": {"policy": "manual"}, "agent": {"kind": "tuner"}}
+    if QUICK_ENV not in env:
+        overrides["harness"] = {"quick": True}
+    return overrides
+
+
+def demo_notes(settings) -> list[str]:
+    """What the demo tells the user when the screen opens."""
+    check = ("the harness in quick mode: the first dtype of each task only (on a machine without a GPU, "
+             "its small test shapes under the Triton interpreter)" if settings.harness.quick else
+             "the harness's full check: every dtype")
+    return [f"Demo: the offline tuner proposes, you approve each candidate the harness calls faster; {check}. "
+            "`autokernel-tui` in this folder later runs with your own settings."]
+
+
+def run_demo(directory: str | Path) -> int:
+    """Create the demo workspace if needed, then open the app on it (attached if an engine is live)."""
+    from autokernel_tui.config import load_settings
+    from autokernel_tui.ledger.workspace import init_workspace
+    from autokernel_tui.tui import engine_link, keys, launch, workspace_files
+
+    workspace = Path(directory).resolve()
+    if not workspace_files.is_workspace(workspace):
+        # A demo is a throwaway repository of its own, even inside a project checkout: committing
+        # demo tasks into the user's repository would be worse than nesting one.
+        init_workspace(workspace, tasks=list(DEMO_TASKS), nested=True)
+    settings = load_settings(workspace, demo_overrides())
+    keys.keymap(settings.keys)
+    if workspace_files.engine_is_live(workspace):
+        return launch.run_live(workspace, settings, engine_link.attach(workspace), attached=True)
+    return launch.run_live(workspace, settings, engine_link.start_in_process(workspace, settings), attached=False,
+                           notes=demo_notes(settings))
