@@ -116,7 +116,8 @@ def cpu_experiment(n, status, vs_incumbent, task="rmsnorm", description="RESIDEN
         r = make_row(n, task, f"cpu{n:04d}", status, None, None, None, description)
     else:
         rep = cpu_report("PASS" if status not in FAILED else FAILED[status], summary_speed=0.0033 * (vs_incumbent or 1))
-        r = make_row(n, task, f"cpu{n:04d}", status, rep, comp, PROPOSAL, description)
+        r = make_row(n, task, f"cpu{n:04d}", status, Report.from_dict(rep),
+                     Comparison.from_dict(comp) if comp else None, Spend(**PROPOSAL), description)
     r["timestamp"] = f"2026-12-02T01:{n:02d}:00Z"
     return checked(schema.check_row(r), r), rep, comp
 
