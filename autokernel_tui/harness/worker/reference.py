@@ -56,8 +56,12 @@ class BackwardReference:
             raise ValueError("a backward task names its grad_inputs in task.toml")
         self.module = module
         self.grad_inputs = grad_inputs
-        self.ADVERSARIAL = {name: self._keep_grad_out(fn)
-                            for name, fn in (getattr(module, "ADVERSARIAL", {}) or {}).items()}
+        # The forward's transforms, or BACKWARD_ADVERSARIAL where the reference defines it (inputs
+        # that test a forward well can make its gradient ill-conditioned: a saturated softmax).
+        transforms = getattr(module, "BACKWARD_ADVERSARIAL", None)
+        if transforms is None:
+            transforms = getattr(module, "ADVERSARIAL", {}) or {}
+        self.ADVERSARIAL = {name: self._keep_grad_out(fn) for name, fn in transforms.items()}
 
     @staticmethod
     def _keep_grad_out(transform: Callable) -> Callable:
