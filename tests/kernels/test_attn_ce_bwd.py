@@ -101,3 +101,18 @@ def test_cross_entropy_wrong_count_is_caught(tmp_path):
     task = _copy(tmp_path, CE, replace=[("tl.store(SCALE, g / tl.sum(count, axis=0))", "tl.store(SCALE, g / M)")])
     row = sc.check_case(task, "float32", load_spec(task).test_shapes[0], "cpu", tag="ceb-wrong")
     assert not row["kernel"]["passed"]
+
+
+def test_backward_reference_takes_backward_adversarial():
+    from types import SimpleNamespace
+
+    from autokernel_tui.harness.worker.reference import BackwardReference
+
+    fwd_only = SimpleNamespace(ADVERSARIAL={"a": lambda x, g: x, "b": lambda x, g: x})
+    both = SimpleNamespace(ADVERSARIAL=fwd_only.ADVERSARIAL, BACKWARD_ADVERSARIAL={"c": lambda x, g: x})
+    assert set(BackwardReference(fwd_only, (0,)).ADVERSARIAL) == {"a", "b"}
+    assert set(BackwardReference(both, (0,)).ADVERSARIAL) == {"c"}
+    # flash_attention_bwd's sink is the soft one: same names as the forward's, another transform.
+    attn = sc.load_reference(ATTN, "fab-adv")
+    assert set(attn.ADVERSARIAL) == set(attn.module.ADVERSARIAL)
+    assert attn.module.BACKWARD_ADVERSARIAL["attention_sink"] is not attn.module.ADVERSARIAL["attention_sink"]
