@@ -24,10 +24,12 @@ def test_wheel_ships_every_starter_and_finds_them(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(site)], cwd=tmp_path, capture_output=True,
                          text=True, check=True).stdout.splitlines()
     assert Path(out[0]) == site / "autokernel_tui" / "kernels"
-    assert out[1].split(",") == shipped and len(shipped) == 13
+    assert out[1].split(",") == shipped and len(shipped) >= 10
     # A <task>_bwd's reference.py is a link to its forward's in the repository, content in the wheel.
-    for bwd in ("rmsnorm_bwd", "layernorm_bwd", "add_rmsnorm_bwd"):
-        assert (REPO / "kernels" / bwd / "reference.py").is_symlink()
-        ref = site / "autokernel_tui" / "kernels" / bwd / "reference.py"
-        assert ref.is_file() and not ref.is_symlink()
-        assert ref.read_bytes() == (REPO / "kernels" / bwd.removesuffix("_bwd") / "reference.py").read_bytes()
+    linked = sorted((REPO / "kernels").glob("*_bwd/reference.py"))
+    assert len(linked) >= 5
+    for ref in linked:
+        assert ref.is_symlink(), ref
+        packed = site / "autokernel_tui" / "kernels" / ref.parent.name / "reference.py"
+        assert packed.is_file() and not packed.is_symlink()
+        assert packed.read_bytes() == (REPO / "kernels" / ref.parent.name.removesuffix("_bwd") / "reference.py").read_bytes()

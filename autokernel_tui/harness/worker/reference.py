@@ -59,8 +59,12 @@ class BackwardReference:
         self.module = module
         self.grad_inputs = grad_inputs
         self.n_grad_outs = 1  # the reference's output count, known once make_inputs has run
-        self.ADVERSARIAL = {name: self._keep_grad_out(fn)
-                            for name, fn in (getattr(module, "ADVERSARIAL", {}) or {}).items()}
+        # The forward's transforms, or BACKWARD_ADVERSARIAL where the reference defines it (inputs
+        # that test a forward well can make its gradient ill-conditioned: a saturated softmax).
+        transforms = getattr(module, "BACKWARD_ADVERSARIAL", None)
+        if transforms is None:
+            transforms = getattr(module, "ADVERSARIAL", {}) or {}
+        self.ADVERSARIAL = {name: self._keep_grad_out(fn) for name, fn in transforms.items()}
 
     def _keep_grad_out(self, transform: Callable) -> Callable:
         def apply(inputs: tuple, gen: torch.Generator) -> tuple:
