@@ -24,4 +24,4 @@ def test_wheel_ships_every_starter_and_finds_them(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(site)], cwd=tmp_path, capture_output=True,
                          text=True, check=True).stdout.splitlines()
     assert Path(out[0]) == site / "autokernel_tui" / "kernels"
-    assert out[1].split(",") == shipped and len(shipped) == 10
+    assert out[1].split(",") == shipped and len(shipped) == 14  # ten forward starters, four backward (*_bwd)
