@@ -106,7 +106,7 @@ class _Undo:
 
 
 def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profile: str | Path | None = None,
-                   top: int = 5, nested: bool = False) -> Path:
+                   top: int = 5, nested: bool = False, from_kernelbench: list | None = None) -> Path:
     """Create (or extend) the workspace at ``path``; returns its resolved path.
 
     A workspace is a git repository of its own. ``path`` inside another checkout (but not its
@@ -117,8 +117,9 @@ def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profil
     staged), so a retry starts from where the user was.
     """
     path = Path(path).resolve()
-    if not tasks and not from_profile:
-        raise WorkspaceError("choose starter tasks (--task NAME) or a profile (--from-profile FILE)")
+    if not tasks and not from_profile and not from_kernelbench:
+        raise WorkspaceError("choose starter tasks (--task NAME), a profile (--from-profile FILE) "
+                             "or KernelBench problems (--from-kernelbench FILE...)")
     if top < 1:
         raise WorkspaceError(f"--top must be at least 1, not {top}")
     if path.exists() and not path.is_dir():
@@ -166,6 +167,10 @@ def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profil
         created = _copy_starters(tasks or [], kernels)
         if profile is not None:
             created += _extract(profile, Path(from_profile), kernels, top)
+        if from_kernelbench:
+            from autokernel_tui.tasks.kernelbench import write_tasks
+
+            created += write_tasks(list(from_kernelbench), kernels)
         if not created:
             raise WorkspaceError("no task was created")
         for task_dir in created:
