@@ -173,9 +173,7 @@ def extract_all(profile: dict, dest_kernels_dir: Path, top: int = 5,
         if families_done >= top:
             skip(family, f"--top {top}: that many families already have tasks")
             continue
-        if family.get("share", 0.0) < threshold:
-            skip(family, f"share {100 * family.get('share', 0.0):.2f}% is under the {100 * threshold:g}% threshold")
-            continue
+        below = family.get("share", 0.0) < threshold  # a starter is still used; generated tasks are not made
         if fam == "overhead":
             skip(family, "views and allocations: no kernel to write")
             continue
@@ -205,6 +203,11 @@ def extract_all(profile: dict, dest_kernels_dir: Path, top: int = 5,
         else:
             why_starter = "no hand-written starter for this family"
         families_done += made_starter
+        if below:
+            if not made_starter:
+                skip(family, f"share {100 * family.get('share', 0.0):.2f}% is under the {100 * threshold:g}% "
+                             "threshold for generated tasks")
+            continue
         candidates = [e for e in units.get(fam, []) if not (made_starter and _starter_fits(record, e["unit"], fam))]
         if not candidates:
             if not made_starter:
