@@ -176,6 +176,10 @@ def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profil
         for task_dir in created:
             taskspec.load_spec(task_dir)  # refuse to commit a malformed task
         rel = [str(p.relative_to(path)) for p in created]
+        skipped_list = path / "init-skipped.json"  # what got no task and why (tasks/extract.py): committed too
+        if skipped_list.is_file():
+            undo.add(f"remove {skipped_list}", lambda: skipped_list.unlink(missing_ok=True))
+            rel.append(skipped_list.name)
         undo.add("unstage the task folders", lambda: repo.git.execute(
             ["git", *_GIT_OPTS, "reset", "-q", "--", *rel], env=_GIT_ENV) if repo.head.is_valid() else
             repo.git.execute(["git", *_GIT_OPTS, "rm", "-rq", "--cached", "--ignore-unmatch", "--", *rel],
