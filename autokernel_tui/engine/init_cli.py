@@ -11,6 +11,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", action="append", default=[], metavar="NAME",
                         help="copy this starter task (repeat for several); --list shows them")
     parser.add_argument("--from-profile", metavar="FILE", help="create tasks from a profile written by `profile`")
+    parser.add_argument("--from-kernelbench", nargs="+", metavar="FILE", default=None,
+                        help="one task per KernelBench problem file (Model, get_inputs, get_init_inputs)")
     parser.add_argument("--top", type=int, default=5, help="with --from-profile: how many top ops (default 5)")
     parser.add_argument("--nested", action="store_true",
                         help="create the workspace as a repository of its own even inside another git checkout")
@@ -25,9 +27,14 @@ def main(args: argparse.Namespace) -> int:
         print("\n".join(list_starters()))
         return 0
     path = init_workspace(args.workspace or args.directory or ".", tasks=args.task,
-                          from_profile=args.from_profile, top=args.top, nested=args.nested)
+                          from_profile=args.from_profile, top=args.top, nested=args.nested,
+                          from_kernelbench=args.from_kernelbench)
     tasks = sorted(p.name for p in (path / "kernels").iterdir() if (p / "task.toml").is_file())
     print(f"workspace ready: {path}")
     print(f"tasks: {', '.join(tasks)}")
+    from autokernel_tui.tasks.extract import skipped_lines
+
+    for line in skipped_lines(path):  # never a silent skip: what got no task, and why
+        print(line)
     print(f"next: autokernel-tui run --headless -C {path}   (or `autokernel-tui` for the app)")
     return 0

@@ -106,7 +106,7 @@ class _Undo:
 
 
 def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profile: str | Path | None = None,
-                   top: int = 5, nested: bool = False) -> Path:
+                   top: int = 5, nested: bool = False, from_kernelbench: list | None = None) -> Path:
     """Create (or extend) the workspace at ``path``; returns its resolved path.
 
     A workspace is a git repository of its own. ``path`` inside another checkout (but not its
@@ -117,8 +117,9 @@ def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profil
     staged), so a retry starts from where the user was.
     """
     path = Path(path).resolve()
-    if not tasks and not from_profile:
-        raise WorkspaceError("choose starter tasks (--task NAME) or a profile (--from-profile FILE)")
+    if not tasks and not from_profile and not from_kernelbench:
+        raise WorkspaceError("choose starter tasks (--task NAME), a profile (--from-profile FILE) "
+                             "or KernelBench problems (--from-kernelbench FILE...)")
     if top < 1:
         raise WorkspaceError(f"--top must be at least 1, not {top}")
     if path.exists() and not path.is_dir():
@@ -166,11 +167,19 @@ def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profil
         created = _copy_starters(tasks or [], kernels)
         if profile is not None:
             created += _extract(profile, Path(from_profile), kernels, top)
+        if from_kernelbench:
+            from autokernel_tui.tasks.kernelbench import write_tasks
+
+            created += write_tasks(list(from_kernelbench), kernels)
         if not created:
             raise WorkspaceError("no task was created")
         for task_dir in created:
             taskspec.load_spec(task_dir)  # refuse to commit a malformed task
         rel = [str(p.relative_to(path)) for p in created]
+        skipped_list = path / "init-skipped.json"  # what got no task and why (tasks/extract.py): committed too
+        if skipped_list.is_file():
+            undo.add(f"remove {skipped_list}", lambda: skipped_list.unlink(missing_ok=True))
+            rel.append(skipped_list.name)
         undo.add("unstage the task folders", lambda: repo.git.execute(
             ["git", *_GIT_OPTS, "reset", "-q", "--", *rel], env=_GIT_ENV) if repo.head.is_valid() else
             repo.git.execute(["git", *_GIT_OPTS, "rm", "-rq", "--cached", "--ignore-unmatch", "--", *rel],

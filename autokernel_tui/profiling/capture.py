@@ -75,15 +75,23 @@ def dims_for(family: str, op: str, shapes: list, concrete: list | None = None) -
     if family == "matmul":
         if op in ("aten::mm", "aten::matmul") and len(s) >= 2 and len(s[0]) >= 2 and len(s[1]) == 2:
             return {"M": _prod(s[0][:-1]), "N": s[1][1], "K": s[0][-1]}
-        if op == "aten::addmm" and len(s) >= 3 and len(s[1]) == 2 and len(s[2]) == 2:
-            return {"M": s[1][0], "N": s[2][1], "K": s[1][1]}
-        if op == "aten::linear" and len(s) >= 2 and len(s[0]) >= 2 and len(s[1]) == 2:
+        # addmm and a linear with a bias add the bias: the matmul starter has none, so these get no
+        # starter dims (they become generated tasks that keep the bias).
+        if op == "aten::linear" and len(s) >= 2 and len(s[0]) >= 2 and len(s[1]) == 2 and not (len(s) > 2 and s[2]):
             return {"M": _prod(s[0][:-1]), "N": s[1][0], "K": s[0][-1]}
         return {}
     if family in ("flash_attention", "attention_bidirectional") and len(s) >= 2 and len(s[0]) == 4 and len(s[1]) == 4:
         b, h, sq, d = s[0]
         return {"B": b, "H": h, "KVH": s[1][1], "S": sq, "D": d}
-    if family in ("layernorm", "rmsnorm", "softmax", "swiglu") and s and s[0]:
+    if family == "layernorm" and s and s[0]:
+        # Rows of the product of the normalized dims: normalized_shape is the weight's shape (the
+        # profiler records no int lists). Without a weight the starter (affine) does not fit.
+        ns = s[2] if op in ("aten::layer_norm", "aten::native_layer_norm") and len(s) > 3 and s[2] and s[3] else None
+        if not ns or len(ns) > len(s[0]) or list(s[0][len(s[0]) - len(ns):]) != list(ns):
+            return {}
+        n = _prod(ns)
+        return {"M": _prod(s[0]) // n, "N": n} if len(s[0]) > len(ns) else {}
+    if family in ("rmsnorm", "softmax", "swiglu") and s and s[0]:
         return rows_cols(s[0])
     if family == "gelu" and s and s[0]:
         # torch records no string arguments: the variant is unknown here, "none" is F.gelu's default.
@@ -303,7 +311,14 @@ def profile_bundle(bundle, steps: int | None = None, warmup: int = 2, on_step=No
         from autokernel_tui.profiling.zoo import ModelError
 
         raise ModelError("the profiler recorded no device time: did the model run any op?")
+    try:  # what to replay, beside the timing (profiling/replay.py): one more forward pass
+        from autokernel_tui.profiling.replay import record_bundle
+
+        replay = record_bundle(bundle)
+    except Exception as exc:  # the timing profile stands without it; extraction says why tasks are missing
+        replay = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     return {
+        "replay": replay,
         "version": PROFILE_VERSION,
         "model": bundle.name,
         "model_args": {"batch": bundle.batch, "seq": bundle.seq, "dtype": bundle.dtype, "train": bundle.train,

@@ -37,6 +37,16 @@ ATEN_FAMILY = {
     **dict.fromkeys(["aten::softmax", "aten::_softmax", "aten::_safe_softmax"], "softmax"),
     **dict.fromkeys(["aten::layer_norm", "aten::native_layer_norm"], "layernorm"),
     **dict.fromkeys(["aten::rms_norm", "aten::_fused_rms_norm"], "rmsnorm"),
+    # GroupNorm is not LayerNorm (its CUDA kernels share names with layer_norm's: RowwiseMoments...):
+    # the op decides, so it never lands on the layernorm starter.
+    **dict.fromkeys(["aten::group_norm", "aten::native_group_norm"], "group_norm"),
+    **dict.fromkeys(["aten::batch_norm", "aten::native_batch_norm", "aten::_batch_norm_impl_index",
+                     "aten::_native_batch_norm_legit_no_training", "aten::_native_batch_norm_legit",
+                     "aten::cudnn_batch_norm", "aten::instance_norm"], "batch_norm"),
+    **dict.fromkeys(["aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution",
+                     "aten::cudnn_convolution", "aten::mkldnn_convolution", "aten::conv_transpose1d",
+                     "aten::conv_transpose2d", "aten::conv_transpose3d", "aten::_slow_conv2d_forward",
+                     "aten::cudnn_convolution_relu", "aten::cudnn_convolution_add_relu"], "conv"),
     **dict.fromkeys(["aten::gelu", "aten::gelu_"], "gelu"),
     **dict.fromkeys(["aten::silu", "aten::silu_"], "swiglu"),
     **dict.fromkeys(["aten::cross_entropy_loss", "aten::nll_loss", "aten::nll_loss_nd", "aten::nll_loss_forward",

@@ -90,7 +90,8 @@ def test_cuda_kernels_counted_once_with_their_launching_op():
     assert sum(r["time_us"] for r in rows) == pytest.approx(12.5 + 3 + 1 + 2)  # kernels only, once each
     mm = by_family["matmul"]
     assert mm["time_us"] == pytest.approx(12.5) and mm["op"] == "aten::linear"
-    assert mm["dims"] == {"M": 8, "N": 96, "K": 64} and mm["dtype"] == "bfloat16"
+    # A linear with a bias is not the (bias-less) matmul starter: no starter dims (issue 19).
+    assert mm["dims"] == {} and mm["dtype"] == "bfloat16"
     norm = by_family["layernorm"]  # both kernels of one layer_norm call: one op call, 4 us
     assert norm["time_us"] == pytest.approx(4.0) and norm["calls"] == 1 and norm["dims"] == {"M": 8, "N": 96}
     assert by_family["other"]["time_us"] == pytest.approx(2.0)

@@ -1,0 +1,203 @@
+"""Issue 19: faithful capture, generated tasks, never a silent skip, KernelBench files (CPU, small shapes)."""
+
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autokernel_tui.profiling.amdahl import rank
+from autokernel_tui.profiling.capture import profile_bundle
+from autokernel_tui.profiling.replay import record_forward
+from autokernel_tui.profiling.zoo import ModelBundle
+from autokernel_tui.tasks import spec as taskspec
+from autokernel_tui.tasks.extract import SKIPPED_FILE, extract_all
+from benchmarks import starters_check as sc
+
+
+def _profile(name, model, inputs):
+    torch.manual_seed(0)
+    bundle = ModelBundle(name, model.eval(), tuple(inputs), False, "float32", "cpu", 0, 0)
+    return rank(profile_bundle(bundle, steps=1, warmup=0))
+
+
+def _extract(profile, tmp_path, top=20):
+    created, skipped = extract_all(profile, tmp_path / "kernels", top=top, threshold=0.0)
+    return {p.name: p for p in created}, skipped
+
+
+def _generated(created, family):
+    return [p for p in created.values() if p.name.startswith("gen_") and taskspec.load_spec(p).family == family]
+
+
+def _baseline_passes(task_dir):
+    """The eager replay meets the task's own tolerance against float64 (what test_starters asks)."""
+    spec = taskspec.load_spec(task_dir)
+    ref = sc.load_reference(task_dir, f"anyop-{task_dir.name}")
+    for dtype in spec.dtypes:
+        inputs = ref.make_inputs(dict(spec.test_shapes[0].dims), getattr(torch, dtype), "cpu", 0)
+        eager = ref.reference(*inputs)
+        row = sc.compare(eager, eager, sc.precise_reference(ref, inputs), spec.tolerances[dtype], inputs)
+        assert row["passed"], f"{task_dir.name} {dtype}: {row['why']}"
+        assert ref.flops({}) > 0 and ref.bytes_moved({}, getattr(torch, dtype)) > 0
+        for fn in ref.ADVERSARIAL.values():
+            fn(inputs, torch.Generator().manual_seed(0))
+    return ref
+
+
+def test_multi_dim_layernorm_is_rows_of_the_product(tmp_path):
+    # (64, 256, 256) normalised over (256, 256) in the issue; scaled down: 4 rows of 16*16.
+    prof = _profile("ln2d", nn.LayerNorm((16, 16)), [torch.randn(4, 16, 16)])
+    created, _ = _extract(prof, tmp_path)
+    spec = taskspec.load_spec(created["layernorm"])
+    assert [s.dims for s in spec.shapes] == [{"M": 4, "N": 256}]
+    rec = prof["replay"]
+    ln = next(o for o in rec["ops"] if o["op"] == "aten.native_layer_norm.default")
+    assert ln["args"][1] == [16, 16] and ln["args"][4] == pytest.approx(1e-5)
+
+
+def test_group_norm_is_not_layernorm_and_becomes_a_generated_task(tmp_path):
+    model = nn.GroupNorm(16, 32)
+    with torch.no_grad():
+        model.weight.uniform_(0.5, 1.5)
+        model.bias.normal_()
+    x = torch.randn(2, 32, 5, 3)
+    prof = _profile("gn", model, [x])
+    fams = {f["family"] for f in prof["families"]}
+    assert "group_norm" in fams and "layernorm" not in fams
+    created, _ = _extract(prof, tmp_path)
+    assert "layernorm" not in created
+    (task,) = _generated(created, "group_norm")
+    ref = _baseline_passes(task)
+    gn = next(o for o in ref.UNIT["ops"])
+    assert gn["op"] == "aten.native_group_norm.default" and gn["args"][3:7] == [2, 32, 15, 16]
+    # The reference replays the model's op: same output on the model's own tensors.
+    torch.testing.assert_close(ref.reference(x, model.weight.detach(), model.bias.detach()), model(x).detach())
+    assert "aten::native_group_norm" in taskspec.load_spec(task).forbidden_ops
+
+
+def test_gemm_multiply_leakyrelu_keeps_bias_and_epilogue(tmp_path):
+    class Gemm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gemm = nn.Linear(24, 40)
+
+        def forward(self, x):
+            return F.leaky_relu(self.gemm(x) * 2.0, 0.1)
+
+    model, x = Gemm(), torch.randn(6, 24)
+    prof = _profile("gemm", model, [x])
+    created, _ = _extract(prof, tmp_path)
+    assert "matmul" not in created  # the bias-less starter would drop the bias
+    (task,) = _generated(created, "matmul")
+    ref = _baseline_passes(task)
+    assert [o["op"] for o in ref.UNIT["ops"]] == ["aten.addmm.default", "aten.mul.Tensor",
+                                                   "aten.leaky_relu.default"]
+    # inputs in first-use order: addmm(bias, x, w.t())
+    out = ref.reference(model.gemm.bias.detach(), x, model.gemm.weight.detach().t())
+    torch.testing.assert_close(out, model(x).detach())
+    spec = taskspec.load_spec(task)
+    assert {"aten::addmm", "aten::mul", "aten::leaky_relu"} <= set(spec.forbidden_ops) and spec.bound == "compute"
+
+
+def test_conv_attention_embedding_get_generated_tasks(tmp_path):
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(37, 16)
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, img, idx, mask):
+            c = F.relu(self.conv(img))
+            e = self.emb(idx).view(2, 5, 2, 8).transpose(1, 2)  # (B, H, S, D)
+            a = F.scaled_dot_product_attention(e, e, e, attn_mask=mask)  # bidirectional, masked
+            return c.sum() + a.sum()
+
+    idx = torch.randint(3, 30, (2, 5))
+    mask = torch.rand(5, 5) > 0.3
+    mask[:, 0] = True
+    prof = _profile("mixed", Net(), [torch.randn(2, 3, 7, 7), idx, mask])
+    created, skipped = _extract(prof, tmp_path)
+    for family in ("conv", "embedding", "attention_bidirectional"):
+        tasks = _generated(created, family)
+        assert tasks, f"no generated task for {family}: {skipped}"
+        ref = _baseline_passes(tasks[0])
+        if family == "embedding":
+            meta = ref.UNIT["tensors"][str(ref.UNIT["inputs"][1])]
+            assert (meta["min"], meta["max"]) == (int(idx.min()), int(idx.max()))
+            ins = ref.make_inputs({"CALL": 1}, torch.float32, "cpu", 3)
+            assert ins[1].dtype == torch.int64 and 0 <= int(ins[1].min()) and int(ins[1].max()) < 37
+    conv = _generated(created, "conv")[0]
+    ops = [o["op"] for o in sc.load_reference(conv, "c").UNIT["ops"]]
+    assert ops == ["aten.convolution.default", "aten.relu.default"]  # conv + its epilogue, one chain
+    # Never a silent skip: every ranked family has a task or a reason, also on disk.
+    on_disk = json.loads((tmp_path / SKIPPED_FILE).read_text())
+    assert on_disk == skipped
+    with_task = {taskspec.load_spec(p).family for p in created.values()}
+    for f in prof["families"]:
+        assert f["family"] in with_task or any(s["family"] == f["family"] for s in skipped), f["family"]
+    assert all(s["reason"] for s in skipped)
+
+
+def test_record_chains_and_mask_metadata():
+    q = torch.randn(1, 2, 4, 8)
+    mask = torch.tensor([[True, False, True, True]] * 4)
+    rec = record_forward(lambda q, m: F.scaled_dot_product_attention(q, q, q, attn_mask=m), (q, mask))
+    bools = [t for t in rec["tensors"] if t["dtype"] == "bool"]
+    assert bools and bools[0]["values"] == mask.flatten().int().tolist()
+    assert any(u["kind"] == "compute" and "attention" in u["root"] for u in rec["units"])
+
+
+KB_PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Conv, GroupNorm, scale: a tiny problem in KernelBench's format."""
+    def __init__(self, in_channels, out_channels, groups, scale):
+        super(Model, self).__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, 3)
+        self.norm = nn.GroupNorm(groups, out_channels)
+        self.scale = scale
+
+    def forward(self, x):
+        return self.norm(self.conv(x)) * self.scale
+
+
+batch_size = 2
+in_channels = 3
+out_channels = 8
+groups = 4
+scale = 0.5
+
+
+def get_inputs():
+    return [torch.rand(batch_size, in_channels, 9, 7)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, groups, scale]
+'''
+
+
+def test_from_kernelbench_makes_a_whole_forward_task(tmp_path):
+    from autokernel_tui.ledger.workspace import init_workspace
+
+    problem = tmp_path / "12_Conv2d_GroupNorm_Scale.py"
+    problem.write_text(KB_PROBLEM)
+    ws = init_workspace(tmp_path / "ws", from_kernelbench=[problem])
+    task = ws / "kernels" / "kb_12_conv2d_groupnorm_scale"
+    spec = taskspec.load_spec(task)
+    assert spec.family == "kernelbench" and spec.bound == "compute"
+    assert {"aten::convolution", "aten::native_group_norm", "aten::mul"} <= set(spec.forbidden_ops)
+    ref = _baseline_passes(task)
+    # The reference is the problem's own Model, weights from the seed, at the file's shapes.
+    ns = {}
+    exec(KB_PROBLEM, ns)
+    torch.manual_seed(ref.WEIGHT_SEED)
+    model = ns["Model"](*ns["get_init_inputs"]()).eval()
+    (x,) = ref.make_inputs({"CALL": 1}, torch.float32, "cpu", 0)
+    assert x.shape == (2, 3, 9, 7)
+    torch.testing.assert_close(ref.reference(x), model(x).detach())
+    assert ref.flops({}) >= 2 * 2 * 8 * 7 * 5 * 27
