@@ -72,6 +72,11 @@ class HarnessSettings:
     # What confines candidate code: auto (bwrap where it works, Landlock inside it or alone), bwrap
     # (refuse to run without it), landlock (Landlock only), off (nothing: debugging, said in every report).
     sandbox: str = "auto"
+    # What a keep decision compares (harness/report.py MEASURES): "device" by default, because the
+    # mode `verify` recommends shipping is compiled or CUDA-graph captured, where launches are replayed
+    # and the model pays the device time; "as_called" when the model will run eagerly and a kernel's
+    # host launch cost is part of what it pays (small shapes).
+    measure: str = "device"
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,8 @@ RULES: dict[str, Rule] = {
     "harness.confirm_keeps": Rule(bool),
     "harness.quick": Rule(bool),
     "harness.sandbox": Rule(str, choices=("auto", "bwrap", "landlock", "off")),
+    "harness.measure": Rule(str, choices=("device", "as_called"), why="what a keep decision compares: the "
+                            "kernel's device time, or its time as an eager model calls it (host launch cost included)"),
 }
 # How `run` spells the settings it takes as flags (for messages only).
 FLAGS = {"run.policy": "--policy", "run.max_experiments": "--max-experiments", "run.max_wall_s": "--max-hours",

@@ -41,7 +41,8 @@ def make_harness(settings: Settings, env: dict[str, str]) -> Any:
 
     h = settings.harness
     return Harness(timeout_s=h.timeout_s, device="auto", keep_margin=h.keep_margin,
-                   confirm_keeps=h.confirm_keeps, sandbox=h.sandbox)
+                   confirm_keeps=h.confirm_keeps, sandbox=h.sandbox,
+                   measure=h.measure)
 
 
 def make_agent(settings: Settings, env: dict[str, str]) -> Any:

@@ -14,6 +14,11 @@ from typing import Any
 STATUSES = ("PASS", "FAIL", "CRASH", "TIMEOUT", "REJECTED")
 STAGES = ("static", "smoke", "shapes", "stability", "determinism", "timing")
 
+# What a comparison's speedup is of (setting harness.measure): "device", the kernel's GPU time with
+# the host kept ahead (what a model pays under torch.compile or CUDA graphs, where launches are
+# replayed), or "as_called", calls back to back with the host's launch cost (what an eager model pays).
+MEASURES = ("device", "as_called")
+
 
 def _pick(cls, data: dict[str, Any]) -> dict[str, Any]:
     names = {f.name for f in dataclasses.fields(cls)}

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from autokernel_tui.harness import protocol, stats
-from autokernel_tui.harness.report import Comparison, Report
+from autokernel_tui.harness.report import MEASURES, Comparison, Report
 from autokernel_tui.harness.roofline import cache_dir
 from autokernel_tui.harness.sandbox import bwrap, environment
 from autokernel_tui.harness.static_check import check_source
@@ -126,7 +126,8 @@ class Harness:
 
     def __init__(self, timeout_s: float = 180.0, device: str = "auto", keep_margin: float = 1.01,
                  memory_limit_mb: float | None = None, python: str | None = None,
-                 confirm_keeps: bool = True, sandbox: str = "auto", gpu: int | None = None) -> None:
+                 confirm_keeps: bool = True, sandbox: str = "auto", gpu: int | None = None,
+                 measure: str = "device") -> None:
         if device not in ("auto", "cuda", "cpu"):
             raise ValueError(f"device must be auto, cuda or cpu, not {device!r}")
         if sandbox not in SANDBOX_MODES:
@@ -134,6 +135,9 @@ class Harness:
         self.timeout_s = float(timeout_s)
         self.device = device
         self.keep_margin = float(keep_margin)
+        if measure not in MEASURES:
+            raise ValueError(f"measure must be one of {', '.join(MEASURES)}, not {measure!r}")
+        self.measure = measure
         self.confirm_keeps = bool(confirm_keeps)
         self.memory_limit_mb = memory_limit_mb or _default_memory_limit_mb()
         self.python = python or sys.executable
@@ -429,7 +433,8 @@ class Harness:
             try:
                 self._prepare(copy, quick)
                 reply, _ = self._request({"op": "compare", "task_dir": str(copy), "quick": quick,
-                                          "candidate": first_src, "incumbent": second_src},
+                                          "candidate": first_src, "incumbent": second_src,
+                                          "measure": self.measure},
                                          2 * self.timeout_s + JUDGE_MARGIN_S)
             except _Failure as failure:
                 return Comparison(1.0, 0.0, 0.0, False, 0, "", status=failure.status, reason=redact(failure.reason))
@@ -440,6 +445,8 @@ class Harness:
                               reason=redact(reply.get("reason", "")))
         rows = reply["rows"]
         cand_key, inc_key = ("incumbent_us", "candidate_us") if swapped else ("candidate_us", "incumbent_us")
+        if self.measure == "as_called":  # the time the model pays when it calls the kernel eagerly
+            cand_key, inc_key = cand_key.replace("_us", "_as_called_us"), inc_key.replace("_us", "_as_called_us")
         pairs = [(r[cand_key], r[inc_key]) for r in rows]
         speedup, lo, hi = stats.bootstrap_speedup(pairs, seed=len(rows))
         per_shape = [{"shape": r["shape"], "dtype": r["dtype"], "candidate_us": stats.median(r[cand_key]),

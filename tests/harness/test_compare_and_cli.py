@@ -133,3 +133,19 @@ def test_speed_benchmark_runs_end_to_end_in_small_mode(harness, tiny_task):
     assert result["eval_wall_s"]["n"] == 1
     text = bench.table([result], "CPU")
     assert "rmsnorm" in text and "A/A false keeps" in text
+
+
+def test_as_called_measure_compares_the_time_an_eager_model_pays(tiny_task):
+    """harness.measure = "as_called": the speedup is of back-to-back calls (host launch cost included);
+    the device batches and their checks still run first."""
+    with Harness(timeout_s=120, device="cpu", measure="as_called") as h:
+        cmp = h.compare(tiny_task, GOOD, SLOW, quick=True, confirm=False)
+    assert cmp.status == "PASS", cmp.reason
+    assert cmp.faster and cmp.speedup > 2
+    assert "as-called times" in cmp.method
+    try:
+        Harness(device="cpu", measure="graph")
+    except ValueError as e:
+        assert "device, as_called" in str(e)
+    else:
+        raise AssertionError("an unknown measure must be refused")

@@ -76,7 +76,7 @@ def _handle(state, message: dict) -> dict:
     if op == "compare":
         ev = Evaluation(state, Path(message["task_dir"]), bool(message.get("quick")))
         try:
-            result = ev.compare(message["candidate"], message["incumbent"])
+            result = ev.compare(message["candidate"], message["incumbent"], message.get("measure", "device"))
         except Verdict as v:
             return {"ok": True, "status": v.status, "reason": v.reason, "stage": v.stage,
                     "replaced": state.pool.replaced}

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 
 from autokernel_tui.harness import roofline, stats
-from autokernel_tui.harness.report import Report, ShapeResult, Summary
+from autokernel_tui.harness.report import MEASURES, Report, ShapeResult, Summary
 from autokernel_tui.harness.worker import inputs as inputs_mod, transfer
 from autokernel_tui.harness.worker.baselines import BaselineCache
 from autokernel_tui.harness.worker.correctness import Errors, as_tuple, bitwise_equal, compare, precise_reference
@@ -58,6 +58,7 @@ DISTURBED_SPREAD = 1.3
 # The eager reference is re-timed beside the kernel on this many calls (the cached figure is a hint).
 WINDOW_REPS = 10
 AS_CALLED_REPS = 20  # back-to-back calls whose wall time gives the "as called" figure
+AS_CALLED_ROUNDS = 8  # with harness.measure = "as_called": alternated as-called samples per side and shape
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -487,17 +488,32 @@ class Evaluation:
             report.peak_vram_mib = torch.cuda.max_memory_allocated() / 2**20
         return report
 
-    def compare(self, candidate_source: str, incumbent_source: str) -> dict[str, Any]:
-        return compare_run(self, candidate_source, incumbent_source)
+    def compare(self, candidate_source: str, incumbent_source: str, measure: str = "device") -> dict[str, Any]:
+        return compare_run(self, candidate_source, incumbent_source, measure)
+
+    def as_called_samples(self, c: ContestantProxy, shape: Shape, dtype: str, recipes: list[dict]) -> float:
+        """One as-called figure (us per call, back to back, host and device overlapping) of ``c``."""
+        reply, _ = c.request({"op": "time_as_called", "recipes": recipes, "where": f"{shape.name} {dtype}"},
+                             "timing")
+        value = reply.get("as_called_us")
+        if not isinstance(value, (int, float)) or not value > 0:
+            raise Verdict("FAIL", "timing", f"no as-called time at {shape.name} {dtype}")
+        return float(value)
 
 
-def compare_run(ev: Evaluation, candidate_source: str, incumbent_source: str) -> dict[str, Any]:
+def compare_run(ev: Evaluation, candidate_source: str, incumbent_source: str,
+                measure: str = "device") -> dict[str, Any]:
     """Time the candidate and the incumbent, each in its own contestant, on the same fresh inputs.
 
     Batches alternate A B B A ...; every batch's fingerprints are checked at random reps and
     the judge's clock around both sides is compared (``excess_check``). Returns raw samples;
-    the runner computes the bootstrap CI.
+    the runner computes the bootstrap CI. With ``measure = "as_called"`` each shape also gets
+    ``AS_CALLED_ROUNDS`` alternated as-called figures per side (calls back to back, as an eager
+    model makes them: the host's launch cost included), which the speedup is then computed from;
+    the device batches still run first, so their checks (fingerprints, the judge's clock) apply.
     """
+    if measure not in MEASURES:
+        raise ValueError(f"measure must be one of {', '.join(MEASURES)}, not {measure!r}")
     cand = inc = None
     failed = False
     try:
@@ -530,10 +546,22 @@ def compare_run(ev: Evaluation, candidate_source: str, incumbent_source: str) ->
                     order.reverse()
                 for who, acc in order:
                     acc += ev.timed_batch(who, shape, dtype, recipes, 0 if (ev.st.cuda or b) else 2, verify)
+            row = {"shape": shape.name, "dtype": dtype, "candidate_us": cand_times, "incumbent_us": inc_times}
+            if measure == "as_called":
+                n = max(2, min(AS_CALLED_REPS, ev.batch_size(shape, dtype, AS_CALLED_REPS)))
+                cand_called: list[float] = []
+                inc_called: list[float] = []
+                for r in range(AS_CALLED_ROUNDS if ev.st.cuda else 2):
+                    recipes = [ev.recipe(shape, dtype) for _ in range(n)]
+                    order = [(cand, cand_called), (inc, inc_called)]
+                    if r % 2:
+                        order.reverse()
+                    for who, acc in order:
+                        acc.append(ev.as_called_samples(who, shape, dtype, recipes))
+                row.update(candidate_as_called_us=cand_called, incumbent_as_called_us=inc_called)
             cand.request({"op": "drop"}, "timing")
             inc.request({"op": "drop"}, "timing")
-            rows.append({"shape": shape.name, "dtype": dtype, "candidate_us": cand_times,
-                         "incumbent_us": inc_times})
+            rows.append(row)
         cross_check = excess_check(ev.outside, cand.pid) if ev.st.cuda else None
     except Verdict:
         failed = True
@@ -545,8 +573,10 @@ def compare_run(ev: Evaluation, candidate_source: str, incumbent_source: str) ->
     method = ("CUDA events in separate sandboxed contestants, L2 flushed, fresh inputs per rep, batches "
               "alternated; fingerprints of timed runs checked; the judge's clock cross-checks both sides"
               if ev.st.cuda else "CPU wall clock under the Triton interpreter (not meaningful)")
+    if measure == "as_called":
+        method += "; the speedup is of as-called times (calls back to back, host launch cost included)"
     return {"rows": rows, "method": method, "timing_meaningful": ev.st.timing_meaningful,
-            "cross_check": cross_check}
+            "cross_check": cross_check, "measure": measure}
 
 
 def _excess_us(batch: dict[str, Any]) -> float:
