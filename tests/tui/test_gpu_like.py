@@ -53,6 +53,29 @@ def test_a_percent_is_never_shown_as_a_fraction():
     assert _roof_cell({"roofline_pct": None}) == "-"
 
 
+def test_host_bound_and_disturbed_shapes_are_said_in_the_per_shape_table():
+    """Issue 21: where the host's work per call exceeds the kernel's device time the table says
+    host-bound (with the as-called time an eager model pays); a disturbed shape says so."""
+    report = {"status": "PASS", "stage": "timing", "timing_meaningful": True, "summary": {},
+              "shapes": [{"shape": "small", "dtype": "bfloat16", "passed": True, "median_us": 9.8,
+                          "host_us": 41.5, "as_called_us": 43.0},
+                         {"shape": "large", "dtype": "bfloat16", "passed": True, "median_us": 812.0,
+                          "host_us": 40.2},
+                         {"shape": "noisy", "dtype": "bfloat16", "passed": True, "median_us": 55.4,
+                          "host_us": 38.0, "disturbed": "spread 2.1x after a retake"}]}
+    console = Console(width=160, record=True, file=io.StringIO())
+    console.print(approval_renderable({"n": 1, "task": "rmsnorm", "report": report, "comparison": None}))
+    lines = console.export_text().splitlines()
+    row = {name: next(ln for ln in lines if ln.startswith(name)) for name in ("small", "large", "noisy")}
+    assert "host-bound (43.0 us as called)" in row["small"] and "41.5" in row["small"]
+    assert "host-bound" not in row["large"] and "disturbed" in row["noisy"]
+    # Without host figures (an older report, the CPU) the table is as it was: no host or note column.
+    plain = Console(width=160, record=True, file=io.StringIO())
+    plain.print(approval_renderable({"n": 1, "task": "rmsnorm", "comparison": None,
+                                     "report": {**report, "shapes": [{"shape": "a", "median_us": 5.0}]}}))
+    assert "host" not in plain.export_text() and "note" not in plain.export_text()
+
+
 def test_the_engines_numbers_reach_the_screen_in_percent(gpu_run):
     """What the engine recorded (results.tsv, the pending report) is what the panes show."""
     workspace, engine = gpu_run

@@ -35,16 +35,36 @@ def _spread(shape: dict) -> str:
     return f"{50 * (hi - lo) / mid:.1f}%"
 
 
+def _note(shape: dict) -> Text:
+    """Why a shape's time should be read with care: a disturbed measurement (left out of the summary),
+    or a host-bound call (the host's launch work per call exceeds the kernel's device time, so an
+    eager model pays the host time: the as-called figure, not the median)."""
+    if shape.get("disturbed"):
+        return Text("disturbed", "#d78700")
+    host, device = fmt.to_float(shape.get("host_us")), fmt.to_float(shape.get("median_us"))
+    if host and device and host > device:
+        called = fmt.to_float(shape.get("as_called_us"))
+        return Text("host-bound" + (f" ({fmt.micros(called)} as called)" if called else ""), "#d78700")
+    return Text("")
+
+
 def shapes_table(report: dict) -> Table:
     """Per shape: checks, time, spread, the baseline's time and the speedup over it (n/a on the CPU:
-    the Triton interpreter against eager torch compares nothing a GPU would run)."""
+    the Triton interpreter against eager torch compares nothing a GPU would run); where the report
+    has them, host us per call and a note (disturbed, host-bound)."""
     meaningful = report.get("timing_meaningful") is not False
+    shapes = report.get("shapes") or []
+    with_host = meaningful and any(s.get("host_us") for s in shapes)
+    notes = [_note(s) if meaningful else Text("") for s in shapes]
+    columns = [("shape", "left"), ("dtype", "left"), ("ok", "center"), ("median", "right"), ("±", "right"),
+               ("baseline", "right"), ("speedup", "right"), ("roof", "right")]
+    columns += [("host", "right")] if with_host else []
+    columns += [("note", "left")] if any(n.plain for n in notes) else []
     table = Table(box=None, pad_edge=False, header_style="bold dim", expand=False)
-    for label, justify in (("shape", "left"), ("dtype", "left"), ("ok", "center"), ("median", "right"),
-                           ("±", "right"), ("baseline", "right"), ("speedup", "right"), ("roof", "right")):
+    for label, justify in columns:
         table.add_column(label, justify=justify, no_wrap=True)
-    for s in report.get("shapes") or []:
-        table.add_row(
+    for s, note in zip(shapes, notes):
+        cells = [
             str(s.get("shape", "")), str(s.get("dtype", "")),
             Text("✓", "#5fd75f") if s.get("passed") else Text("✗", "bold #ff5f5f"),
             fmt.micros(s.get("median_us")),
@@ -54,7 +74,10 @@ def shapes_table(report: dict) -> Table:
                  "#5fd75f" if (fmt.to_float(s.get("speedup_vs_baseline")) or 0) >= 1 else "#ff8700")
             if meaningful else Text("n/a", "dim"),
             fmt.percent(s.get("roofline_pct")),
-        )
+        ]
+        cells += [fmt.micros(s.get("host_us"))] if with_host else []
+        cells += [note] if len(columns) > len(cells) else []
+        table.add_row(*cells)
     return table
 
 
