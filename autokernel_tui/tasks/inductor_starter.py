@@ -35,6 +35,7 @@ result is checked against ``fn`` when the kernels can run here (CUDA, or the CPU
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import os
 import textwrap
@@ -117,13 +118,16 @@ def _capture(fn: Callable, inputs: tuple, device: str) -> _Capture:
 
     torch._dynamo.reset()
     patches = [mock.patch.object(GraphLowering, "save_output_code", codes.append),
-               mock.patch.object(PyCodeCache, "load_by_key_path", load)]
+               mock.patch.object(PyCodeCache, "load_by_key_path", load),
+               # a cached graph is loaded without its code passing save_output_code
+               icfg.patch(force_disable_caches=True)]
     if on_cpu:
-        patches += [mock.patch.object(icfg, "cpu_backend", "triton"),
+        # CPU: Inductor emits Triton, but no Triton driver is active here to hash or load it
+        patches += [icfg.patch(cpu_backend="triton"),
                     mock.patch.object(utriton, "triton_hash_with_backend", lambda: "0" * 64)]
-    try:
+    with contextlib.ExitStack() as stack:
         for p in patches:
-            p.start()
+            stack.enter_context(p)
         try:
             torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)(*inputs)
         except NoStarter:
@@ -131,10 +135,8 @@ def _capture(fn: Callable, inputs: tuple, device: str) -> _Capture:
         except Exception as e:  # noqa: BLE001 - the CPU capture aborts the load on purpose
             if not (on_cpu and codes and _is_abort(e)):
                 raise NoStarter(f"torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}") from e
-    finally:
-        for p in reversed(patches):
-            p.stop()
-        torch._dynamo.reset()
+        finally:
+            torch._dynamo.reset()
     if len(orders) != 1 or len(codes) != 1:
         raise NoStarter(f"torch.compile made {len(codes)} modules from {len(orders)} graphs; one was expected")
     chosen = {}
