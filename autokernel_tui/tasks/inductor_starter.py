@@ -1,0 +1,588 @@
+"""A generated task's starting kernel.py: Inductor's own Triton, made self-contained.
+
+``starter_source(fn, example_inputs, device)`` compiles ``fn`` with ``torch.compile``
+(``fullgraph=True``, static shapes), captures the Python module Inductor generates, and
+rewrites it into a kernel.py:
+
+* each ``@triton_heuristics.*`` + ``@triton.jit`` kernel becomes a plain ``@triton.jit``
+  kernel (body unchanged); ``triton_helpers.X`` calls are inlined as ``_ih_X`` (their
+  source copied from torch), ``libdevice`` comes from ``triton.language.extra``,
+  ``tl_math`` is ``tl.math``: no inductor import is left;
+* the config Inductor chose for each kernel (XBLOCK / YBLOCK / R0_BLOCK / num_warps /
+  num_stages) becomes module-level knob constants ``K<i>_XBLOCK`` ... and the task.toml
+  knob space (``StarterResult.knobs``); launches compute their grid from the knobs, and
+  every kernel masks against its numel, so any power-of-two block stays correct;
+* the ``call(args)`` body becomes plain Python: ``empty_strided_*`` -> ``torch.empty_strided``
+  on the inputs' device, ``reinterpret_tensor`` -> ``torch.as_strided`` (a view),
+  ``K.run(...)`` -> ``K[grid](...)``. Anything else (``extern_kernels.mm``, ``aten.*``,
+  a cpp kernel, a template) is reported as the reason no starter was made.
+
+Shapes are static (as torch.compile specialises them): the kernels hold their numels.
+``more_inputs`` adds further input signatures (e.g. the task's CPU test shapes), each a
+variant of its own (kernels ``..._v1``, knobs ``V1_K0_XBLOCK``); ``kernel_fn`` dispatches on
+the inputs' signature (shapes, strides, dtypes, scalars), caching the launch grids per
+signature, and raises a clear error on a signature it was not generated for.
+
+Devices: on CUDA the module is captured while ``torch.compile`` runs it for real, and the
+config each kernel's autotuner kept is read from the loaded module. On the CPU Inductor
+emits Triton with ``cpu_backend = "triton"`` but cannot load it (no active Triton driver),
+so the module is captured at load time, the load is aborted, and each kernel gets the
+first config its heuristic lists. Everything after the capture is one code path. The
+result is checked against ``fn`` when the kernels can run here (CUDA, or the CPU under
+``TRITON_INTERPRET=1``).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import os
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from unittest import mock
+
+import torch
+
+__all__ = ["StarterResult", "starter_source", "NoStarter"]
+
+NUM_WARPS_SPACE = [1, 2, 4, 8, 16, 32]
+NUM_STAGES_SPACE = [1, 2, 3, 4, 5]
+_BLOCK_NAMES = ("XBLOCK", "YBLOCK", "ZBLOCK", "R0_BLOCK", "R1_BLOCK")
+_GRIDS = {"Grid1D": ("x",), "Grid2D": ("x", "y"), "Grid3D": ("x", "y", "z")}
+
+
+class NoStarter(Exception):
+    """Inductor's code for the op cannot become a kernel.py; the message says why."""
+
+
+@dataclass
+class StarterResult:
+    source: str | None                      # kernel.py text, None when no starter could be made
+    knobs: dict[str, list[int]] = field(default_factory=dict)   # task.toml [knobs]
+    reason: str | None = None               # why there is no starter
+    verified: bool = False                  # kernel_fn was run here and matched fn
+    inductor_code: list[str] = field(default_factory=list)      # the captured modules, for debugging
+
+    @property
+    def ok(self) -> bool:
+        return self.source is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# Capture
+
+
+@dataclass
+class _Capture:
+    code: str
+    input_order: list[int]                   # call(args)[k] is fn's input input_order[k]
+    chosen: dict[str, Any] = field(default_factory=dict)   # kernel name -> triton.Config (CUDA)
+
+
+class _Abort(Exception):
+    pass
+
+
+def _capture(fn: Callable, inputs: tuple, device: str) -> _Capture:
+    import torch._inductor.config as icfg
+    import torch.utils._triton as utriton
+    from torch._inductor.codecache import PyCodeCache
+    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.graph import GraphLowering
+
+    codes: list[str] = []
+    orders: list[list[int]] = []
+    modules: list[Any] = []
+    on_cpu = torch.device(device).type == "cpu"
+
+    def backend(gm, example_inputs):
+        order = []
+        for ex in example_inputs:
+            hit = [i for i, x in enumerate(inputs) if x is ex]
+            if len(hit) != 1:
+                raise NoStarter("cannot map a graph input of the compiled graph onto fn's inputs")
+            order.append(hit[0])
+        orders.append(order)
+        return compile_fx(gm, example_inputs)
+
+    original_load = PyCodeCache.load_by_key_path
+
+    def load(*args, **kwargs):
+        if on_cpu:
+            raise _Abort()
+        mod = original_load(*args, **kwargs)
+        modules.append(mod)
+        return mod
+
+    torch._dynamo.reset()
+    patches = [mock.patch.object(GraphLowering, "save_output_code", codes.append),
+               mock.patch.object(PyCodeCache, "load_by_key_path", load),
+               # a cached graph is loaded without its code passing save_output_code
+               icfg.patch(force_disable_caches=True)]
+    if on_cpu:
+        # CPU: Inductor emits Triton, but no Triton driver is active here to hash or load it
+        patches += [icfg.patch(cpu_backend="triton"),
+                    mock.patch.object(utriton, "triton_hash_with_backend", lambda: "0" * 64)]
+    with contextlib.ExitStack() as stack:
+        for p in patches:
+            stack.enter_context(p)
+        try:
+            torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)(*inputs)
+        except NoStarter:
+            raise
+        except Exception as e:  # noqa: BLE001 - the CPU capture aborts the load on purpose
+            if not (on_cpu and codes and _is_abort(e)):
+                raise NoStarter(f"torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}") from e
+        finally:
+            torch._dynamo.reset()
+    if len(orders) != 1 or len(codes) != 1:
+        raise NoStarter(f"torch.compile made {len(codes)} modules from {len(orders)} graphs; one was expected")
+    chosen = {}
+    for mod in modules:
+        for name, obj in vars(mod).items():
+            launchers = getattr(obj, "launchers", None)
+            if launchers:
+                chosen[name] = launchers[0].config
+    return _Capture(codes[0], orders[0], chosen)
+
+
+def _is_abort(e: BaseException) -> bool:
+    while e is not None:
+        if isinstance(e, _Abort) or "_Abort" in repr(e):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels
+
+
+def _configs_of(kernel_src: str, name: str) -> list:
+    """Run the kernel's heuristic decorator with cached_autotune recording its configs."""
+    from torch._inductor.runtime import triton_heuristics as th
+
+    seen: list = []
+
+    def record(size_hints, configs, *a, **k):
+        seen.append(list(configs))
+        return lambda f: f
+
+    src = "\n".join(ln for ln in kernel_src.splitlines() if "set_driver_to_" not in ln)
+    ns: dict[str, Any] = {"__file__": f"<{name}>", "__name__": f"_ih_{name}"}
+    with mock.patch.object(th, "cached_autotune", record):
+        exec(compile(src, f"<{name}>", "exec"), ns)  # noqa: S102 - torch's own generated code
+    if not seen or not seen[0]:
+        raise NoStarter(f"kernel {name}: its heuristic listed no config")
+    return seen[0]
+
+
+def _helper_sources(used: set[str]) -> list[str]:
+    """Source of each triton_helpers function used, renamed _ih_X, with its own helper calls."""
+    from torch._inductor.runtime import triton_helpers as th
+
+    out: dict[str, str] = {}
+    todo = list(used)
+    while todo:
+        name = todo.pop()
+        if name in out:
+            continue
+        obj = getattr(th, name, None)
+        fn = getattr(obj, "fn", None)
+        if fn is None:
+            raise NoStarter(f"Inductor's kernel calls triton_helpers.{name}, which is not a plain jit function")
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        fdef = tree.body[0]
+        fdef.name = f"_ih_{name}"
+        fdef.decorator_list = [ast.parse("triton.jit", mode="eval").body]
+        for node in ast.walk(fdef):
+            if isinstance(node, ast.Name):
+                if node.id == "math":
+                    node.id = "tl_math"
+                elif node.id == "_LOG_2_E":
+                    node.id = "_IH_LOG_2_E"
+                elif node.id != name and getattr(getattr(th, node.id, None), "fn", None) is not None:
+                    todo.append(node.id)
+                    node.id = f"_ih_{node.id}"
+        out[name] = ast.unparse(fdef)
+    return [out[k] for k in sorted(out)]
+
+
+@dataclass
+class _Kernel:
+    name: str             # new name in kernel.py
+    source: str           # plain @triton.jit def
+    params: list[str]     # runtime (non-constexpr) parameters, in order
+    blocks: dict[str, int]   # constexpr block params -> chosen value
+    fixed: dict[str, int]    # constexpr block params that must stay (persistent reduction R0_BLOCK)
+    num_warps: int
+    num_stages: int
+    grid: tuple[str, ...]    # ('x', 'y') numel names driving the grid
+    prefix: str           # knob prefix, e.g. K0_ / V1_K0_
+
+
+def _kernel(old: str, new: str, src: str, prefix: str, chosen, helpers: set[str]) -> _Kernel:
+    tree = ast.parse(src)
+    fdefs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == old]
+    if len(fdefs) != 1:
+        raise NoStarter(f"kernel {old}: no single function of that name in its source")
+    fdef = fdefs[0]
+    deco = [d for d in fdef.decorator_list if isinstance(d, ast.Call)
+            and ast.unparse(d.func).startswith("triton_heuristics.")]
+    kind = ast.unparse(deco[0].func).split(".")[1] if deco else "?"
+    if kind not in ("pointwise", "reduction", "persistent_reduction"):
+        raise NoStarter(f"kernel {old}: Inductor heuristic '{kind}' is not supported (pointwise, reduction, "
+                        "persistent_reduction are)")
+    meta = {}
+    for kw in deco[0].keywords:
+        if kw.arg == "inductor_meta":
+            meta = ast.literal_eval(kw.value) if _literal(kw.value) else {}
+    grid_type = meta.get("grid_type", "Grid1D")
+    if grid_type not in _GRIDS:
+        raise NoStarter(f"kernel {old}: grid type {grid_type} is not supported")
+    config = chosen or _configs_of(src, old)[0]
+    constexprs = [a.arg for a in fdef.args.args if a.annotation is not None
+                  and "constexpr" in ast.unparse(a.annotation)]
+    params = [a.arg for a in fdef.args.args if a.arg not in constexprs]
+    blocks, fixed = {}, {}
+    for c in constexprs:
+        if c not in config.kwargs:
+            raise NoStarter(f"kernel {old}: constexpr {c} has no value in Inductor's config")
+        if c not in _BLOCK_NAMES:
+            raise NoStarter(f"kernel {old}: constexpr {c} is not a block size")
+        if kind == "persistent_reduction" and c.startswith("R"):
+            fixed[c] = int(config.kwargs[c])     # one block spans the whole reduction
+        else:
+            blocks[c] = int(config.kwargs[c])
+    for d in _GRIDS[grid_type]:
+        if f"{d}numel" not in params:
+            raise NoStarter(f"kernel {old}: grid needs {d}numel, not among its arguments")
+    fdef.name = new
+    fdef.decorator_list = [ast.parse("triton.jit", mode="eval").body]
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id == "triton_helpers":
+            helpers.add(node.attr)
+            ast.copy_location(node, node)
+    body_src = ast.unparse(fdef)
+    tree2 = ast.parse(body_src)
+    for node in ast.walk(tree2):
+        for fname, val in ast.iter_fields(node):
+            if isinstance(val, ast.Attribute) and isinstance(val.value, ast.Name) and val.value.id == "triton_helpers":
+                setattr(node, fname, ast.Name(id=f"_ih_{val.attr}", ctx=ast.Load()))
+            elif isinstance(val, list):
+                for i, v in enumerate(val):
+                    if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and v.value.id == "triton_helpers":
+                        val[i] = ast.Name(id=f"_ih_{v.attr}", ctx=ast.Load())
+    for node in ast.walk(tree2):
+        if isinstance(node, ast.Name) and node.id in ("triton_helpers", "triton_heuristics"):
+            raise NoStarter(f"kernel {old}: uses {node.id} in a way that cannot be inlined")
+    return _Kernel(new, ast.unparse(tree2), params, blocks, fixed, int(config.num_warps),
+                   int(config.num_stages), _GRIDS[grid_type], prefix)
+
+
+def _literal(node: ast.AST) -> bool:
+    try:
+        ast.literal_eval(node)
+        return True
+    except ValueError:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# The call(args) body
+
+
+def _launch_src(k: _Kernel, call: ast.Call, variant: int) -> str:
+    args = [ast.unparse(a) for a in call.args]
+    if len(args) != len(k.params):
+        raise NoStarter(f"kernel {k.name}: launched with {len(args)} arguments, takes {len(k.params)}")
+    numel = dict(zip(k.params, args))
+    dims = []
+    for d in k.grid:
+        b = f"{d.upper()}BLOCK"
+        dims.append(f"triton.cdiv({numel[d + 'numel']}, {k.prefix}{b})" if b in k.blocks else numel[d + "numel"])
+    grid = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+    consts = [f"{c}={k.prefix}{c}" for c in k.blocks] + [f"{c}={v}" for c, v in k.fixed.items()]
+    consts += [f"num_warps={k.prefix}NUM_WARPS", f"num_stages={k.prefix}NUM_STAGES"]
+    return f"{k.name}[{grid}]({', '.join(args + consts)})"
+
+
+def _call_body(call_fn: ast.FunctionDef, kernels: dict[str, _Kernel], variant: int) -> list[str]:
+    lines: list[str] = []
+    for stmt in call_fn.body:
+        s = ast.unparse(stmt)
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            func = ast.unparse(stmt.value.func)
+            if func in ("args.clear", "assert_size_stride", "assert_alignment"):
+                continue
+            if func.endswith(".run") and func[:-4] in kernels:
+                lines.append(_launch_src(kernels[func[:-4]], stmt.value, variant))
+                continue
+            raise NoStarter(f"Inductor's code calls {func}(): {_extern_reason(func)}")
+        if isinstance(stmt, ast.Delete):
+            lines.append(s)
+            continue
+        if isinstance(stmt, ast.Return):
+            lines.append(s)
+            continue
+        if isinstance(stmt, ast.Assign):
+            v = stmt.value
+            if isinstance(v, (ast.Name, ast.Tuple)) and all(isinstance(e, ast.Name) for e in ast.walk(v)
+                                                           if not isinstance(e, (ast.Tuple, ast.Load, ast.Store))):
+                lines.append(s)
+                continue
+            if isinstance(v, ast.Call):
+                func = ast.unparse(v.func)
+                if func == "get_raw_stream":
+                    continue
+                if func.startswith("empty_strided_") and len(v.args) == 3:
+                    size, stride, dtype = (ast.unparse(a) for a in v.args)
+                    lines.append(f"{ast.unparse(stmt.targets[0])} = torch.empty_strided({size}, {stride}, "
+                                 f"dtype={dtype}, device=device)")
+                    continue
+                if func == "reinterpret_tensor":
+                    lines.append(f"{ast.unparse(stmt.targets[0])} = torch.as_strided("
+                                 f"{', '.join(ast.unparse(a) for a in v.args)})")
+                    continue
+                raise NoStarter(f"Inductor's code calls {func}(): {_extern_reason(func)}")
+        raise NoStarter(f"unsupported statement in Inductor's call(): {s[:120]}")
+    return lines
+
+
+def _extern_reason(func: str) -> str:
+    if func.startswith("extern_kernels.") or func.startswith("aten.") or func.startswith("torch.ops."):
+        return ("Inductor called a library kernel (extern kernel: matmul/conv/...), not Triton; "
+                "a Triton template for it is not built yet")
+    return "not a Triton kernel launch or an allocation"
+
+
+def _grid_knobs(k: _Kernel, numels: dict[str, int]) -> dict[str, list[int]]:
+    out = {}
+    for b, v in k.blocks.items():
+        d = b[0].lower() if b[0] != "R" else b[:2].lower() + "_"
+        n = numels.get(f"{d}numel", v)
+        top = max(v, 1 << max(0, int(n - 1).bit_length()))
+        space = [1 << i for i in range(0, 14) if (1 << i) <= max(v * 8, 1) and (1 << i) <= top]
+        if b.startswith("R"):
+            space = [s for s in space if s >= 2] or [v]
+        out[f"{k.prefix}{b}"] = sorted(set(space) | {v})
+    out[f"{k.prefix}NUM_WARPS"] = sorted(set(NUM_WARPS_SPACE) | {k.num_warps})
+    out[f"{k.prefix}NUM_STAGES"] = sorted(set(NUM_STAGES_SPACE) | {k.num_stages})
+    return out
+
+
+def _variant(cap: _Capture, variant: int, helpers: set[str]):
+    tree = ast.parse(cap.code)
+    kernels: dict[str, _Kernel] = {}
+    call_fn = None
+    numels: dict[str, dict[str, int]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            func = ast.unparse(node.value.func)
+            if func.startswith("async_compile.") and func != "async_compile.wait":
+                old = node.targets[0].id
+                if func != "async_compile.triton":
+                    raise NoStarter(f"Inductor made a {func.split('.')[1]} kernel ({old}), not a Triton one")
+                src = node.value.args[1].value
+                prefix = (f"V{variant}_" if variant else "") + f"K{len(kernels)}_"
+                new = old + (f"_v{variant}" if variant else "")
+                kernels[old] = _kernel(old, new, src, prefix, cap.chosen.get(old), helpers)
+        if isinstance(node, ast.FunctionDef) and node.name == "call":
+            call_fn = node
+    if call_fn is None:
+        raise NoStarter("no call() in Inductor's module")
+    if not kernels:
+        raise NoStarter("Inductor generated no Triton kernel (the graph has no compute)")
+    for stmt in call_fn.body:
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            func = ast.unparse(stmt.value.func)
+            if func.endswith(".run") and func[:-4] in kernels:
+                k = kernels[func[:-4]]
+                numels[k.name] = {p: a.value for p, a in zip(k.params, stmt.value.args)
+                                  if p.endswith("numel") and isinstance(a, ast.Constant)}
+    # the first statement unpacks args
+    first = call_fn.body[0]
+    if not (isinstance(first, ast.Assign) and ast.unparse(first.value) == "args"):
+        raise NoStarter("Inductor's call() does not start by unpacking its arguments")
+    targets = first.targets[0]
+    names = [e.id for e in targets.elts] if isinstance(targets, ast.Tuple) else [targets.id]
+    body = _call_body(ast.FunctionDef(name="call", args=call_fn.args, body=call_fn.body[1:], decorator_list=[]),
+                      kernels, variant)
+    knobs: dict[str, list[int]] = {}
+    for k in kernels.values():
+        knobs.update(_grid_knobs(k, numels.get(k.name, {})))
+    return kernels, names, body, knobs
+
+
+# ---------------------------------------------------------------------------------------------
+# Assembling kernel.py
+
+
+def _signature(inputs) -> tuple:
+    return tuple((tuple(x.shape), tuple(x.stride()), str(x.dtype)) if isinstance(x, torch.Tensor) else repr(x)
+                 for x in inputs)
+
+
+def _emit(variants, helper_src: list[str], out_spec, description: str) -> str:
+    lines = [f'"""{description}', "",
+             "Generated from torch.compile's Inductor code by autokernel_tui.tasks.inductor_starter: the",
+             "kernels are Inductor's, the knobs are the block sizes, warps and stages Inductor chose.",
+             '"""', "",
+             "import os", "", "import torch", "import triton", "import triton.language as tl",
+             "from triton.language.extra import libdevice", "", "tl_math = tl.math",
+             *_libdevice_shim(variants),
+             f"_IH_LOG_2_E: tl.constexpr = tl.constexpr({1.4426950408889634!r})", "",
+             "# Tunable knobs: module-level constants the offline tuner rewrites."]
+    for v in variants:
+        for k in v["kernels"].values():
+            for b, val in k.blocks.items():
+                lines.append(f"{k.prefix}{b} = {val}")
+            lines.append(f"{k.prefix}NUM_WARPS = {k.num_warps}")
+            lines.append(f"{k.prefix}NUM_STAGES = {k.num_stages}")
+    lines += ["", ""]
+    for h in helper_src:
+        lines += [h, "", ""]
+    for v in variants:
+        for k in v["kernels"].values():
+            lines += [k.source, "", ""]
+    for j, v in enumerate(variants):
+        lines.append(f"def _call_v{j}(args, device):")
+        lines.append(f"    {', '.join(v['names'])}{',' if len(v['names']) == 1 else ''} = args")
+        lines += ["    " + ln for ln in v["body"]]
+        lines += ["", ""]
+    lines.append("_VARIANTS = {")
+    for j, v in enumerate(variants):
+        lines.append(f"    {v['signature']!r}: (_call_v{j}, {v['order']!r}),")
+    lines += ["}", "", "",
+              "def _signature(inputs):",
+              "    return tuple((tuple(x.shape), tuple(x.stride()), str(x.dtype)) if isinstance(x, torch.Tensor)",
+              "                 else repr(x) for x in inputs)", "", "",
+              "def kernel_fn(*inputs):",
+              "    key = _signature(inputs)",
+              "    if key not in _VARIANTS:",
+              "        raise ValueError(f'kernel_fn was generated for the input signatures {list(_VARIANTS)}, not {key}')",
+              "    call, order = _VARIANTS[key]",
+              "    device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), None)",
+              "    outs = call([inputs[i] for i in order], device)"]
+    lines.append(f"    return {out_spec}")
+    return "\n".join(lines) + "\n"
+
+
+# libdevice's generic stubs do nothing under TRITON_INTERPRET=1: the same math through tl there.
+_INTERP_LIBDEVICE = {
+    "tanh": "2.0 * tl.sigmoid(2.0 * x) - 1.0",
+    "isnan": "x != x",
+    "isinf": "tl.abs(x) == float('inf')",
+    "log1p": "tl.log(1.0 + x)",
+    "expm1": "tl.exp(x) - 1.0",
+    "pow": "tl.exp2(y * tl.log2(x))",
+    "signbit": "x < 0",
+    "nearbyint": "tl.floor(x + 0.5)",
+    "trunc": "tl.where(x < 0, tl.ceil(x), tl.floor(x))",
+    "tan": "tl.sin(x) / tl.cos(x)",
+}
+_UNARY_TL_MATH = {"erf", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "floor", "ceil", "abs"}
+
+
+def _libdevice_shim(variants) -> list[str]:
+    used = sorted({m for v in variants for k in v["kernels"].values() for m in _libdevice_uses(k.source)})
+    if not used:
+        return []
+    out = ["", "if os.environ.get(\"TRITON_INTERPRET\") == \"1\":",
+           "    # the interpreter runs libdevice's stubs as no-ops: the same math through tl",
+           "    class libdevice:  # noqa: N801"]
+    for m in used:
+        if m in _INTERP_LIBDEVICE:
+            args = "x, y" if m == "pow" else "x"
+            out += ["        @staticmethod", f"        def {m}({args}):", f"            return {_INTERP_LIBDEVICE[m]}"]
+        elif m in _UNARY_TL_MATH:
+            out += ["        @staticmethod", f"        def {m}(x):", f"            return tl.math.{m}(x)"]
+        else:
+            raise NoStarter(f"libdevice.{m} has no interpreter stand-in")
+    return out
+
+
+def _libdevice_uses(src: str) -> set[str]:
+    return {n.attr for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Attribute)
+            and isinstance(n.value, ast.Name) and n.value.id == "libdevice"}
+
+
+def _out_spec(example_out) -> str:
+    if isinstance(example_out, torch.Tensor):
+        return "outs[0]"
+    if isinstance(example_out, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in example_out):
+        body = ", ".join(f"outs[{i}]" for i in range(len(example_out)))
+        return f"({body}{',' if len(example_out) == 1 else ''})" if isinstance(example_out, tuple) else f"[{body}]"
+    raise NoStarter(f"fn returns {type(example_out).__name__}; a tensor or a tuple/list of tensors is supported")
+
+
+def _can_run(device: str) -> bool:
+    if torch.device(device).type == "cuda":
+        return torch.cuda.is_available()
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _verify(source: str, fn: Callable, all_inputs: list[tuple]) -> None:
+    ns: dict[str, Any] = {"__name__": "_inductor_starter_check"}
+    exec(compile(source, "<kernel.py>", "exec"), ns)  # noqa: S102 - the source we just generated
+    for inputs in all_inputs:
+        want = fn(*inputs)
+        got = ns["kernel_fn"](*inputs)
+        wants = [want] if isinstance(want, torch.Tensor) else list(want)
+        gots = [got] if isinstance(got, torch.Tensor) else list(got)
+        if len(wants) != len(gots):
+            raise NoStarter(f"generated kernel_fn returned {len(gots)} outputs, fn {len(wants)}")
+        for w, g in zip(wants, gots):
+            if w.shape != g.shape or w.dtype != g.dtype:
+                raise NoStarter(f"generated kernel_fn output {tuple(g.shape)} {g.dtype} != fn's "
+                                f"{tuple(w.shape)} {w.dtype}")
+            tol = 1e-4 if w.dtype in (torch.float32, torch.float64) else 2e-2
+            if w.is_floating_point() and not torch.allclose(g.float(), w.float(), atol=tol, rtol=tol, equal_nan=True):
+                raise NoStarter("generated kernel_fn does not match fn (max abs err "
+                                f"{(g.float() - w.float()).abs().max().item():.3g})")
+            if not w.is_floating_point() and not torch.equal(g, w):
+                raise NoStarter("generated kernel_fn does not match fn")
+
+
+def starter_source(fn: Callable, example_inputs: tuple, device: str = "cuda", *,
+                   more_inputs: tuple[tuple, ...] = (), verify: bool | None = None,
+                   description: str = "Inductor's Triton for this task, as a starting kernel.py.") -> StarterResult:
+    """kernel.py text whose ``kernel_fn(*inputs)`` computes ``fn(*inputs)`` with Inductor's kernels.
+
+    ``example_inputs`` (and each of ``more_inputs``) must already be on ``device``. Never raises for
+    an op it cannot handle: ``result.reason`` says why, ``result.source`` is then None.
+    """
+    codes: list[str] = []
+    try:
+        all_inputs = [tuple(example_inputs)] + [tuple(m) for m in more_inputs]
+        with torch.no_grad():
+            spec = _out_spec(fn(*all_inputs[0]))
+        helpers: set[str] = set()
+        variants, seen = [], set()
+        for j, inputs in enumerate(all_inputs):
+            sig = _signature(inputs)
+            if sig in seen:
+                continue
+            seen.add(sig)
+            cap = _capture(fn, inputs, device)
+            codes.append(cap.code)
+            kernels, names, body, knobs = _variant(cap, len(variants), helpers)
+            if len(names) != len(cap.input_order):
+                raise NoStarter(f"Inductor's call() takes {len(names)} arguments, the graph {len(cap.input_order)}")
+            variants.append({"kernels": kernels, "names": names, "body": body, "knobs": knobs,
+                             "signature": sig, "order": cap.input_order})
+        source = _emit(variants, _helper_sources(helpers), spec, description)
+        knobs = {k: v for var in variants for k, v in var["knobs"].items()}
+        verified = False
+        if verify is None:
+            verify = _can_run(device)
+        if verify:
+            with torch.no_grad():
+                _verify(source, fn, all_inputs)
+            verified = True
+        return StarterResult(source, knobs, None, verified, codes)
+    except NoStarter as e:
+        return StarterResult(None, {}, str(e), False, codes)

@@ -1,0 +1,153 @@
+"""inductor_starter: Inductor's Triton for a fn, as a self-contained kernel.py with knobs.
+
+CPU: the module is captured with cpu_backend="triton" and the kernels run under
+TRITON_INTERPRET=1 (conftest sets it). Small shapes keep the interpreter fast.
+"""
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from autokernel_tui.harness.static_check import check_source
+from autokernel_tui.tasks.inductor_starter import starter_source
+
+
+def _gelu_chain(x, w):
+    return F.gelu(x * w + 1)
+
+
+def _softmax(x):
+    return torch.softmax(x, -1)
+
+
+def _layernormish(x):
+    mean = x.mean(-1, keepdim=True)
+    var = x.var(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + 1e-5)
+
+
+def _sumsq_looped(x):
+    return x.pow(2).mean(-1)   # a long row: a looped (triton_red_) reduction with an R0_BLOCK knob
+
+
+def _multi_kernel(x):
+    return torch.softmax(x, -1).sum(0) * x.sin().mean(0)
+
+
+def _two_outputs(x, w):
+    return x + w, (x * w).sum(-1)
+
+
+def _mm_relu(a, b):
+    return torch.relu(a @ b)
+
+
+def _g(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+CASES = {
+    "gelu_chain": (_gelu_chain, lambda: (torch.randn(8, 33, generator=_g()), torch.randn(33, generator=_g(1)))),
+    "softmax": (_softmax, lambda: (torch.randn(6, 100, generator=_g()) * 3,)),
+    "layernormish": (_layernormish, lambda: (torch.randn(5, 300, generator=_g()) + 2,)),
+    "looped_reduction": (_sumsq_looped, lambda: (torch.randn(3, 3000, generator=_g()),)),
+    "multi_kernel": (_multi_kernel, lambda: (torch.randn(37, 50, generator=_g()),)),
+    "two_outputs": (_two_outputs, lambda: (torch.randn(6, 40, generator=_g()), torch.randn(40, generator=_g(1)))),
+}
+
+
+def _load(source):
+    ns = {"__name__": "kernel"}
+    exec(compile(source, "kernel.py", "exec"), ns)
+    return ns
+
+
+def _check(ns, fn, inputs):
+    want, got = fn(*inputs), ns["kernel_fn"](*inputs)
+    wants = [want] if isinstance(want, torch.Tensor) else list(want)
+    gots = [got] if isinstance(got, torch.Tensor) else list(got)
+    assert type(got) is type(want) and len(gots) == len(wants)
+    for w, g in zip(wants, gots):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def starters():
+    return {name: starter_source(fn, make(), "cpu") for name, (fn, make) in CASES.items()}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_starter_matches_fn_and_is_self_contained(starters, name):
+    fn, make = CASES[name]
+    r = starters[name]
+    assert r.ok, r.reason
+    assert r.verified  # starter_source ran it under the interpreter itself
+    _check(_load(r.source), fn, make())
+    for banned in ("torch._inductor", "triton_helpers", "triton_heuristics", "async_compile", "extern_kernels"):
+        assert banned not in r.source
+    assert check_source(r.source) == []  # the harness's static rules
+    assert "@triton.jit" in r.source and "def kernel_fn(" in r.source
+    for knob, space in r.knobs.items():
+        line = next(ln for ln in r.source.splitlines() if ln.startswith(f"{knob} = "))
+        assert int(line.split("=")[1]) in space
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_knob_moved_stays_correct(starters, name):
+    fn, make = CASES[name]
+    r = starters[name]
+    assert r.ok, r.reason
+    inputs = make()
+    ns = _load(r.source)
+    for knob, space in r.knobs.items():
+        default = ns[knob]
+        others = [v for v in (space[0], space[-1]) if v != default]
+        if "BLOCK" in knob:   # and a small block that needs several programs plus masking
+            others += [v for v in space if v not in others and v != default and v < default][-1:]
+        for value in dict.fromkeys(others):
+            ns[knob] = value
+            _check(ns, fn, inputs)
+        ns[knob] = default
+
+
+def test_loops_and_multi_kernels_have_their_knobs(starters):
+    assert any(k.endswith("R0_BLOCK") for k in starters["looped_reduction"].knobs)
+    mk = starters["multi_kernel"].knobs
+    assert {"K0_NUM_WARPS", "K1_NUM_WARPS", "K0_NUM_STAGES", "K1_NUM_STAGES"} <= set(mk)
+    assert all(k in starters["gelu_chain"].knobs for k in ("K0_XBLOCK", "K0_NUM_WARPS", "K0_NUM_STAGES"))
+
+
+def test_more_inputs_gives_a_variant_per_signature():
+    fn = _gelu_chain
+    small = (torch.randn(3, 7, generator=_g()), torch.randn(7, generator=_g(1)))
+    big = (torch.randn(9, 65, generator=_g()), torch.randn(65, generator=_g(1)))
+    r = starter_source(fn, big, "cpu", more_inputs=(small,))
+    assert r.ok and r.verified, r.reason
+    assert "K0_XBLOCK" in r.knobs and "V1_K0_XBLOCK" in r.knobs
+    ns = _load(r.source)
+    _check(ns, fn, small)
+    _check(ns, fn, big)
+    with pytest.raises(ValueError, match="generated for the input signatures"):
+        ns["kernel_fn"](torch.randn(4, 7), torch.randn(7))
+
+
+def test_mm_gives_a_reason_not_a_crash():
+    r = starter_source(_mm_relu, (torch.randn(8, 16), torch.randn(16, 8)), "cpu")
+    assert not r.ok and r.source is None
+    assert "extern_kernels.mm" in r.reason and "library" in r.reason
+
+
+@pytest.mark.gpu
+def test_cuda_starter_matches_fn():
+    # CUDA capture path: torch.compile runs the module, the autotuner's chosen config becomes the knobs.
+    x = torch.randn(4096, 1000, device="cuda")
+    r = starter_source(_softmax, (x,), "cuda")
+    assert r.ok and r.verified, r.reason
+    _check(_load(r.source), _softmax, (x,))
+    w = torch.randn(1000, device="cuda")
+    r = starter_source(_gelu_chain, (x, w), "cuda")
+    assert r.ok and r.verified, r.reason
+    assert os.environ.get("TRITON_INTERPRET") != "1"
