@@ -10,6 +10,10 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1") if not os.environ.get("AUTOKERNEL_TEST_CUDA") else None
 
+# Generated tasks get their starter from torch.compile in a process of its own (5-15 s each under
+# the interpreter); the tests that are about starters turn it back on (tests/profiling/test_anyop.py).
+os.environ.setdefault("AUTOKERNEL_INDUCTOR_STARTERS", "0")
+
 import pytest  # noqa: E402
 
 try:

@@ -393,8 +393,7 @@ ADVERSARIAL = {{"scaled_activations": _scaled}}
 KERNEL_MISSING = '''"""NO STARTER YET for generated task {name}.
 
 This task's starter kernel is Inductor's Triton for the chain, written here by
-autokernel_tui.tasks.inductor_starter, which this installation does not have (or which
-failed: {why}). There is no hand-written kernel in this file: it raises, so the harness
+autokernel_tui.tasks.inductor_starter, which could not make one: {why}. There is no hand-written kernel in this file: it raises, so the harness
 reports FAIL instead of timing something that is not the op. An agent may write
 kernel_fn(*inputs) from scratch (see reference.py for the exact aten calls it must match).
 """
@@ -405,26 +404,30 @@ import triton.language as tl  # noqa: F401
 
 
 def kernel_fn(*inputs):
-    raise NotImplementedError("generated task {name}: no starter kernel yet (needs tasks/inductor_starter)")
+    raise NotImplementedError("generated task {name}: no starter kernel ({why})")
 '''
 
 
-def _starter_source(task_dir: Path) -> tuple[str | None, str]:
-    """kernel.py text from ``tasks.inductor_starter`` where it exists: (source or None, why not).
+def _starter_source(task_dir: Path) -> tuple[str | None, dict, str]:
+    """(kernel.py text or None, its knob space, why not): Inductor's Triton for the task's reference
+    at its recorded shape (``tasks/inductor_starter``, in a process of its own)."""
+    from autokernel_tui.tasks.starter_process import for_task
 
-    The contract assumed: ``inductor_starter.kernel_source(task_dir) -> str`` reads the task's
-    reference.py (``make_inputs``/``reference``) and returns a self-contained kernel.py."""
-    try:
-        from autokernel_tui.tasks import inductor_starter  # type: ignore[attr-defined]
-    except ImportError:
-        return None, "tasks/inductor_starter is not installed"
-    fn = getattr(inductor_starter, "kernel_source", None)
-    if not callable(fn):
-        return None, "tasks/inductor_starter has no kernel_source(task_dir)"
-    try:
-        return fn(task_dir), ""
-    except Exception as exc:  # its failure is a reason on the task, not a failed init
-        return None, f"{type(exc).__name__}: {exc}"[:200]
+    result = for_task(task_dir)
+    # the reason is written into kernel.py's docstring and a string literal: keep it one plain line
+    return result.source, result.knobs, " ".join(result.reason.replace('"', "'").replace("\\", "/").split())
+
+
+def write_kernel(dest: Path, name: str) -> tuple[str | None, str]:
+    """Write the task's kernel.py: Inductor's Triton for its reference (its knobs appended to task.toml),
+    else a file that says why there is none and raises. Returns (the starter or None, why not)."""
+    source, knobs, why = _starter_source(dest)
+    (dest / "kernel.py").write_text(source or KERNEL_MISSING.format(name=name, why=why), encoding="utf-8")
+    if source and knobs:  # the tuner's search space: Inductor's blocks, warps and stages
+        with (dest / "task.toml").open("a", encoding="utf-8") as f:
+            f.write("\n[knobs]    # Inductor's choices and their neighbours (tasks/inductor_starter)\n")
+            f.writelines(f"{k} = {_toml(list(v))}\n" for k, v in knobs.items())
+    return source, why
 
 
 def write_task(dest: Path, name: str, record: dict, unit: dict, family: str, model: str, model_dtype: str,
@@ -491,8 +494,7 @@ def write_task(dest: Path, name: str, record: dict, unit: dict, family: str, mod
     if profile_info:
         lines += ["", "[profile]"] + [f"{k} = {_toml(v)}" for k, v in profile_info.items()]
     (dest / "task.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    source, why = _starter_source(dest)
-    (dest / "kernel.py").write_text(source or KERNEL_MISSING.format(name=name, why=why), encoding="utf-8")
+    source, why = write_kernel(dest, name)
     (dest / "README.md").write_text(
         f"# {name} (generated)\n\nReplays `{what}` from `{model}` ({dtype}), recorded by a dispatch-mode pass "
         f"(profiling/replay.py).\n\n- reference.py: the recorded aten calls with their recorded arguments.\n"

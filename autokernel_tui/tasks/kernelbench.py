@@ -198,8 +198,7 @@ def write_task(problem: Path, dest_kernels_dir: Path, dtype: str = "float32") ->
         f"ops = {gen._toml(c['ops'][:64])}",
     ]
     (dest / "task.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    source_k, why = gen._starter_source(dest)
-    (dest / "kernel.py").write_text(source_k or gen.KERNEL_MISSING.format(name=name, why=why), encoding="utf-8")
+    source_k, why = gen.write_kernel(dest, name)
     (dest / "README.md").write_text(f"# {name} (generated)\n\nKernelBench `{problem.name}`: reference = the whole "
                                     f"Model forward.\n\nkernel.py: {'from tasks/inductor_starter' if source_k else 'NO STARTER: ' + why}\n",
                                     encoding="utf-8")

@@ -1,0 +1,59 @@
+"""A generated task's starter kernel.py, made in a fresh Python process (standard library only).
+
+``tasks/inductor_starter`` compiles the task's reference with torch.compile and patches Inductor's
+config while it does; on a machine without a GPU it needs the Triton interpreter flag set before
+Triton defines any kernel. A process of its own keeps all of that (and torch itself) out of the
+caller, ``init``, and makes each task's capture independent of the one before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TASK_TIMEOUT_S = 900.0
+DISABLE_ENV = "AUTOKERNEL_INDUCTOR_STARTERS"  # "0": generated tasks get no starter (a faster init)
+
+_BOOT = """
+import os, sys
+import torch
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+from autokernel_tui.tasks.inductor_starter import _task_main
+sys.exit(_task_main(sys.argv[1]))
+"""
+
+
+@dataclass
+class Starter:
+    source: str | None                                   # kernel.py text, None when none was made
+    knobs: dict[str, list[int]] = field(default_factory=dict)   # task.toml [knobs]
+    reason: str = ""                                     # why there is none
+    verified: bool = False                               # run where it was made, and matched the reference
+
+
+def for_task(task_dir: Path, timeout_s: float = TASK_TIMEOUT_S) -> Starter:
+    """The starter of the generated task in ``task_dir`` (its reference at its recorded shape).
+    Never raises: a failure is the result's reason."""
+    if os.environ.get(DISABLE_ENV) == "0":
+        return Starter(None, reason=f"starters turned off ({DISABLE_ENV}=0)")
+    try:
+        out = subprocess.run([sys.executable, "-c", _BOOT, str(task_dir)], capture_output=True, text=True,
+                             timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return Starter(None, reason=f"making the starter took over {timeout_s:.0f} s")
+    except OSError as e:
+        return Starter(None, reason=f"could not start Python for the starter: {e}")
+    if out.returncode != 0:
+        tail = (out.stderr.strip().splitlines() or ["no error output"])[-1]
+        return Starter(None, reason=f"the starter process failed: {tail[:300]}")
+    try:
+        data = json.loads(out.stdout)
+    except ValueError:
+        return Starter(None, reason="the starter process printed no result")
+    return Starter(data.get("source"), {k: list(v) for k, v in (data.get("knobs") or {}).items()},
+                   data.get("reason") or "", bool(data.get("verified")))
