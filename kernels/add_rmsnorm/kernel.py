@@ -16,6 +16,8 @@ by row width:
     new_residual.
 """
 
+import collections
+
 import torch
 import triton
 import triton.language as tl
@@ -232,37 +234,74 @@ def _add_rmsnorm_looped(X, R, W, Y, RO, N, stride_x, stride_r, stride_y, stride_
     _norm_piece(RO, W, Y, ro_off + tcols, y_off + tcols, tcols, tmask, rstd)
 
 
-def kernel_fn(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
+# Launch plans, decided once per input signature: (shapes, strides, dtype, 16-byte alignment) -> _Plan.
+# A call is a key, one dict lookup, two allocations and one launch; the plan is computed from the knobs above.
+_PLANS: dict = {}
+# direct_x, direct_r: the input's [M, N] rows are a view of it (launch on it); otherwise each call packs them
+# made_under: the _knobs() it was computed under (see _knobs)
+_Plan = collections.namedtuple("_Plan", "made_under launch grid args meta direct_x direct_r")
+
+
+def _rows_of(t: torch.Tensor, n: int):
+    """t as [M, N] rows with a packed last dim, and whether that is a view of t itself."""
+    t2 = t.reshape(-1, n)
+    if t2.stride(-1) != 1:
+        t2 = t2.contiguous()
+    return t2, t2.data_ptr() == t.data_ptr() and t.numel() > 0
+
+
+def _knobs() -> tuple:
+    """Everything a plan is computed from besides the inputs: the knobs and the kernels it binds. A plan
+    made under other values (a knob set in place, as knob_sweep.py and the tests do) is made again."""
+    return (
+        ROW_BLOCK_ELEMS, NUM_WARPS, MAX_FUSED_N, RESIDENT_MAX_KB, RESIDENT_PART_KB, RESIDENT_BYTES_PER_THREAD,
+        LOOP_BLOCK_N, LOOP_NUM_WARPS, LOOP_NUM_STAGES, LOOP_PASS2_REVERSED, _add_rmsnorm_rows,
+        _add_rmsnorm_resident, _add_rmsnorm_looped,
+    )
+
+
+def _plan(x: torch.Tensor, residual: torch.Tensor, made_under: tuple):
     n = x.shape[-1]
-    x2 = x.reshape(-1, n)
-    r2 = residual.reshape(-1, n)
-    if x2.stride(-1) != 1:
-        x2 = x2.contiguous()
-    if r2.stride(-1) != 1:
-        r2 = r2.contiguous()
+    x2, direct_x = _rows_of(x, n)
+    r2, direct_r = _rows_of(residual, n)
     m = x2.shape[0]
+    # like every call's outputs: fresh, packed, aligned
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     new_residual = torch.empty((m, n), dtype=x.dtype, device=x.device)
     vec = _vector_width(x2, r2, y, new_residual)
     resident = _resident_layout(n, vec, x2.stride(0), x.element_size())
+    strides = (x2.stride(0), r2.stride(0), y.stride(0), new_residual.stride(0))
     if n <= MAX_FUSED_N and (_rows_aligned(n, x2, r2, y, new_residual) or resident is None):
         block_n = triton.next_power_of_2(n)
         block_m = max(1, min(ROW_BLOCK_ELEMS // block_n, triton.next_power_of_2(m)))
-        _add_rmsnorm_rows[(triton.cdiv(m, block_m),)](
-            x2, r2, weight, y, new_residual, m, n,
-            x2.stride(0), r2.stride(0), y.stride(0), new_residual.stride(0), eps,
-            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=NUM_WARPS)
-    elif resident is not None and vec > 1:  # one shared stride (vec > 1 says so)
+        grid = (triton.cdiv(m, block_m),)
+        return _Plan(made_under, _add_rmsnorm_rows[grid], grid, (m, n, *strides),
+                     dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=NUM_WARPS), direct_x, direct_r)
+    grid = (m,)
+    if resident is not None and vec > 1:  # one shared stride (vec > 1 says so)
         part, parts, tail, warps = resident
-        _add_rmsnorm_resident[(m,)](x2, r2, weight, y, new_residual, n, x2.stride(0), eps, PART=part, PARTS=parts,
-                                    TAIL=tail, VEC=vec, SHIFTED=x2.stride(0) % vec != 0, num_warps=warps)
-    else:
-        _add_rmsnorm_looped[(m,)](
-            x2, r2, weight, y, new_residual, n,
-            x2.stride(0), r2.stride(0), y.stride(0), new_residual.stride(0), eps,
-            BLOCK_N=LOOP_BLOCK_N, VEC=vec, NUM_STAGES=LOOP_NUM_STAGES, REVERSED=LOOP_PASS2_REVERSED,
-            num_warps=LOOP_NUM_WARPS)
-    return y.view(x.shape), new_residual.view(x.shape)
+        return _Plan(made_under, _add_rmsnorm_resident[grid], grid, (n, x2.stride(0)),
+                     dict(PART=part, PARTS=parts, TAIL=tail, VEC=vec, SHIFTED=x2.stride(0) % vec != 0,
+                          num_warps=warps), direct_x, direct_r)
+    return _Plan(made_under, _add_rmsnorm_looped[grid], grid, (n, *strides),
+                 dict(BLOCK_N=LOOP_BLOCK_N, VEC=vec, NUM_STAGES=LOOP_NUM_STAGES, REVERSED=LOOP_PASS2_REVERSED,
+                      num_warps=LOOP_NUM_WARPS), direct_x, direct_r)
+
+
+def kernel_fn(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
+    key = (x.shape, x.stride(), residual.shape, residual.stride(), x.dtype,
+           x.data_ptr() % 16 == 0, residual.data_ptr() % 16 == 0)
+    knobs = _knobs()
+    p = _PLANS.get(key)
+    if p is None or p.made_under != knobs:
+        p = _PLANS[key] = _plan(x, residual, knobs)
+    n = x.shape[-1]
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    new_residual = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    p.launch(x if p.direct_x else x.reshape(-1, n).contiguous(),
+             residual if p.direct_r else residual.reshape(-1, n).contiguous(),
+             weight, y, new_residual, *p.args, eps, **p.meta)
+    return y, new_residual
 
 
 def _vector_width(*rows: torch.Tensor) -> int:

@@ -14,6 +14,8 @@ finish) sums the row losses and counts the rows in a fixed order, so the result
 is bitwise deterministic (no atomic adds of losses).
 """
 
+import collections
+
 import torch
 import triton
 import triton.language as tl
@@ -127,22 +129,55 @@ def _mean_of_rows(LOSS, TARGETS, OUT, M, ignore_index, BLOCK: tl.constexpr):
     tl.store(OUT, (tl.sum(total, axis=0) / tl.sum(count, axis=0)).to(OUT.dtype.element_ty))
 
 
-def kernel_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+# Launch plans, decided once per input signature: (logits shape and strides, dtype, targets shape) ->
+# _Plan. A call is a key, one dict lookup, the allocations and the launches; the plan is computed
+# from the knobs above.
+_PLANS: dict = {}
+# made_under: the _knobs() it was computed under (see _knobs)
+_Plan = collections.namedtuple("_Plan", "made_under launch grid args meta reduce reduce_args reduce_meta pack")
+
+
+def _knobs() -> tuple:
+    """Everything a plan is computed from besides the inputs: the knobs and the kernels it binds. A plan
+    made under other values (a knob set in place, as knob_sweep.py and the tests do) is made again."""
+    return (
+        BLOCK_V, NUM_WARPS, NUM_STAGES, REDUCE_BLOCK, LANE_MAX, FP32_LANE_MAX, FUSED_MEAN, _IGNORE_INDEX,
+        _row_loss, _mean_loss,
+    )
+
+
+def _plan(logits: torch.Tensor, targets: torch.Tensor, made_under: tuple):
     if logits.dim() != 2 or targets.shape != (logits.shape[0],):
         raise ValueError(f"cross_entropy: need logits[M, V] and targets[M], got {tuple(logits.shape)} "
                          f"and {tuple(targets.shape)}")
-    if logits.stride(1) != 1:
+    pack = logits.stride(1) != 1  # pack the logits once per call (then their row stride is V)
+    m, v = logits.shape
+    stride_row = v if pack else logits.stride(0)
+    lanes = FP32_LANE_MAX if logits.element_size() == 4 else LANE_MAX
+    grid = (m,)
+    meta = dict(BLOCK=BLOCK_V, ALIGN=16 // logits.element_size(), STAGES=NUM_STAGES, LANES=lanes,
+                FUSED=FUSED_MEAN, REDUCE=REDUCE_BLOCK, num_warps=NUM_WARPS)
+    reduce = None if FUSED_MEAN else _mean_loss[(1,)]
+    return _Plan(made_under, _row_loss[grid], grid, (m, v, stride_row, _IGNORE_INDEX), meta,
+                 reduce, (m, _IGNORE_INDEX), dict(BLOCK=REDUCE_BLOCK, num_warps=4), pack)
+
+
+def kernel_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    key = (logits.shape, logits.stride(), logits.dtype, targets.shape)
+    knobs = _knobs()
+    p = _PLANS.get(key)
+    if p is None or p.made_under != knobs:
+        p = _PLANS[key] = _plan(logits, targets, knobs)
+    if p.pack:
         logits = logits.contiguous()
     if not targets.is_contiguous():
         targets = targets.contiguous()
-    m, v = logits.shape
-    row_loss = torch.empty(m, dtype=torch.float32, device=logits.device)
+    row_loss = torch.empty(p.grid, dtype=torch.float32, device=logits.device)
     out = torch.empty((), dtype=logits.dtype, device=logits.device)
-    done = torch.zeros(1, dtype=torch.int32, device=logits.device) if FUSED_MEAN else row_loss  # unused unfused
-    lanes = FP32_LANE_MAX if logits.element_size() == 4 else LANE_MAX
-    _row_loss[(m,)](logits, targets, row_loss, out, done, m, v, logits.stride(0), _IGNORE_INDEX,
-                    BLOCK=BLOCK_V, ALIGN=16 // logits.element_size(), STAGES=NUM_STAGES,
-                    LANES=lanes, FUSED=FUSED_MEAN, REDUCE=REDUCE_BLOCK, num_warps=NUM_WARPS)
-    if not FUSED_MEAN:
-        _mean_loss[(1,)](row_loss, targets, out, m, _IGNORE_INDEX, BLOCK=REDUCE_BLOCK, num_warps=4)
+    if p.reduce is None:  # FUSED_MEAN: the last row program sums, counting programs in `done`
+        done = torch.zeros(1, dtype=torch.int32, device=logits.device)
+        p.launch(logits, targets, row_loss, out, done, *p.args, **p.meta)
+    else:
+        p.launch(logits, targets, row_loss, out, row_loss, *p.args, **p.meta)  # DONE unused unfused
+        p.reduce(row_loss, targets, out, *p.reduce_args, **p.reduce_meta)
     return out

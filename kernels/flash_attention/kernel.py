@@ -13,12 +13,14 @@ descriptors over [B*H*S, D] views (contiguous inputs); strided inputs, such as
 q.transpose(1, 2) of a [B, S, H, D] projection, take the pointer-load kernel.
 """
 
+import collections
 import math
 import os
 
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 # Tunable knobs: module-level constants the offline tuner rewrites.
 BLOCK_M = 128  # query rows per program
@@ -198,7 +200,24 @@ def _stages_that_fit(head_dim: int, elem: int) -> int:
     return stages
 
 
-def kernel_fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+# Launch plans, decided once per input signature: (shapes, strides, dtype, 16-byte alignment) -> _Plan.
+# A call is a key, one dict lookup, one allocation and one launch; the plan is computed from the knobs above.
+_PLANS: dict = {}
+# made_under: the _knobs() it was computed under (see _knobs); tma: the descriptor kernel, whose
+# descriptors are built per call from desc_q/desc_kv ([shape, strides, block] of the [rows, D] views)
+_Plan = collections.namedtuple("_Plan", "made_under launch grid args meta tma desc_q desc_kv")
+
+
+def _knobs() -> tuple:
+    """Everything a plan is computed from besides the inputs: the knobs and the kernels it binds. A plan
+    made under other values (a knob set in place, as knob_sweep.py and the tests do) is made again."""
+    return (
+        BLOCK_M, BLOCK_N, NUM_WARPS, NUM_STAGES, USE_TMA, MAX_REGS, HEAD_GROUP, _SMEM_BYTES, _INTERPRETED,
+        _flash_fwd, _flash_fwd_tma,
+    )
+
+
+def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, made_under: tuple):
     b, h, s, d = q.shape
     kvh = k.shape[1]
     if k.shape != (b, kvh, s, d) or v.shape != k.shape or h % kvh:
@@ -206,31 +225,36 @@ def kernel_fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if d not in (16, 32, 64, 128, 256):
         raise ValueError(f"flash_attention: head dim {d} is not supported (16, 32, 64, 128, 256)")
-    o = torch.empty((b, h, s, d), dtype=q.dtype, device=q.device)
     n_m_blocks = triton.cdiv(s, BLOCK_M)
     qk_scale = 1.4426950408889634 / math.sqrt(d)  # log2(e) / sqrt(D): exp2 of scaled logits
     widen = _INTERPRETED and q.dtype == torch.bfloat16
     stages = _stages_that_fit(d, q.element_size())
     grid = (n_m_blocks * b * h,)
     launch_extra = {"maxnreg": MAX_REGS} if MAX_REGS and not _INTERPRETED else {}
+    meta = dict(HEAD_DIM=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, WIDEN=widen, HEAD_GROUP=HEAD_GROUP,
+                num_warps=NUM_WARPS, num_stages=stages, **launch_extra)
+    o_strides = (h * s * d, s * d, d, 1)  # o is allocated contiguous
     if USE_TMA and _tma_ok(q, k, v):
-        from triton.tools.tensor_descriptor import TensorDescriptor
+        return _Plan(made_under, _flash_fwd_tma[grid], grid, (qk_scale, h, kvh, h // kvh, s, n_m_blocks, b * h,
+                                                               *o_strides),
+                     meta, True, ([b * h * s, d], [d, 1], [BLOCK_M, d]), ([b * kvh * s, d], [d, 1], [BLOCK_N, d]))
+    return _Plan(made_under, _flash_fwd[grid], grid, (qk_scale, h, h // kvh, s, n_m_blocks, b * h, *q.stride(),
+                                                      *k.stride(), *v.stride(), *o_strides),
+                 meta, False, None, None)
 
-        q_desc = TensorDescriptor.from_tensor(q.view(b * h * s, d), [BLOCK_M, d])
-        k_desc = TensorDescriptor.from_tensor(k.view(b * kvh * s, d), [BLOCK_N, d])
-        v_desc = TensorDescriptor.from_tensor(v.view(b * kvh * s, d), [BLOCK_N, d])
-        _flash_fwd_tma[grid](
-            q_desc, k_desc, v_desc, o, qk_scale, h, kvh, h // kvh, s, n_m_blocks, b * h,
-            o.stride(0), o.stride(1), o.stride(2), o.stride(3),
-            HEAD_DIM=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, WIDEN=widen, HEAD_GROUP=HEAD_GROUP,
-            num_warps=NUM_WARPS, num_stages=stages, **launch_extra)
-        return o
-    _flash_fwd[grid](
-        q, k, v, o, qk_scale, h, h // kvh, s, n_m_blocks, b * h,
-        q.stride(0), q.stride(1), q.stride(2), q.stride(3),
-        k.stride(0), k.stride(1), k.stride(2), k.stride(3),
-        v.stride(0), v.stride(1), v.stride(2), v.stride(3),
-        o.stride(0), o.stride(1), o.stride(2), o.stride(3),
-        HEAD_DIM=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, WIDEN=widen, HEAD_GROUP=HEAD_GROUP,
-        num_warps=NUM_WARPS, num_stages=stages, **launch_extra)
+
+def kernel_fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype,
+           (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16 == 0)
+    knobs = _knobs()
+    p = _PLANS.get(key)
+    if p is None or p.made_under != knobs:
+        p = _PLANS[key] = _plan(q, k, v, knobs)
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if p.tma:
+        # descriptors over the [B*H*S, D] / [B*KVH*S, D] views: the contiguous tensors themselves
+        p.launch(TensorDescriptor(q, *p.desc_q), TensorDescriptor(k, *p.desc_kv), TensorDescriptor(v, *p.desc_kv),
+                 o, *p.args, **p.meta)
+    else:
+        p.launch(q, k, v, o, *p.args, **p.meta)
     return o

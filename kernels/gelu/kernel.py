@@ -5,6 +5,8 @@ each gets its own specialised kernel. Memory-bound: wide contiguous blocks
 (16-byte loads per thread), fp32 math, one store.
 """
 
+import collections
+
 import torch
 import triton
 import triton.language as tl
@@ -63,13 +65,37 @@ def _gelu(X, Y, n_elements, TANH: tl.constexpr, BLOCK: tl.constexpr):
         tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
 
 
-def kernel_fn(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+# Launch plans, decided once per input signature: (numel, approximate) -> _Plan. A call is a key,
+# one dict lookup, one allocation and one launch; the plan is computed from the knobs above.
+_PLANS: dict = {}
+# made_under: the _knobs() it was computed under (see _knobs)
+_Plan = collections.namedtuple("_Plan", "made_under launch grid args meta")
+
+
+def _knobs() -> tuple:
+    """Everything a plan is computed from besides the inputs: the knobs and the kernels it binds. A plan
+    made under other values (a knob set in place, as knob_sweep.py and the tests do) is made again."""
+    return (
+        BLOCK_SIZE, NUM_WARPS, _gelu,
+    )
+
+
+def _plan(n: int, approximate: str, made_under: tuple):
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', not {approximate!r}")
+    grid = (triton.cdiv(n, BLOCK_SIZE),)
+    return _Plan(made_under, _gelu[grid], grid, (n,),
+                 dict(TANH=approximate == "tanh", BLOCK=BLOCK_SIZE, num_warps=NUM_WARPS))
+
+
+def kernel_fn(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     if not x.is_contiguous():
         x = x.contiguous()
+    key = (x.numel(), approximate)  # dtype and device: Triton's own specialisation; the grid does not depend on them
+    knobs = _knobs()
+    p = _PLANS.get(key)
+    if p is None or p.made_under != knobs:
+        p = _PLANS[key] = _plan(*key, knobs)
     y = torch.empty_like(x)
-    n = x.numel()
-    _gelu[(triton.cdiv(n, BLOCK_SIZE),)](x, y, n, TANH=approximate == "tanh", BLOCK=BLOCK_SIZE,
-                                         num_warps=NUM_WARPS)
+    p.launch(x, y, *p.args, **p.meta)
     return y

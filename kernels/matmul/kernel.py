@@ -20,9 +20,12 @@ short K loops included (H200 sweep, 2026-12-02: 128x256 tiles beat 128x128 at
 8192x2304x768 and 3000x5000x1000, 128x128 wins at 8192x768x3072, 1.45 waves).
 """
 
+import collections
+
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 # Tunable knobs (16-bit inputs): module-level constants the offline tuner rewrites.
 BLOCK_M = 128
@@ -145,33 +148,23 @@ def _copy_rows(Src, Dst, R, C, stride_s, stride_d, BR: tl.constexpr, BC: tl.cons
     tl.store(Dst + rows[:, None].to(tl.int64) * stride_d + cols[None, :], v, mask=mask)
 
 
-def _tma_operand(t: torch.Tensor) -> torch.Tensor:
-    """t itself when TMA can read it, else a copy whose rows start 16-byte aligned.
-
-    The copy is a [R, C] view of an [R, C rounded up to 16 bytes] buffer: TMA
-    zero-fills past C, so the padding is never read. One extra pass over an
-    operand costs a few percent of a GEMM; the pointer kernel on 2-byte-aligned
-    rows (no vector loads, no async copies) costs far more.
-    """
-    if _tma_ok(t):
-        return t
-    r, c = t.shape
-    per16 = 16 // t.element_size()
-    buf = torch.empty((r, triton.cdiv(c, per16) * per16), dtype=t.dtype, device=t.device)
-    _copy_rows[(triton.cdiv(r, 32), triton.cdiv(c, 128))](t, buf, r, c, t.stride(0), buf.stride(0), BR=32, BC=128,
-                                                          num_warps=8)  # 4 warps spill (sm_90 compile)
-    return buf[:, :c]
-
-
 def _tma_ok(*tensors) -> bool:
     return all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 and t.stride(1) == 1
                for t in tensors)
 
 
+_SMS: dict = {}  # device -> SM count, asked once per device
+
+
 def _num_sms(device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 2  # interpreted: small, so the test shapes reach both tile configs
+    sms = _SMS.get(device)
+    if sms is None:
+        if device.type == "cuda":
+            sms = torch.cuda.get_device_properties(device).multi_processor_count
+        else:
+            sms = 2  # interpreted: small, so the test shapes reach both tile configs
+        _SMS[device] = sms
+    return sms
 
 
 def _wave_fill(m: int, n: int, bm: int, bn: int, sms: int) -> float:
@@ -192,33 +185,96 @@ def config_16bit(m: int, n: int, k: int, sms: int) -> tuple:
     return BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES, TMA_FLATTEN, PROGRAMS_PER_SM
 
 
-def kernel_fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+# Launch plans, decided once per input signature: (shapes, strides, dtype, device, 16-byte alignment
+# of a and b) -> _Plan. A call is a key, one dict lookup, the allocation(s) and the launch; the plan
+# is computed from the knobs above.
+_PLANS: dict = {}
+# tma: the descriptor kernel; pad_a/pad_b: None or (padded columns, bound _copy_rows, its int args);
+# desc_a/desc_b/desc_c: [shape, strides, block] of each descriptor (desc_c None: C through pointers)
+# made_under: the _knobs() it was computed under (see _knobs)
+_Plan = collections.namedtuple("_Plan", "made_under launch grid args meta tma pad_a pad_b desc_a desc_b desc_c")
+
+
+def _knobs() -> tuple:
+    """Everything a plan is computed from besides the inputs: the knobs and the kernels it binds. A plan
+    made under other values (a knob set in place, as knob_sweep.py and the tests do) is made again."""
+    return (
+        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_WARPS, NUM_STAGES, USE_TMA, TMA_FLATTEN, PROGRAMS_PER_SM,
+        SMALL_BLOCK_M, SMALL_BLOCK_N, SMALL_BLOCK_K, SMALL_NUM_WARPS, SMALL_NUM_STAGES, SMALL_FLATTEN,
+        SMALL_PROGRAMS_PER_SM, SMALL_MAX_K, MIN_WAVE_FILL_PCT, FP32_BLOCK_M, FP32_BLOCK_N, FP32_BLOCK_K,
+        FP32_NUM_WARPS, FP32_NUM_STAGES, _INTERPRETED, _matmul, _matmul_tma, _copy_rows,
+    )
+
+
+def _pad_plan(t: torch.Tensor):
+    """None when TMA can read t in place, else how to copy it to rows that start 16-byte aligned."""
+    if _tma_ok(t):
+        return None
+    r, c = t.shape
+    per16 = 16 // t.element_size()
+    cols = triton.cdiv(c, per16) * per16
+    return cols, _copy_rows[(triton.cdiv(r, 32), triton.cdiv(c, 128))], (r, c, t.stride(0), cols)
+
+
+def _padded(t: torch.Tensor, pad) -> torch.Tensor:
+    """A copy of t whose rows start 16-byte aligned, as _pad_plan planned it.
+
+    The copy is a [R, C] view of an [R, C rounded up to 16 bytes] buffer: TMA
+    zero-fills past C, so the padding is never read. One extra pass over an
+    operand costs a few percent of a GEMM; the pointer kernel on 2-byte-aligned
+    rows (no vector loads, no async copies) costs far more.
+    """
+    cols, launch, args = pad
+    buf = torch.empty((t.shape[0], cols), dtype=t.dtype, device=t.device)
+    launch(t, buf, *args, BR=32, BC=128, num_warps=8)  # 4 warps spill (sm_90 compile)
+    return buf[:, :t.shape[1]]
+
+
+def _plan(a: torch.Tensor, b: torch.Tensor, made_under: tuple):
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul needs a[M,K] @ b[K,N], got {tuple(a.shape)} @ {tuple(b.shape)}")
     m, k = a.shape
     n = b.shape[1]
-    c = torch.empty((m, n), dtype=a.dtype, device=a.device)
+    c = torch.empty((m, n), dtype=a.dtype, device=a.device)  # like every call's output: fresh, packed, aligned
     if a.dtype == torch.float32:
         bm, bn, bk, warps, stages = FP32_BLOCK_M, FP32_BLOCK_N, FP32_BLOCK_K, FP32_NUM_WARPS, FP32_NUM_STAGES
         flatten, per_sm = TMA_FLATTEN, PROGRAMS_PER_SM
     else:
         bm, bn, bk, warps, stages, flatten, per_sm = config_16bit(m, n, k, _num_sms(a.device))
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    widen = _INTERPRETED and a.dtype == torch.bfloat16
     if USE_TMA and a.dtype != torch.float32 and a.stride(1) == 1 and b.stride(1) == 1:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        a_t, b_t = _tma_operand(a), _tma_operand(b)
+        pad_a, pad_b = _pad_plan(a), _pad_plan(b)
         c_ptr = not _tma_ok(c)
         programs = min(tiles, _num_sms(a.device) * per_sm) if per_sm > 0 else tiles
-        _matmul_tma[(programs,)](
-            TensorDescriptor.from_tensor(a_t, [bm, bk]), TensorDescriptor.from_tensor(b_t, [bk, bn]),
-            c if c_ptr else TensorDescriptor.from_tensor(c, [bm, bn]), m, n, k, c.stride(0),
-            BM=bm, BN=bn, BK=bk, GM=GROUP_M, NUM_PROGRAMS=programs, FLATTEN=bool(flatten),
-            WIDEN=_INTERPRETED and a.dtype == torch.bfloat16, C_PTR=c_ptr, num_warps=warps, num_stages=stages)
-        return c
+        grid = (programs,)
+        stride_a = [pad_a[0] if pad_a else a.stride(0), 1]
+        stride_b = [pad_b[0] if pad_b else b.stride(0), 1]
+        return _Plan(made_under, _matmul_tma[grid], grid, (m, n, k, c.stride(0)),
+                     dict(BM=bm, BN=bn, BK=bk, GM=GROUP_M, NUM_PROGRAMS=programs, FLATTEN=bool(flatten),
+                          WIDEN=widen, C_PTR=c_ptr, num_warps=warps, num_stages=stages),
+                     True, pad_a, pad_b, ([m, k], stride_a, [bm, bk]), ([k, n], stride_b, [bk, bn]),
+                     None if c_ptr else ([m, n], [c.stride(0), 1], [bm, bn]))
     grid = (tiles,)
-    _matmul[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                  c.stride(0), c.stride(1), BM=bm, BN=bn, BK=bk, GM=GROUP_M,
-                  IEEE=a.dtype == torch.float32,
-                  WIDEN=_INTERPRETED and a.dtype == torch.bfloat16, num_warps=warps, num_stages=stages)
+    return _Plan(made_under, _matmul[grid], grid, (m, n, k, *a.stride(), *b.stride(), *c.stride()),
+                 dict(BM=bm, BN=bn, BK=bk, GM=GROUP_M, IEEE=a.dtype == torch.float32, WIDEN=widen,
+                      num_warps=warps, num_stages=stages),
+                 False, None, None, None, None, None)
+
+
+def kernel_fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, a.device,
+           a.data_ptr() % 16 == 0, b.data_ptr() % 16 == 0)
+    knobs = _knobs()
+    p = _PLANS.get(key)
+    if p is None or p.made_under != knobs:
+        p = _PLANS[key] = _plan(a, b, knobs)
+    c = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+    if not p.tma:
+        p.launch(a, b, c, *p.args, **p.meta)
+        return c
+    a_t = a if p.pad_a is None else _padded(a, p.pad_a)
+    b_t = b if p.pad_b is None else _padded(b, p.pad_b)
+    p.launch(TensorDescriptor(a_t, *p.desc_a), TensorDescriptor(b_t, *p.desc_b),
+             c if p.desc_c is None else TensorDescriptor(c, *p.desc_c), *p.args, **p.meta)
     return c

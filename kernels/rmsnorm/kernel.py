@@ -14,6 +14,8 @@ Three paths, by row width:
   * looped: wider rows in two passes over chunks (sum of squares, then write).
 """
 
+import collections
+
 import torch
 import triton
 import triton.language as tl
@@ -236,15 +238,35 @@ def _rmsnorm_looped(X, W, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr, 
     _rmsnorm_write(X, W, Y, x_off + tcols, y_off + tcols, tcols, tmask, rstd)
 
 
-def kernel_fn(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+# Launch plans, decided once per input signature: (shape, strides, dtype, 16-byte alignment) -> _Plan.
+# A call is a key, one dict lookup, one allocation and one launch; the plan is computed from the knobs above.
+_PLANS: dict = {}
+# direct: x's [M, N] rows are a view of x itself (launch on x); otherwise each call packs them first
+# made_under: the _knobs() it was computed under (see _knobs)
+_Plan = collections.namedtuple("_Plan", "made_under launch grid args meta direct")
+
+
+def _knobs() -> tuple:
+    """Everything a plan is computed from besides the inputs: the knobs and the kernels it binds. A plan
+    made under other values (a knob set in place, as knob_sweep.py and the tests do) is made again."""
+    return (
+        ROW_BLOCK_ELEMS, NUM_WARPS, MAX_FUSED_N, ROWS_CHUNK_N, CHUNK_NUM_WARPS, ROWS_INT32, RESIDENT_MAX_KB,
+        RESIDENT_PART_KB, RESIDENT_BYTES_PER_THREAD, LOOP_BLOCK_N, LOOP_NUM_WARPS, LOOP_NUM_STAGES,
+        LOOP_PASS2_REVERSED, _rmsnorm_rows, _rmsnorm_rows_chunked, _rmsnorm_resident, _rmsnorm_looped,
+    )
+
+
+def _plan(x: torch.Tensor, made_under: tuple):
     n = x.shape[-1]
     x2 = x.reshape(-1, n)
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
+    direct = x2.data_ptr() == x.data_ptr() and x.numel() > 0
     m = x2.shape[0]
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)  # like every call's output: fresh, packed, aligned
     vec = _vector_width(x2, y)
     resident = _resident_layout(n, vec, x2.stride(0), x.element_size())
+    strides = (x2.stride(0), y.stride(0))
     if n <= MAX_FUSED_N and (_rows_aligned(n, x2, y) or resident is None):
         block_n = triton.next_power_of_2(n)
         block_m = max(1, min(ROW_BLOCK_ELEMS // block_n, triton.next_power_of_2(m)))
@@ -252,22 +274,31 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
         int32 = bool(ROWS_INT32) and _offsets_fit_int32(grid[0] * block_m, n, x2, y)
         if 0 < ROWS_CHUNK_N < n and n % ROWS_CHUNK_N == 0:  # only where chunks tile the row: 6001x5120 in
             # chunks of 4096 (masked three quarters of its second) ran 39.0 us against 34.6 held (run 6h)
-            _rmsnorm_rows_chunked[grid](x2, weight, y, m, n, x2.stride(0), y.stride(0), eps, BLOCK_M=block_m,
-                                        CHUNK_N=ROWS_CHUNK_N, INT32=int32, num_warps=CHUNK_NUM_WARPS)
-        else:
-            warps = min(32, NUM_WARPS * max(1, block_n // ROW_BLOCK_ELEMS))
-            _rmsnorm_rows[grid](x2, weight, y, m, n, x2.stride(0), y.stride(0), eps, BLOCK_M=block_m,
-                                BLOCK_N=block_n, INT32=int32, num_warps=warps)
-    elif resident is not None:
+            return _Plan(made_under, _rmsnorm_rows_chunked[grid], grid, (m, n, *strides),
+                         dict(BLOCK_M=block_m, CHUNK_N=ROWS_CHUNK_N, INT32=int32, num_warps=CHUNK_NUM_WARPS), direct)
+        warps = min(32, NUM_WARPS * max(1, block_n // ROW_BLOCK_ELEMS))
+        return _Plan(made_under, _rmsnorm_rows[grid], grid, (m, n, *strides),
+                     dict(BLOCK_M=block_m, BLOCK_N=block_n, INT32=int32, num_warps=warps), direct)
+    grid = (m,)
+    if resident is not None:
         part, parts, tail, warps = resident
-        _rmsnorm_resident[(m,)](x2, weight, y, n, x2.stride(0), y.stride(0), eps,
-                                PART=part, PARTS=parts, TAIL=tail, VEC=vec,
-                                SHIFTED=x2.stride(0) % vec != 0, num_warps=warps)
-    else:
-        _rmsnorm_looped[(m,)](x2, weight, y, n, x2.stride(0), y.stride(0), eps,
-                              BLOCK_N=LOOP_BLOCK_N, VEC=vec, NUM_STAGES=LOOP_NUM_STAGES,
-                              REVERSED=LOOP_PASS2_REVERSED, num_warps=LOOP_NUM_WARPS)
-    return y.view(x.shape)
+        return _Plan(made_under, _rmsnorm_resident[grid], grid, (n, *strides),
+                     dict(PART=part, PARTS=parts, TAIL=tail, VEC=vec, SHIFTED=x2.stride(0) % vec != 0,
+                          num_warps=warps), direct)
+    return _Plan(made_under, _rmsnorm_looped[grid], grid, (n, *strides),
+                 dict(BLOCK_N=LOOP_BLOCK_N, VEC=vec, NUM_STAGES=LOOP_NUM_STAGES, REVERSED=LOOP_PASS2_REVERSED,
+                      num_warps=LOOP_NUM_WARPS), direct)
+
+
+def kernel_fn(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    key = (x.shape, x.stride(), x.dtype, x.data_ptr() % 16 == 0)
+    knobs = _knobs()
+    p = _PLANS.get(key)
+    if p is None or p.made_under != knobs:
+        p = _PLANS[key] = _plan(x, knobs)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    p.launch(x if p.direct else x.reshape(-1, x.shape[-1]).contiguous(), weight, y, *p.args, eps, **p.meta)
+    return y
 
 
 def _vector_width(*rows: torch.Tensor) -> int:

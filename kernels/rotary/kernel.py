@@ -6,6 +6,8 @@ reuses it across the heads, loads both halves of every head as contiguous
 16-byte vectors, rotates in fp32 and stores both halves.
 """
 
+import collections
+
 import torch
 import triton
 import triton.language as tl
@@ -44,26 +46,52 @@ def _rotary(X, COS, SIN, Y, n_rows, S, H,
             tl.store(y_base + y_offs + HALF, (x2 * c + x1 * sn).to(Y.dtype.element_ty), mask=mask)
 
 
-def kernel_fn(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+# Launch plans, decided once per input signature: (shapes, strides, element size) -> _Plan. A call
+# is a key, one dict lookup, one allocation and one launch; the plan is computed from the knobs above.
+_PLANS: dict = {}
+# made_under: the _knobs() it was computed under (see _knobs)
+_Plan = collections.namedtuple("_Plan", "made_under launch grid args meta pack")  # pack: copy cos/sin first
+
+
+def _knobs() -> tuple:
+    """Everything a plan is computed from besides the inputs: the knobs and the kernels it binds. A plan
+    made under other values (a knob set in place, as knob_sweep.py and the tests do) is made again."""
+    return (
+        BLOCK_H, POSITIONS_PER_PROGRAM, NUM_WARPS, _rotary,
+    )
+
+
+def _plan(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, made_under: tuple):
     if x.dim() != 4 or x.shape[-1] % 2:
         raise ValueError(f"rotary: x must be [B, S, H, D] with D even, got {tuple(x.shape)}")
     b, s, h, d = x.shape
     half = d // 2
     if cos.shape != (s, half) or sin.shape != (s, half):
         raise ValueError(f"rotary: cos/sin must be [{s}, {half}], got {tuple(cos.shape)} and {tuple(sin.shape)}")
-    if cos.stride(-1) != 1 or sin.stride(-1) != 1:
+    pack = cos.stride(-1) != 1 or sin.stride(-1) != 1
+    if pack:
         cos, sin = cos.contiguous(), sin.contiguous()
-    y = torch.empty((b, s, h, d), dtype=x.dtype, device=x.device)
     block_h = min(BLOCK_H, triton.next_power_of_2(h))
     block_half = triton.next_power_of_2(half)
     vector = 16 // x.element_size()  # elements per 16-byte access
     warps = max(1, min(NUM_WARPS, block_h * block_half // (32 * vector)))
     n_rows = b * s
     grid = (triton.cdiv(n_rows, POSITIONS_PER_PROGRAM), triton.cdiv(h, block_h))
-    _rotary[grid](x, cos, sin, y, n_rows, s, h,
-                  x.stride(0), x.stride(1), x.stride(2), x.stride(3),
-                  cos.stride(0), sin.stride(0),
-                  y.stride(0), y.stride(1), y.stride(2),
-                  HALF=half, ROWS=POSITIONS_PER_PROGRAM, BLOCK_H=block_h, BLOCK_HALF=block_half,
-                  num_warps=warps)
+    # y is allocated contiguous: its strides follow from the shape.
+    args = (n_rows, s, h, *x.stride(), cos.stride(0), sin.stride(0), s * h * d, h * d, d)
+    return _Plan(made_under, _rotary[grid], grid, args,
+                 dict(HALF=half, ROWS=POSITIONS_PER_PROGRAM, BLOCK_H=block_h, BLOCK_HALF=block_half,
+                      num_warps=warps), pack)
+
+
+def kernel_fn(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    key = (x.shape, x.stride(), cos.shape, cos.stride(), sin.shape, sin.stride(), x.dtype)
+    knobs = _knobs()
+    p = _PLANS.get(key)
+    if p is None or p.made_under != knobs:
+        p = _PLANS[key] = _plan(x, cos, sin, knobs)
+    if p.pack:
+        cos, sin = cos.contiguous(), sin.contiguous()
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    p.launch(x, cos, sin, y, *p.args, **p.meta)
     return y

@@ -21,6 +21,8 @@ Three paths, by row width:
     whole chunks as 16-byte vectors from there (_softmax_online_vec).
 """
 
+import collections
+
 import torch
 import triton
 import triton.language as tl
@@ -326,34 +328,65 @@ def _softmax_online_vec(X, Y, N, stride_x, stride_y, BLOCK_N: tl.constexpr, VEC:
     tl.store(Y + y_off + tcols, yt.to(Y.dtype.element_ty), mask=tmask)
 
 
-def kernel_fn(x: torch.Tensor) -> torch.Tensor:
+# Launch plans, decided once per input signature: (shape, strides, dtype, 16-byte alignment) -> _Plan.
+# A call is a key, one dict lookup, one allocation and one launch; the plan is computed from the knobs above.
+_PLANS: dict = {}
+# direct: x's [M, N] rows are a view of x itself (launch on x); otherwise each call packs them first
+# made_under: the _knobs() it was computed under (see _knobs)
+_Plan = collections.namedtuple("_Plan", "made_under launch grid args meta direct")
+
+
+def _knobs() -> tuple:
+    """Everything a plan is computed from besides the inputs: the knobs and the kernels it binds. A plan
+    made under other values (a knob set in place, as knob_sweep.py and the tests do) is made again."""
+    return (
+        ROW_BLOCK_ELEMS, NUM_WARPS, MAX_FUSED_N, RESIDENT_MAX_KB, RESIDENT_PART_KB, RESIDENT_BYTES_PER_THREAD,
+        LOOP_BLOCK_N, LOOP_NUM_WARPS, LOOP_NUM_STAGES, VEC_LOOP_BLOCK_N, VEC_LOOP_NUM_WARPS, VEC_LOOP_NUM_STAGES,
+        LOOP_PASS2_REVERSED, LANE_MAX, _softmax_rows, _softmax_resident, _softmax_online, _softmax_online_vec,
+    )
+
+
+def _plan(x: torch.Tensor, made_under: tuple):
     n = x.shape[-1]
     x2 = x.reshape(-1, n)
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
+    direct = x2.data_ptr() == x.data_ptr() and x.numel() > 0
     m = x2.shape[0]
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)  # like every call's output: fresh, packed, aligned
     vec = _vector_width(x2, y)
     resident = _resident_layout(n, vec, x2.stride(0), x.element_size())
+    strides = (x2.stride(0), y.stride(0))
     if n <= MAX_FUSED_N and (_rows_aligned(n, x2, y) or resident is None):
         block_n = triton.next_power_of_2(n)
         block_m = max(1, min(ROW_BLOCK_ELEMS // block_n, triton.next_power_of_2(m)))
-        _softmax_rows[(triton.cdiv(m, block_m),)](
-            x2, y, m, n, x2.stride(0), y.stride(0),
-            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=NUM_WARPS)
-    elif resident is not None:
+        grid = (triton.cdiv(m, block_m),)
+        return _Plan(made_under, _softmax_rows[grid], grid, (m, n, *strides),
+                     dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=NUM_WARPS), direct)
+    grid = (m,)
+    if resident is not None:
         part, parts, tail, warps = resident
-        _softmax_resident[(m,)](x2, y, n, x2.stride(0), y.stride(0), PART=part, PARTS=parts, TAIL=tail,
-                                VEC=vec, SHIFTED=x2.stride(0) % vec != 0, num_warps=warps)
-    elif vec == 1 or (n % 16 == 0 and x2.stride(0) % 16 == 0 and y.stride(0) % 16 == 0):
-        _softmax_online[(m,)](x2, y, n, x2.stride(0), y.stride(0), BLOCK_N=LOOP_BLOCK_N,
-                              NUM_STAGES=LOOP_NUM_STAGES, REVERSED=LOOP_PASS2_REVERSED,
-                              LANE=(16 // x.element_size()) * LANE_MAX, num_warps=LOOP_NUM_WARPS)
-    else:
-        _softmax_online_vec[(m,)](x2, y, n, x2.stride(0), y.stride(0), BLOCK_N=VEC_LOOP_BLOCK_N,
-                                  VEC=vec, NUM_STAGES=VEC_LOOP_NUM_STAGES, REVERSED=LOOP_PASS2_REVERSED,
-                                  LANES=LANE_MAX, num_warps=VEC_LOOP_NUM_WARPS)
-    return y.view(x.shape)
+        return _Plan(made_under, _softmax_resident[grid], grid, (n, *strides),
+                     dict(PART=part, PARTS=parts, TAIL=tail, VEC=vec, SHIFTED=x2.stride(0) % vec != 0,
+                          num_warps=warps), direct)
+    if vec == 1 or (n % 16 == 0 and x2.stride(0) % 16 == 0 and y.stride(0) % 16 == 0):
+        return _Plan(made_under, _softmax_online[grid], grid, (n, *strides),
+                     dict(BLOCK_N=LOOP_BLOCK_N, NUM_STAGES=LOOP_NUM_STAGES, REVERSED=LOOP_PASS2_REVERSED,
+                          LANE=(16 // x.element_size()) * LANE_MAX, num_warps=LOOP_NUM_WARPS), direct)
+    return _Plan(made_under, _softmax_online_vec[grid], grid, (n, *strides),
+                 dict(BLOCK_N=VEC_LOOP_BLOCK_N, VEC=vec, NUM_STAGES=VEC_LOOP_NUM_STAGES, REVERSED=LOOP_PASS2_REVERSED,
+                      LANES=LANE_MAX, num_warps=VEC_LOOP_NUM_WARPS), direct)
+
+
+def kernel_fn(x: torch.Tensor) -> torch.Tensor:
+    key = (x.shape, x.stride(), x.dtype, x.data_ptr() % 16 == 0)
+    knobs = _knobs()
+    p = _PLANS.get(key)
+    if p is None or p.made_under != knobs:
+        p = _PLANS[key] = _plan(x, knobs)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    p.launch(x if p.direct else x.reshape(-1, x.shape[-1]).contiguous(), y, *p.args, **p.meta)
+    return y
 
 
 def _vector_width(*rows: torch.Tensor) -> int:

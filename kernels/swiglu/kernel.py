@@ -5,6 +5,8 @@ one wide contiguous block per program so every thread issues 16-byte loads,
 fp32 math in registers, one store.
 """
 
+import collections
+
 import torch
 import triton
 import triton.language as tl
@@ -53,19 +55,45 @@ def _row_strided(t: torch.Tensor) -> bool:
     return t.dim() == 2 and t.stride(1) == 1 and t.stride(0) >= t.shape[1]
 
 
-def kernel_fn(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+# Launch plans, decided once per input signature: (shape, gate strides, up strides) -> _Plan. A call
+# is a key, one dict lookup, one allocation and one launch; the plan is computed from the knobs above.
+_PLANS: dict = {}
+# made_under: the _knobs() it was computed under (see _knobs)
+_Plan = collections.namedtuple("_Plan", "made_under path launch grid args meta")  # path: "flat", "rows" or "pack"
+
+
+def _knobs() -> tuple:
+    """Everything a plan is computed from besides the inputs: the knobs and the kernels it binds. A plan
+    made under other values (a knob set in place, as knob_sweep.py and the tests do) is made again."""
+    return (
+        BLOCK_SIZE, NUM_WARPS, _swiglu, _swiglu_rows,
+    )
+
+
+def _plan(gate: torch.Tensor, up: torch.Tensor, made_under: tuple):
     if gate.shape != up.shape:
         raise ValueError(f"swiglu: gate {tuple(gate.shape)} and up {tuple(up.shape)} differ")
     if gate.is_contiguous() and up.is_contiguous():
-        out = torch.empty_like(gate)
         n = gate.numel()
-        _swiglu[(triton.cdiv(n, BLOCK_SIZE),)](gate, up, out, n, BLOCK=BLOCK_SIZE, num_warps=NUM_WARPS)
-        return out
+        grid = (triton.cdiv(n, BLOCK_SIZE),)
+        return _Plan(made_under, "flat", _swiglu[grid], grid, (n,), dict(BLOCK=BLOCK_SIZE, num_warps=NUM_WARPS))
     if _row_strided(gate) and _row_strided(up):
         m, n = gate.shape
-        out = torch.empty((m, n), dtype=gate.dtype, device=gate.device)
         block = min(BLOCK_SIZE, triton.next_power_of_2(n))
-        _swiglu_rows[(m, triton.cdiv(n, block))](gate, up, out, n, gate.stride(0), up.stride(0), BLOCK=block,
-                                                  num_warps=NUM_WARPS)
-        return out
-    return kernel_fn(gate.contiguous(), up.contiguous())  # any other layout: pack it once
+        grid = (m, triton.cdiv(n, block))
+        return _Plan(made_under, "rows", _swiglu_rows[grid], grid, (n, gate.stride(0), up.stride(0)),
+                     dict(BLOCK=block, num_warps=NUM_WARPS))
+    return _Plan(made_under, "pack", None, None, None, None)  # any other layout: pack it once, then the flat plan
+
+
+def kernel_fn(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    key = (gate.shape, gate.stride(), up.shape, up.stride())
+    knobs = _knobs()
+    p = _PLANS.get(key)
+    if p is None or p.made_under != knobs:
+        p = _PLANS[key] = _plan(gate, up, knobs)
+    if p.launch is None:
+        return kernel_fn(gate.contiguous(), up.contiguous())
+    out = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+    p.launch(gate, up, out, *p.args, **p.meta)
+    return out

@@ -1,0 +1,116 @@
+"""Host cost per call of each forward starter's kernel_fn beside its eager reference (issue 21).
+
+For every forward task at its smallest default shape (fewest bytes moved), in one dtype:
+
+  * host us: the Python call's wall time with the GPU kept busy ahead of it (the harness's own
+    timer, ``timing.time_reps``: a GPU spin and an L2 flush queued before each call, so the call
+    never waits on the GPU), median and p20-p80 over --reps calls, kernel_fn and eager alike;
+  * as called: ``timing.time_as_called``, the calls back to back as an eager model makes them
+    (host and GPU overlapping): the per-call time such a model pays;
+  * plans: how many ``_PLANS`` entries kernel_fn holds after all those calls (1: the launch was
+    decided once and every later call was a dict lookup away from its launch).
+
+GPU only (the interpreter's host time is the whole computation):
+    PYTHONPATH=$PWD python3 benchmarks/launch_cost.py [--tasks a,b] [--dtype bfloat16] [--reps 200]
+        [--json $OUT/launch_cost.json]
+Prints a table last; host-bound rows (host us above the kernel's as-called time) are marked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: the repository's packages before any installed copy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from autokernel_tui.harness import stats  # noqa: E402
+from autokernel_tui.harness.worker.timing import L2Flusher, time_as_called, time_reps, warm_up  # noqa: E402
+from autokernel_tui.tasks.spec import load_spec  # noqa: E402
+from benchmarks import starters_check as sc  # noqa: E402
+
+
+def smallest_shape(spec, ref, dtype):
+    return min(spec.shapes, key=lambda s: ref.bytes_moved(dict(s.dims), dtype))
+
+
+def host_us(fn, inputs: tuple, reps: int, flush: L2Flusher) -> dict:
+    warm_up(fn, inputs, calls=3)
+    samples, outputs = time_reps(fn, [inputs] * reps, flush)
+    del outputs
+    h = samples.host_us
+    return {"median_us": stats.median(h), "p20_us": stats.percentile(h, 20), "p80_us": stats.percentile(h, 80),
+            "device_median_us": samples.median}
+
+
+def measure(task_dir: Path, dtype_name: str | None, reps: int, flush: L2Flusher) -> dict:
+    spec = load_spec(task_dir)
+    dtype_name = dtype_name if dtype_name in spec.dtypes else spec.dtypes[0]
+    dtype = getattr(torch, dtype_name)
+    ref = sc.load_reference(task_dir, "launch")
+    ker = sc.load_module(task_dir / "kernel.py", "launch")
+    shape = smallest_shape(spec, ref, dtype)
+    inputs = sc.build_inputs(ref, shape.dims, dtype_name, "cuda", 0)
+    row = {"task": spec.name, "shape": shape.name, "dims": dict(shape.dims), "dtype": dtype_name}
+    row["kernel"] = host_us(ker.kernel_fn, inputs, reps, flush)
+    row["eager"] = host_us(ref.reference, inputs, reps, flush)
+    row["kernel"]["as_called_us"] = time_as_called(ker.kernel_fn, [inputs] * reps)
+    row["eager"]["as_called_us"] = time_as_called(ref.reference, [inputs] * reps)
+    row["plans"] = len(getattr(ker, "_PLANS", {})) if hasattr(ker, "_PLANS") else None
+    torch.cuda.synchronize()
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    head = (f"{'task':<16}{'shape':<18}{'dtype':<10}{'host us':>9}{'p20-p80':>14}{'eager host':>12}"
+            f"{'ratio':>7}{'as called':>11}{'eager':>8}{'plans':>7}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"{r['task']:<16}error: {r['error']}")
+            continue
+        k, e = r["kernel"], r["eager"]
+        bound = " host-bound" if k["median_us"] > k["as_called_us"] * 0.9 else ""
+        lines.append(f"{r['task']:<16}{r['shape']:<18}{r['dtype']:<10}{k['median_us']:9.1f}"
+                     f"{k['p20_us']:7.1f}-{k['p80_us']:<6.1f}{e['median_us']:12.1f}"
+                     f"{k['median_us'] / e['median_us']:7.2f}{k['as_called_us']:11.1f}{e['as_called_us']:8.1f}"
+                     f"{r['plans'] if r['plans'] is not None else '-':>7}{bound}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", default="", help="comma-separated task names (default: every forward task)")
+    ap.add_argument("--dtype", default="bfloat16", help="dtype to time (a task without it takes its first)")
+    ap.add_argument("--reps", type=int, default=200, help="timed calls per function")
+    ap.add_argument("--json", type=Path, help="write the rows here")
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("launch_cost.py needs a CUDA GPU: host time under the interpreter means nothing", file=sys.stderr)
+        return 2
+    sc.ensure_backend(smoke=False)
+    only = [t for t in a.tasks.split(",") if t] or None
+    dirs = [d for d in sc.task_dirs(None, only) if load_spec(d).kind == "forward"]
+    flush = L2Flusher(torch.device("cuda"))
+    rows = []
+    for d in dirs:
+        try:
+            rows.append(measure(d, a.dtype, a.reps, flush))
+        except Exception as exc:  # one task's failure is a row, not the end of the run
+            rows.append({"task": d.name, "error": f"{type(exc).__name__}: {exc}"[:200]})
+        print(table(rows[-1:]).splitlines()[-1], flush=True)
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "reps": a.reps, "rows": rows},
+                                     indent=1))
+    print()
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
