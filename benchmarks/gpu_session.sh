@@ -12,11 +12,13 @@
 #              sandboxed harness (`autokernel-tui bench`)
 #   quality:   kernel quality side by side (starter, eager, torch.compile, same-size copy), all ten
 #   gputests:  every GPU-marked test
+#   launch:    host us per call of every forward starter (issue 21), and the nine backward starters'
+#              gradient checks at full default shapes (issue 20)
 #
 # Usage on the device (carry .whl; for `speed` also .old):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS] | gputests
+#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS] | gputests | launch
 set -u
-part=${1:?sandbox, speed, starters, quality or gputests}
+part=${1:?sandbox, speed, starters, quality, gputests or launch}
 if [ -d .whl ] && [ ! -d .site ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target .site .whl/*.whl || exit 1
 fi
@@ -72,6 +74,11 @@ quality)
     ;;
 gputests)
     step gpu_tests 500 python3 -m pytest -m gpu tests -q -p no:cacheprovider
+    ;;
+launch)
+    step launch_cost 200 python3 benchmarks/launch_cost.py --json "$R/launch_cost.json"
+    bwd=$(cd kernels && ls -d *_bwd | paste -sd, -)
+    step bwd_check 360 python3 benchmarks/starters_check.py --tasks "$bwd" --json "$R/bwd_check.json"
     ;;
 esac
 tar czf "$OUT/$part.tgz" -C "$R" .
