@@ -178,7 +178,7 @@ RULES: dict[str, Rule] = {
 }
 # How `run` spells the settings it takes as flags (for messages only).
 FLAGS = {"run.policy": "--policy", "run.max_experiments": "--max-experiments", "run.max_wall_s": "--max-hours",
-         "run.max_cost_usd": "--max-cost", "agent.kind": "--agent"}
+         "run.max_cost_usd": "--max-cost", "run.parallel": "--parallel", "agent.kind": "--agent"}
 
 
 @dataclass
