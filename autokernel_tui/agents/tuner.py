@@ -83,7 +83,8 @@ class TunerAgent:
         self.frozen = set(frozen)  # knobs to leave alone (e.g. fp32-only knobs when only fp16 is timed)
         # K proposals in flight (run.parallel): calls may come from several threads at once; each
         # configuration handed out this session counts as tried until its row shows it, so K
-        # concurrent calls propose K distinct configurations (ctx.in_flight covers a resumed run's).
+        # concurrent calls propose K distinct configurations (ctx.in_flight covers a resumed run's);
+        # it is used only when ctx.in_flight is not empty (see _in_flight).
         self._lock = threading.Lock()
         self._handed: dict[tuple[str, str], set[Config]] = {}
 
@@ -242,8 +243,11 @@ class TunerAgent:
     def _in_flight(self, ctx: AgentContext, names: list[str]) -> set[Config]:
         """Configurations in flight (other proposals not judged yet): not to be proposed again."""
         base = skeleton(ctx.incumbent_source)
-        out = set(self._handed.get((ctx.task.name, base), set()))
-        for other in getattr(ctx, "in_flight", None) or []:
+        others = getattr(ctx, "in_flight", None) or []
+        # What this tuner handed out counts only while others are in flight: with none (one at a
+        # time, or the first of a batch) the tuner stays stateless (same context, same move).
+        out = set(self._handed.get((ctx.task.name, base), set())) if others else set()
+        for other in others:
             source = other.get("source")
             if isinstance(source, str) and skeleton(source) == base:
                 knobs = parse_knobs(source)

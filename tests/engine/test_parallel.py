@@ -65,7 +65,10 @@ def test_tuner_proposes_distinct_configurations_in_flight(workspace, settings):
     engine = Engine(workspace, settings, tag="tu", agent=TunerAgent(seed=1), harness=FakeHarness())
     lab = engine._ensure_backends()
     ctx = Experiment(lab, 1, "rmsnorm")._context()
-    sources = {lab.agent.propose(ctx, lambda ev: None).source for _ in range(4)}
+    sources = set()
+    for k in range(4):  # as the engine builds them: the others in flight, not written yet
+        ctx.in_flight = [{"id": str(i), "state": "proposing", "description": "", "source": None} for i in range(k)]
+        sources.add(lab.agent.propose(ctx, lambda ev: None).source)
     engine.close()
     assert len(sources) == 4
 
