@@ -158,6 +158,9 @@ class InFlight:
                 error = str(exc) or type(exc).__name__
             except Exception as exc:  # a bug in an agent costs one experiment, not the night
                 error = f"the agent crashed: {type(exc).__name__}: {exc}"
+            with self._cv:
+                if pid not in self._slots:  # dropped meanwhile (a stop): its answer is not wanted
+                    return
             try:
                 if down is not None:
                     self._emit("proposal_dropped", id=pid, reason=f"{down[0]}: {down[1]}")
@@ -225,8 +228,11 @@ def journaled(events: list[dict[str, Any]]) -> tuple[list[Ready], list[str]]:
     still being written when the last session ended (to drop)."""
     started: dict[str, str] = {}
     ready: dict[str, Ready] = {}
+    gone: set[str] = set()  # dropped or taken: never judged (again)
     for ev in events:
         kind, pid = ev.get("type"), ev.get("id")
+        if isinstance(pid, str) and pid in gone:
+            continue
         if kind == "proposal_started" and isinstance(pid, str):
             started[pid] = str(ev.get("task") or "")
         elif kind == "proposal_ready" and isinstance(pid, str):
@@ -238,9 +244,11 @@ def journaled(events: list[dict[str, Any]]) -> tuple[list[Ready], list[str]]:
         elif kind == "proposal_dropped" and isinstance(pid, str):
             started.pop(pid, None)
             ready.pop(pid, None)
+            gone.add(pid)
         elif kind == "experiment_started" and isinstance(ev.get("proposal"), str):
             started.pop(ev["proposal"], None)
             ready.pop(ev["proposal"], None)
+            gone.add(ev["proposal"])
     return list(ready.values()), [pid for pid in started if pid not in ready]
 
 

@@ -117,3 +117,20 @@ def test_kill9_with_k_in_flight_then_resume(workspace):
     carried = [v for v in where.values() if isinstance(v, tuple) and v[0] != v[1]]
     print(f"{len(taken)} judged, {len(dropped)} dropped, {len(carried)} carried over a kill")
     assert git(workspace, "status", "--porcelain") == ""
+
+
+def test_journaled_judges_ready_once_and_drops_unwritten():
+    from autokernel_tui.engine.parallel import journaled
+
+    p = {"source": "x", "description": "d", "hypothesis": "h", "tokens_in": 1, "tokens_out": 2, "cost_usd": 0.1,
+         "agent": "a"}
+    events = [{"type": "proposal_started", "id": "a", "task": "k"}, {"type": "proposal_started", "id": "b", "task": "k"},
+              {"type": "proposal_started", "id": "c", "task": "k"}, {"type": "proposal_started", "id": "d", "task": "k"},
+              {"type": "proposal_ready", "id": "a", "task": "k", "proposal": p, "texts": [["text", "hi"]]},
+              {"type": "proposal_ready", "id": "b", "task": "k", "proposal": p, "texts": []},
+              {"type": "experiment_started", "n": 1, "task": "k", "proposal": "b"},
+              {"type": "proposal_dropped", "id": "c", "reason": "stop"},
+              {"type": "proposal_ready", "id": "c", "task": "k", "proposal": p, "texts": []}]  # late: ignored
+    ready, writing = journaled(events)
+    assert [r.id for r in ready] == ["a"] and ready[0].texts == [("text", "hi")]
+    assert ready[0].proposal.tokens_out == 2 and writing == ["d"]
