@@ -41,6 +41,12 @@ class RunSettings:
     kernel_time_budget_s: float = 0.0  # per kernel, its own clock; 0 = none
     roofline_target_pct: float = 90.0  # move on when a kernel reaches this percent of roofline (0 = never)
     agent_retry_s: float = 600.0  # after an agent outage, try again by itself after this long; 0 = wait for a human
+    # Agent proposals in flight at once (issue 22). 0 = auto: 1 where the timings come from the Triton
+    # interpreter on the CPU (an evaluation there takes as long as a proposal and the two cores are
+    # shared, so more proposals only queue), 4 on a GPU (a proposal takes tens of seconds, a warm
+    # evaluation with its confirming comparison 2-6 s: 4 keep the GPU's queue fed without letting
+    # proposals go stale against an incumbent that moves under them). See engine.parallel.
+    parallel: int = 0
 
 
 @dataclass
@@ -143,6 +149,7 @@ RULES: dict[str, Rule] = {
     "run.plateau_experiments": Rule(int, 0, None, why="0 = never move on for lack of improvement"),
     "run.kernel_time_budget_s": Rule(float, 0.0, None, why="seconds per kernel; 0 = no limit"),
     "run.roofline_target_pct": Rule(float, 0.0, 100.0, why="a percent of roofline; 0 = no target"),
+    "run.parallel": Rule(int, 0, 64, why="agent proposals in flight at once; 0 = auto (1 on the CPU, 4 on a GPU)"),
     "run.agent_retry_s": Rule(float, 0.0, WEEK, why="seconds; 0 = wait for a human"),
     "agent.kind": Rule(str, choices=AGENTS),
     "agent.model": Rule(str, nonempty=True),
@@ -171,7 +178,7 @@ RULES: dict[str, Rule] = {
 }
 # How `run` spells the settings it takes as flags (for messages only).
 FLAGS = {"run.policy": "--policy", "run.max_experiments": "--max-experiments", "run.max_wall_s": "--max-hours",
-         "run.max_cost_usd": "--max-cost", "agent.kind": "--agent"}
+         "run.max_cost_usd": "--max-cost", "run.parallel": "--parallel", "agent.kind": "--agent"}
 
 
 @dataclass

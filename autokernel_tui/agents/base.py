@@ -92,6 +92,9 @@ class AgentContext:
     profile: dict | None = None
     experiment: int = 0
     workspace: Path = field(default_factory=Path)
+    # The other proposals in flight for this task (run.parallel > 1), so as not to duplicate them:
+    # each {"id", "state": "proposing"|"ready", "description", "source" (None while proposing)}.
+    in_flight: list[dict] = field(default_factory=list)
 
 
 class Agent(Protocol):

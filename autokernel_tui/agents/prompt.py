@@ -117,6 +117,9 @@ def experiment_text(ctx: AgentContext, memory_chars: int) -> str:
              "## Incumbent kernel.py", "```python", ctx.incumbent_source.rstrip("\n"), "```",
              "## Incumbent measurements", _report_text(ctx.incumbent_report),
              "## History", digest(ctx.history, memory_chars)]
+    if ctx.in_flight:
+        parts += ["## Other proposals for this kernel in flight now (do not duplicate them)"]
+        parts += [f"- {p.get('description') or '(still being written)'}" for p in ctx.in_flight]
     if ctx.profile:
         parts += ["## Profile of the model", json.dumps(ctx.profile, default=str)[:1500]]
     parts.append(f"Think about where the time goes, then call {TOOL_NAME} with the complete new kernel.py.")

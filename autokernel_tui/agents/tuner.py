@@ -26,6 +26,7 @@ import itertools
 import math
 import random
 import re
+import threading
 from dataclasses import dataclass
 
 from autokernel_tui.agents.base import AgentContext, AgentEvent, Emit, NothingToPropose, Proposal
@@ -80,6 +81,12 @@ class TunerAgent:
         self.seed = seed
         self.budget = budget  # experiments planned for each kernel; 0 = open-ended
         self.frozen = set(frozen)  # knobs to leave alone (e.g. fp32-only knobs when only fp16 is timed)
+        # K proposals in flight (run.parallel): calls may come from several threads at once; each
+        # configuration handed out this session counts as tried until its row shows it, so K
+        # concurrent calls propose K distinct configurations (ctx.in_flight covers a resumed run's);
+        # it is used only when ctx.in_flight is not empty (see _in_flight).
+        self._lock = threading.Lock()
+        self._handed: dict[tuple[str, str], set[Config]] = {}
 
     def close(self) -> None:
         pass
@@ -225,6 +232,30 @@ class TunerAgent:
 
     # -- the protocol ---------------------------------------------------------------------------------------------
     def propose(self, ctx: AgentContext, emit: Emit) -> Proposal:
+        with self._lock:
+            proposal = self._propose(ctx, emit)
+            knobs = parse_knobs(proposal.source)
+            names = list(search_space(proposal.source, ctx.task.knob_space))
+            self._handed.setdefault((ctx.task.name, skeleton(proposal.source)), set()).add(
+                tuple(knobs[n].value for n in names if n not in self.frozen))
+            return proposal
+
+    def _in_flight(self, ctx: AgentContext, names: list[str]) -> set[Config]:
+        """Configurations in flight (other proposals not judged yet): not to be proposed again."""
+        base = skeleton(ctx.incumbent_source)
+        others = getattr(ctx, "in_flight", None) or []
+        # What this tuner handed out counts only while others are in flight: with none (one at a
+        # time, or the first of a batch) the tuner stays stateless (same context, same move).
+        out = set(self._handed.get((ctx.task.name, base), set())) if others else set()
+        for other in others:
+            source = other.get("source")
+            if isinstance(source, str) and skeleton(source) == base:
+                knobs = parse_knobs(source)
+                if all(n in knobs for n in names):
+                    out.add(tuple(knobs[n].value for n in names))
+        return out
+
+    def _propose(self, ctx: AgentContext, emit: Emit) -> Proposal:
         space = {k: v for k, v in search_space(ctx.incumbent_source, ctx.task.knob_space).items()
                  if k not in self.frozen}
         if not space:
@@ -237,6 +268,8 @@ class TunerAgent:
         report_score = _float(((ctx.incumbent_report or {}).get("summary") or {}).get("speedup_vs_baseline"))
         center_score = report_score if report_score is not None else tried.get(center)
         tried[center] = center_score
+        for config in self._in_flight(ctx, names):
+            tried.setdefault(config, None)  # in flight: its score is not known yet; never proposed twice
         size = math.prod(len(space[n]) for n in names)
         remaining = self.budget - rows if self.budget > 0 else None
         # Seeded by the run's seed and the state, so a resumed run makes the same choice.

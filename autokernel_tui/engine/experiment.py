@@ -73,28 +73,34 @@ class Experiment:
         self.emit = lab.bus.emit
 
     # --- the steps ------------------------------------------------------------------
-    def run(self) -> Outcome:
+    def run(self, ready: Any = None) -> Outcome:
+        """``ready``: a proposal written while it was in flight (``engine.parallel.Ready``): numbered
+        now, its agent text replayed under the number, then judged like any other."""
         from autokernel_tui.agents import base as agents
 
         lab, n, task = self.lab, self.n, self.task
-        t0 = time.time()  # the kernel's own clock counts the agent's time too
-        self.emit("experiment_started", n=n, task=task)
-        try:
-            ctx = self._context()
-            proposal, batcher = self._propose(ctx)
-        except agents.AgentUnavailable as exc:
-            self.emit("experiment_abandoned", n=n, reason=f"agent unavailable: {exc}")
-            return Outcome(n, task, AGENT_DOWN, reason=str(exc))
-        except agents.NothingToPropose as exc:
-            self.emit("experiment_abandoned", n=n, reason=f"nothing left to try: {exc}")
-            return Outcome(n, task, NOTHING_LEFT, reason=str(exc))
-        except agents.AgentError as exc:  # e.g. a submission that stayed malformed: a failed experiment
-            self.emit("proposal", n=n, description="malformed proposal", hypothesis="", diff="", agent="",
-                      tokens=0, cost_usd=0.0)
-            self.emit("decision", n=n, action="discard", by="policy", reason=str(exc))
-            row = lab.record.append(make_row(n, task, "", "fail", None, None, None, f"agent failed: {exc}"),
-                                    self.emit)
-            return Outcome(n, task, RECORDED, row=row)
+        t0 = ready.started if ready is not None else time.time()  # the kernel's own clock counts the agent's time too
+        self.emit("experiment_started", n=n, task=task, **({"proposal": ready.id} if ready is not None else {}))
+        if ready is not None:
+            batcher = AgentTextBatcher(lambda kind, text: self.emit("agent", n=n, kind=kind, text=text))
+            for kind, text in ready.texts:
+                batcher.add(kind, text)
+            batcher.flush()
+            if ready.error or ready.proposal is None:
+                return self._agent_failed(ready.error or "no proposal")
+            proposal = ready.proposal
+        else:
+            try:
+                ctx = self._context()
+                proposal, batcher = self._propose(ctx)
+            except agents.AgentUnavailable as exc:
+                self.emit("experiment_abandoned", n=n, reason=f"agent unavailable: {exc}")
+                return Outcome(n, task, AGENT_DOWN, reason=str(exc))
+            except agents.NothingToPropose as exc:
+                self.emit("experiment_abandoned", n=n, reason=f"nothing left to try: {exc}")
+                return Outcome(n, task, NOTHING_LEFT, reason=str(exc))
+            except agents.AgentError as exc:  # e.g. a submission that stayed malformed: a failed experiment
+                return self._agent_failed(str(exc))
 
         incumbent = (lab.repo.task_dir(task) / "kernel.py").read_text(encoding="utf-8")
         diff = "".join(difflib.unified_diff(incumbent.splitlines(True), proposal.source.splitlines(True),
@@ -142,6 +148,14 @@ class Experiment:
         return Outcome(n, task, RECORDED, row=row, report=report, comparison=comparison, seconds=time.time() - t0)
 
     # --- helpers ----------------------------------------------------------------------
+    def _agent_failed(self, why: str) -> Outcome:
+        lab, n, task = self.lab, self.n, self.task
+        self.emit("proposal", n=n, description="malformed proposal", hypothesis="", diff="", agent="",
+                  tokens=0, cost_usd=0.0)
+        self.emit("decision", n=n, action="discard", by="policy", reason=why)
+        row = lab.record.append(make_row(n, task, "", "fail", None, None, None, f"agent failed: {why}"), self.emit)
+        return Outcome(n, task, RECORDED, row=row)
+
     def _context(self) -> Any:
         from autokernel_tui.agents.base import AgentContext
 

@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autokernel_tui.config import Settings, load_settings
-from autokernel_tui.engine import budget, journal, recovery
+from autokernel_tui.engine import budget, journal, parallel, recovery
 from autokernel_tui.engine.backends import Evaluator, load_object, make_agent, make_harness
 from autokernel_tui.engine.bus import EventBus
 from autokernel_tui.engine.experiment import AGENT_DOWN, NOTHING_LEFT, Experiment, Lab, Outcome
 from autokernel_tui.engine.gate import ApprovalGate, Pending
 from autokernel_tui.engine.lock import EngineLock
-from autokernel_tui.engine.orchestrator import EXHAUSTED, SKIPPED, Orchestrator, roofline_if_meaningful
+from autokernel_tui.engine.orchestrator import ACTIVE, EXHAUSTED, SKIPPED, Orchestrator, roofline_if_meaningful
 from autokernel_tui.engine.revert import Reverts
 from autokernel_tui.engine.runrecord import RUNS, new_tag, open_run, unfinished_run
 from autokernel_tui.errors import AutokernelError, EngineError, describe_os_error
@@ -73,6 +73,9 @@ class Engine:
         self.finish_reason = ""
         self._agent, self._harness = agent, harness
         self._lab: Lab | None = None
+        self._inflight = parallel.InFlight(self._cv, self._emit_any)
+        self._rate = parallel.Rate()
+        self._judging = False
         self.control = None
         self.bus: EventBus | None = None
         self.lock = EngineLock(self.workspace).acquire()
@@ -82,6 +85,7 @@ class Engine:
             self.reverts = Reverts(self.record, self.repo)
             self.repairs: list[str] = recovery.repair_run(self.record, self.repo, self.bus)
             self._recover()
+            self._restore_in_flight()
             self.orch = self._replay_orchestrator()
             self.prior_active_s = journal.active_seconds(self.record.journal())
         except BaseException:
@@ -126,6 +130,22 @@ class Engine:
             self._unkeep(done.row["task"], done.reverted)
         else:
             self._observe(done.row, done.report, 0.0)
+
+    def _emit_any(self, type_: str, **fields: Any) -> dict:
+        return self.bus.emit(type_, **fields)
+
+    def _restore_in_flight(self) -> None:
+        """Proposals the last session had in flight (engine/parallel.py): a ready one is judged
+        first, one still being written is dropped (its answer never arrived)."""
+        ready, writing = parallel.journaled(self.record.journal())
+        for pid in writing:
+            self.bus.emit("proposal_dropped", id=pid,
+                          reason="the engine stopped while the agent was writing it; dropped on resume")
+        for r in ready:
+            if r.task in self.record.tasks:
+                self._inflight.restore(r)
+            else:
+                self.bus.emit("proposal_dropped", id=r.id, reason=f"task {r.task!r} is not in this run")
 
     def _replay_orchestrator(self) -> Orchestrator:
         """The orchestrator as the run's record leaves it: starting kernels, then every row."""
@@ -205,7 +225,26 @@ class Engine:
                 "device": self.device, "pending": pending.to_dict() if pending else None,
                 "started_at": self.session_started, "experiments": totals.experiments, "branch": self.repo.branch,
                 "workspace": str(self.workspace), "pid": os.getpid(), "repairs": list(self.repairs),
+                "pool": self._pool_fields(),
             }
+
+    def _pool_fields(self) -> dict[str, Any]:
+        """In flight, the harness pool's use and experiments/hour (the ``pool`` event, the header)."""
+        proposing, ready = self._inflight.counts()
+        h = self._harness
+        workers = int(getattr(h, "size", 1) or 1)
+        busy = getattr(h, "busy", None)
+        busy = int(busy) if isinstance(busy, int) else int(self._judging)
+        return {"in_flight": proposing + ready, "proposing": proposing,
+                "ready": ready, "parallel": parallel.resolve(self.settings.run.parallel, self.device),
+                "waiting_approval": 1 if self.gate.pending is not None else 0, "workers": workers,
+                "workers_busy": busy, "experiments_per_hour": self._rate.per_hour()}
+
+    def _pool_event(self) -> None:
+        try:
+            self.bus.emit("pool", **self._pool_fields())
+        except OSError:
+            pass
 
     def command(self, cmd: str, **args: Any) -> dict[str, Any]:
         """Apply one command; returns ``{"ok": bool, ...}`` (never raises for bad input)."""
@@ -368,6 +407,12 @@ class Engine:
             self._pause = True
 
     def _loop(self) -> str:
+        k = parallel.resolve(self.settings.run.parallel, self.device)
+        if k > 1 or self._inflight.count():
+            return self._loop_parallel(k)
+        return self._loop_serial()
+
+    def _loop_serial(self) -> str:
         announced: str | None = None
         while True:
             self._wait_while_paused()
@@ -426,4 +471,102 @@ class Engine:
         elif outcome.kind == NOTHING_LEFT:
             self.orch.mark(outcome.task, EXHAUSTED)
         elif outcome.row is not None:
+            self._rate.add()
             self._observe(outcome.row, outcome.report, outcome.seconds)
+
+    # --- K in flight (engine/parallel.py) ---------------------------------------------------------
+    def _loop_parallel(self, k: int) -> str:
+        """Up to ``k`` proposals written at once; the ready ones judged one by one, in arrival
+        order, each numbered when it is taken (commit order) and judged against the incumbent on
+        the branch then."""
+        flight = self._inflight
+        announced: str | None = None
+        self._pool_event()
+        while True:
+            self._wait_while_paused()
+            if self._stop:
+                flight.drop_all("the session stopped while the agent was writing it", ready_too=False)
+                return "stopped by request"
+            try:
+                if self._needs_recovery:
+                    self._recover()
+                self._process_reverts()
+            except OSError as exc:
+                self.repo.reset_git_processes()
+                self._pause_on_error(f"cannot record the interrupted experiment: {describe_os_error(exc)}")
+                continue
+            for task, kind, why in flight.take_down():  # an agent that is down, a kernel with nothing left
+                if kind == "nothing_left":
+                    self.orch.mark(task, EXHAUSTED)
+                else:
+                    self._after(Outcome(0, task, AGENT_DOWN, reason=why))
+            if self._pause:
+                continue
+            totals = self.record.totals()
+            spent = budget.spent(self.settings.run, totals, self.prior_active_s + time.time() - self.session_started)
+            if spent:
+                flight.drop_all(f"the run is over: {spent}", ready_too=True)
+                self.record.mark_finished()
+                return spent
+            # Fill the free slots: different kernels first, by expected gain.
+            limit = self.settings.run.max_experiments
+            finished_why = ""
+            while flight.count() < k and not (limit and totals.experiments + flight.count() >= limit):
+                task, why = self.orch.pick()
+                if task is None:
+                    finished_why = why
+                    break
+                busy = flight.per_task()
+                if busy.get(task):
+                    task = min((n for n, t in self.orch.tasks.items() if t.status == ACTIVE),
+                               key=lambda n: (busy.get(n, 0), -self.orch.score(n), n))
+                    why = f"{why} ({busy.get(task, 0)} already in flight on it)"
+                if task != announced:
+                    self.bus.emit("task_selected", task=task, reason=why, ranking=self.orch.ranked())
+                    announced = task
+                self.current_task = self.current_task or task
+                self._start_proposal(task)
+            ready = flight.take()
+            if ready is None:
+                if not flight.count():
+                    if finished_why:
+                        self.record.mark_finished()
+                        return finished_why
+                with self._cv:
+                    if not self._stop and not self._pause and not flight.has_news():
+                        self._cv.wait(0.5)
+                continue
+            self._judge(ready)
+
+    def _start_proposal(self, task: str) -> None:
+        lab = self._ensure_backends()
+        hint = self.record.next_n() + self._inflight.count()  # the number it gets if judged in order
+        ctx = Experiment(lab, hint, task)._context()
+        ctx.in_flight = self._inflight.for_task(task)
+        self._inflight.start(task, lab.agent, ctx)
+        self._pool_event()
+
+    def _judge(self, ready: parallel.Ready) -> None:
+        self._set_state(RUNNING)
+        self.current_task = ready.task
+        self.current_n = self.record.next_n()
+        self._judging = True
+        try:
+            self._after(Experiment(self._ensure_backends(), self.current_n, ready.task).run(ready))
+        except OSError as exc:
+            self._needs_recovery = True
+            self.repo.reset_git_processes()
+            self._pause_on_error(f"experiment {self.current_n} interrupted: {describe_os_error(exc)}")
+        except Exception as exc:
+            self._needs_recovery = True
+            self._pause_on_error(f"experiment failed inside the engine ({type(exc).__name__}: "
+                                 f"{' '.join(str(exc).split())[:300]}); paused — resume to retry")
+        finally:
+            self._inflight.done(ready.id)  # taken: its experiment_started holds it from now on
+            self._judging = False
+            self.current_n = None
+        with self._cv:
+            if self._skip:
+                self.orch.mark(self._skip, SKIPPED)
+                self._skip = None
+        self._pool_event()

@@ -35,7 +35,13 @@ EVENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "policy": (("policy",), ()),
     "task_selected": (("task", "reason", "ranking"), ()),
     "baseline": (("task", "report"), ()),
-    "experiment_started": (("n", "task"), ("revert_of",)),
+    "experiment_started": (("n", "task"), ("revert_of", "proposal")),
+    # K proposals in flight (engine/parallel.py): an id, not a number; the number comes at judging.
+    "proposal_started": (("id", "task"), ()),
+    "proposal_ready": (("id", "task", "proposal", "texts"), ("error",)),
+    "proposal_dropped": (("id", "reason"), ()),
+    "pool": (("in_flight", "proposing", "ready", "parallel", "waiting_approval", "workers", "workers_busy",
+              "experiments_per_hour"), ()),
     "agent": (("n", "kind", "text"), ()),
     "proposal": (("n", "description", "hypothesis", "diff", "agent", "tokens", "cost_usd"), ()),
     "verdict": (("n", "report", "comparison"), ()),
@@ -59,6 +65,9 @@ POLICIES = ("manual", "auto", "threshold")
 # client.snapshot() (engine.loop.Engine.snapshot), its "tasks" entries (orchestrator) and "pending".
 SNAPSHOT_KEYS = ("run", "state", "policy", "experiment", "task", "tasks", "best", "tokens", "cost_usd", "device",
                  "pending", "started_at", "experiments", "branch", "workspace", "pid", "repairs")
+# "pool" (engine K in flight: in_flight, proposing, ready, parallel, waiting_approval, workers,
+# workers_busy, experiments_per_hour), optional so older engines' snapshots still read.
+SNAPSHOT_OPTIONAL = ("pool",)
 TASK_KEYS = ("name", "share", "speedup", "speedup_vs_start", "state", "roofline_pct", "experiments",
              "since_improvement", "clock_s", "status", "expected_gain")
 TASK_STATES = ("active", "queued", "plateaued", "done", "skipped")
@@ -198,7 +207,7 @@ def check_pending(pending: Any, what: str = "pending") -> list[str]:
 
 
 def check_snapshot(snap: Any) -> list[str]:
-    out = _keys("snapshot", snap, set(SNAPSHOT_KEYS))
+    out = _keys("snapshot", snap, set(SNAPSHOT_KEYS), set(SNAPSHOT_OPTIONAL))
     if out:
         return out
     if snap["state"] not in STATES:

@@ -99,6 +99,8 @@ class LiveState:
     kernels: list[KernelEntry] = field(default_factory=list)
     best: dict[str, float] = field(default_factory=dict)
     tokens: float = 0.0
+    # The engine's "pool" event / snapshot field (K in flight): in_flight, parallel, workers, ...
+    pool: dict | None = None
     cost_usd: float = 0.0
     device: Any = None
     started_at: float | None = None
@@ -140,6 +142,7 @@ class LiveState:
         self.device = snap.get("device")
         self.started_at = fmt.to_float(snap.get("started_at"))
         self.pending = snap.get("pending") or None
+        self.pool = snap.get("pool") if isinstance(snap.get("pool"), dict) else None
         self.kernels = [self._kernel_entry(t) for t in (snap.get("tasks") or [])]
         self.ended_at = None
         repairs = snap.get("repairs")
@@ -379,6 +382,10 @@ class LiveState:
 
     def _on_policy(self, e: dict) -> set[str]:
         self.policy = str(e.get("policy") or self.policy)
+        return {HEADER}
+
+    def _on_pool(self, e: dict) -> set[str]:
+        self.pool = {k: v for k, v in e.items() if k not in ("t", "type", "run")}
         return {HEADER}
 
     def _on_budget(self, e: dict) -> set[str]:

@@ -157,6 +157,7 @@ def _pct_text(report: dict | None) -> str:
 
 def settings() -> Settings:
     s = Settings()
+    s.run.parallel = 1  # one experiment at a time: the scripted story below (auto would be 4 on a GPU)
     s.run.policy = "threshold"
     s.run.threshold = 1.05
     s.run.approval_timeout_s = 3600.0

@@ -56,6 +56,13 @@ def status_line(state: LiveState, now: float, attached: bool = False) -> Text:
         part("best", fmt.speedup(best) + (" vs start" if best is not None else ""), "bold #5fd75f")
     else:
         part("best", fmt.speedup(best) + (" vs base" if best is not None else ""), "bold #5fd75f")
+    pool = state.pool or {}
+    if (fmt.to_float(pool.get("parallel")) or 1) > 1:  # K in flight: only worth a place when K > 1
+        part("in flight", f"{pool.get('in_flight', 0)}/{pool.get('parallel')}")
+        part("pool", f"{pool.get('workers_busy', 0)}/{pool.get('workers', 1)} busy")
+        part("exp/h", f"{fmt.to_float(pool.get('experiments_per_hour')) or 0:.0f}")
+        if pool.get("waiting_approval"):
+            part("waiting", str(pool.get("waiting_approval")), "bold #ffaf00")
     if state.tokens or state.cost_usd:  # the offline tuner spends nothing: no "0 tok $0.00" to read past
         part("spend", f"{fmt.tokens(state.tokens)} tok {fmt.dollars(state.cost_usd)}")
     text.append(*sep)

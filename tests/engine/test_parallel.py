@@ -1,0 +1,136 @@
+"""K experiments in flight (engine/parallel.py): throughput, the ledger's invariants, kill -9 and resume."""
+
+import signal
+import subprocess
+import time
+
+from autokernel_tui.engine.loop import Engine
+from autokernel_tui.ledger.events import read_events
+from autokernel_tui.ledger.results import read_rows
+from enginefakes import FakeHarness, ScriptedAgent
+from subproc import check_consistent, engine_env, git, run_args, start
+
+LATENCY_S = 1.0
+SCRIPT = [90, 95, 80, 85, 70, 75, 60, 65, 55, 58, 50, 52]
+
+
+def run_dir(ws, tag):
+    return ws / ".autokernel" / "runs" / tag
+
+
+def timed_run(ws, settings, tag, k, n):
+    settings.run.parallel = k
+    settings.run.max_experiments = n
+    agent = ScriptedAgent(SCRIPT, delay_s=LATENCY_S)
+    engine = Engine(ws, settings, tag=tag, new=True, agent=agent, harness=FakeHarness())
+    t0 = time.time()
+    reason = engine.run()
+    wall = time.time() - t0
+    snap = engine.snapshot()
+    engine.close()
+    assert reason == f"experiment budget reached ({n})"
+    return wall, agent, snap
+
+
+def test_k4_gives_more_than_3x_the_experiments_per_hour_of_k1(workspace, settings):
+    git(workspace, "branch", "-M", "main")
+    n = 12
+    wall1, _, _ = timed_run(workspace, settings, "k1", 1, n)
+    wall4, agent4, snap = timed_run(workspace, settings, "k4", 4, n)
+    ratio = wall1 / wall4
+    print(f"K=1 {wall1:.2f} s, K=4 {wall4:.2f} s for {n} experiments: {ratio:.2f}x experiments/hour")
+    assert ratio >= 3.0, (wall1, wall4)
+    assert snap["pool"]["parallel"] == 4 and snap["pool"]["experiments_per_hour"] > 0
+    for tag in ("k1", "k4"):
+        rows = check_consistent(workspace, tag, final=True)
+        assert [r["experiment"] for r in rows] == list(range(1, n + 1))
+        events = read_events(run_dir(workspace, tag) / "events.jsonl")
+        started = [e["n"] for e in events if e["type"] == "experiment_started"]
+        assert started == list(range(1, n + 1))  # numbered in commit order, each once
+    # K=4: every proposal was started, made ready and taken by exactly one experiment.
+    events = read_events(run_dir(workspace, "k4") / "events.jsonl")
+    ids = [e["id"] for e in events if e["type"] == "proposal_started"]
+    taken = [e["proposal"] for e in events if e["type"] == "experiment_started"]
+    assert len(ids) == n and sorted(taken) == sorted(ids)
+    assert max(e["in_flight"] for e in events if e["type"] == "pool") == 4
+    # Agents on the same kernel saw the others in flight.
+    assert any(len(c.in_flight) >= 3 for c in agent4.contexts)
+
+
+def test_tuner_proposes_distinct_configurations_in_flight(workspace, settings):
+    from autokernel_tui.agents.tuner import TunerAgent
+    from autokernel_tui.engine.experiment import Experiment
+
+    settings.run.parallel = 4
+    engine = Engine(workspace, settings, tag="tu", agent=TunerAgent(seed=1), harness=FakeHarness())
+    lab = engine._ensure_backends()
+    ctx = Experiment(lab, 1, "rmsnorm")._context()
+    sources = set()
+    for k in range(4):  # as the engine builds them: the others in flight, not written yet
+        ctx.in_flight = [{"id": str(i), "state": "proposing", "description": "", "source": None} for i in range(k)]
+        sources.add(lab.agent.propose(ctx, lambda ev: None).source)
+    engine.close()
+    assert len(sources) == 4
+
+
+def test_kill9_with_k_in_flight_then_resume(workspace):
+    git(workspace, "branch", "-M", "main")
+    tag = "par"
+    env = engine_env(AUTOKERNEL_TEST_SCRIPT="90,95,80,85/FAIL,70,75,60,65", AUTOKERNEL_TEST_AGENT_DELAY="0.6")
+    flags = ("--policy", "auto", "--tag", tag, "--parallel", "4")
+    for wait in (2.5, 1.7):
+        proc = start(workspace, *flags, "--max-experiments", "100", env=env)
+        time.sleep(wait)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        check_consistent(workspace, tag)
+    events = read_events(run_dir(workspace, tag) / "events.jsonl")
+    assert any(e["type"] == "proposal_ready" for e in events)
+    rows = read_rows(run_dir(workspace, tag) / "results.tsv")
+    total = len(rows) + 6
+    done = subprocess.run(run_args(workspace, *flags, "--max-experiments", str(total)), env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = check_consistent(workspace, tag, final=True)
+    assert len(rows) == total
+    events = read_events(run_dir(workspace, tag) / "events.jsonl")
+    started = {e["id"] for e in events if e["type"] == "proposal_started"}
+    ready = {e["id"] for e in events if e["type"] == "proposal_ready"}
+    dropped = [e["id"] for e in events if e["type"] == "proposal_dropped"]
+    taken = [e["proposal"] for e in events if e["type"] == "experiment_started" and "proposal" in e]
+    assert len(taken) == len(set(taken)), "a proposal was judged twice"
+    assert len(dropped) == len(set(dropped)) and not set(taken) & set(dropped)
+    # Nothing lost: every proposal that was written was judged (or dropped only when the run ended).
+    assert ready - set(taken) <= set(dropped)
+    assert started == set(taken) | set(dropped)
+    # The tokens of each judged proposal are counted once, in its row.
+    assert {r["tokens"] or 0 for r in rows} <= {0, 15}
+    # A proposal written before a kill and judged after it (the resume re-judged it, against the
+    # incumbent then): some were, at these kill times (0.6 s agents, 4 in flight).
+    sessions, where = 0, {}
+    for e in events:
+        sessions += e["type"] == "run_started"
+        if e["type"] == "proposal_ready":
+            where[e["id"]] = sessions
+        if e["type"] == "experiment_started" and e.get("proposal") in where:
+            where[e["proposal"]] = (where[e["proposal"]], sessions)
+    carried = [v for v in where.values() if isinstance(v, tuple) and v[0] != v[1]]
+    print(f"{len(taken)} judged, {len(dropped)} dropped, {len(carried)} carried over a kill")
+    assert git(workspace, "status", "--porcelain") == ""
+
+
+def test_journaled_judges_ready_once_and_drops_unwritten():
+    from autokernel_tui.engine.parallel import journaled
+
+    p = {"source": "x", "description": "d", "hypothesis": "h", "tokens_in": 1, "tokens_out": 2, "cost_usd": 0.1,
+         "agent": "a"}
+    events = [{"type": "proposal_started", "id": "a", "task": "k"}, {"type": "proposal_started", "id": "b", "task": "k"},
+              {"type": "proposal_started", "id": "c", "task": "k"}, {"type": "proposal_started", "id": "d", "task": "k"},
+              {"type": "proposal_ready", "id": "a", "task": "k", "proposal": p, "texts": [["text", "hi"]]},
+              {"type": "proposal_ready", "id": "b", "task": "k", "proposal": p, "texts": []},
+              {"type": "experiment_started", "n": 1, "task": "k", "proposal": "b"},
+              {"type": "proposal_dropped", "id": "c", "reason": "stop"},
+              {"type": "proposal_ready", "id": "c", "task": "k", "proposal": p, "texts": []}]  # late: ignored
+    ready, writing = journaled(events)
+    assert [r.id for r in ready] == ["a"] and ready[0].texts == [("text", "hi")]
+    assert ready[0].proposal.tokens_out == 2 and writing == ["d"]
