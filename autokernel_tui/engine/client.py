@@ -16,12 +16,13 @@ from typing import Any, Callable
 
 from autokernel_tui.engine.lock import live_pid
 from autokernel_tui.errors import WorkspaceError
+from autokernel_tui.ledger import paths
 
 Callback = Callable[[dict[str, Any]], None]
 
 
 def socket_path(workspace: str | Path) -> Path:
-    return Path(workspace).resolve() / ".autokernel" / "control.sock"
+    return paths.socket_path(workspace)
 
 
 class LocalClient:

@@ -38,13 +38,14 @@ from autokernel_tui.harness.report import Comparison, Report
 from autokernel_tui.ledger import crashpoints
 from autokernel_tui.ledger.durable import write_file_atomic
 from autokernel_tui.ledger.events import AgentTextBatcher, EventLog, read_events
+from autokernel_tui.ledger import paths
 from autokernel_tui.ledger.gitrepo import RunRepo, check_tag, message
 from autokernel_tui.ledger.results import ResultsLog
 from autokernel_tui.ledger.schema import upgrade_report, upgrade_saved
 from autokernel_tui.tasks import spec as taskspec
 
 IDLE, RUNNING, PAUSED, AWAITING, STOPPED = "idle", "running", "paused", "awaiting_approval", "stopped"
-RUNS = Path(".autokernel") / "runs"
+RUNS = paths.RUNS
 
 
 def new_tag() -> str:
@@ -503,7 +504,7 @@ class Engine:
         from autokernel_tui.engine.control import ControlServer
 
         if self.control is None:
-            self.control = ControlServer(self, self.workspace / ".autokernel" / "control.sock").start()
+            self.control = ControlServer(self, paths.socket_path(self.workspace)).start()
         return self.control
 
     def _ensure_backends(self) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from autokernel_tui.engine import journal
+from autokernel_tui.ledger import paths
 from autokernel_tui.ledger.gitrepo import parse_trailers
 
 _SUBJECT = re.compile(r"^exp (\d+): ?(.*)$")
@@ -143,7 +144,7 @@ def _from_trailers(trailers: dict[str, str]) -> tuple[dict | None, dict | None]:
 
 def _read_report(run_dir: Path, n: int) -> tuple[dict | None, dict | None]:
     try:
-        saved = json.loads((run_dir / "reports" / f"exp-{n}.json").read_text(encoding="utf-8"))
+        saved = json.loads((paths.report_path(run_dir, n)).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None, None
     if not isinstance(saved, dict):
