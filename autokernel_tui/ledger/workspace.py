@@ -58,7 +58,7 @@ def _read_profile(from_profile: Path) -> dict:
     return profile
 
 
-def _extract(profile: dict, from_profile: Path, kernels: Path, top: int) -> list[Path]:
+def _extract(profile: dict, from_profile: Path, kernels: Path, top: int, skipped: list[dict] | None) -> list[Path]:
     try:
         from autokernel_tui.tasks.extract import extract_tasks
     except ModuleNotFoundError as exc:
@@ -66,7 +66,7 @@ def _extract(profile: dict, from_profile: Path, kernels: Path, top: int) -> list
             raise WorkspaceError("--from-profile needs task extraction, which this installation lacks") from None
         raise
     try:
-        return list(extract_tasks(profile, kernels, top=top))
+        return list(extract_tasks(profile, kernels, top=top, skipped=skipped))
     except AutokernelError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a profile of the wrong shape
@@ -106,7 +106,7 @@ class _Undo:
 
 
 def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profile: str | Path | None = None,
-                   top: int = 5, nested: bool = False) -> Path:
+                   top: int = 5, nested: bool = False, skipped: list[dict] | None = None) -> Path:
     """Create (or extend) the workspace at ``path``; returns its resolved path.
 
     A workspace is a git repository of its own. ``path`` inside another checkout (but not its
@@ -114,7 +114,8 @@ def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profil
     repository, and a repository nested in another is rarely what anyone wants; the message
     says how to add the tasks to the outer repository instead. A failed init takes back
     everything it created (folders, the repository, task folders, its exclude line, what it
-    staged), so a retry starts from where the user was.
+    staged), so a retry starts from where the user was. With a profile, ``skipped`` receives the
+    top-ranked op families it made no task for, and why (``tasks.extract.extract_tasks``).
     """
     path = Path(path).resolve()
     if not tasks and not from_profile:
@@ -165,7 +166,7 @@ def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profil
         undo.add("remove the task folders it copied", remove_new_tasks)
         created = _copy_starters(tasks or [], kernels)
         if profile is not None:
-            created += _extract(profile, Path(from_profile), kernels, top)
+            created += _extract(profile, Path(from_profile), kernels, top, skipped)
         if not created:
             raise WorkspaceError("no task was created")
         for task_dir in created:

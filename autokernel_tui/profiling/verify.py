@@ -185,7 +185,7 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
     """Patch ``kernels`` ({family: kernel.py}) into ``model`` and compare it with the original."""
     import torch
 
-    from autokernel_tui.profiling.cli import default_dtype
+    from autokernel_tui.profiling.pipeline import default_dtype
     from autokernel_tui.profiling.patch import load_kernels, patch_model
     from autokernel_tui.profiling.zoo import load_model
 

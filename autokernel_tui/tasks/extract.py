@@ -100,8 +100,17 @@ def render_task_toml(starter_text: str, shapes: list[dict], dtype: str, profile:
     return "".join(parts)
 
 
-def extract_tasks(profile: dict, dest_kernels_dir: Path, top: int = 5) -> list[Path]:
-    """Create task folders for the ``top`` best-ranked families that have a starter; returns them."""
+def extract_tasks(profile: dict, dest_kernels_dir: Path, top: int = 5, skipped: list[dict] | None = None) -> list[Path]:
+    """Create task folders for the ``top`` best-ranked families that have a starter; returns them.
+
+    Each family ranked above the last one used that gets no task is appended to ``skipped`` as
+    ``{"family", "rank", "reason"}`` (no starter for the op, a dtype the starter lacks, no shape
+    that fits it), so a caller can say why ``top`` tasks were not made."""
+    passed_over: list[dict] = []
+
+    def skip(family: dict, reason: str) -> None:
+        passed_over.append({"family": str(family.get("family", "?")), "rank": family.get("rank"), "reason": reason})
+
     if not isinstance(profile, dict) or "families" not in profile:
         raise WorkspaceError("not a ranked profile: run `autokernel-tui profile MODEL --json FILE` to make one")
     dest_kernels_dir = Path(dest_kernels_dir)
@@ -115,13 +124,20 @@ def extract_tasks(profile: dict, dest_kernels_dir: Path, top: int = 5) -> list[P
         if len(created) >= top:
             break
         task = family.get("task")
-        if not task or task not in available:
+        if not task:
+            skip(family, "no starter task does this op")
+            continue
+        if task not in available:
+            skip(family, f"no starter task {task!r} here")
             continue
         starter = taskspec.load_spec(starters / task)
         if dtype not in starter.dtypes:
+            skip(family, f"the model runs {dtype}; the {task} starter supports {', '.join(starter.dtypes)}")
             continue
         shapes = task_shapes(family, set(starter.shapes[0].dims), dtype, label)
         if not shapes:
+            skip(family, f"none of its {dtype} shapes has the {task} starter's dimensions "
+                         f"({', '.join(starter.shapes[0].dims)})")
             continue
         dest = dest_kernels_dir / task
         if dest.exists():
@@ -132,7 +148,9 @@ def extract_tasks(profile: dict, dest_kernels_dir: Path, top: int = 5) -> list[P
                              encoding="utf-8")
         taskspec.load_spec(dest)  # the rewritten file must still be a valid task
         created.append(dest)
+    if skipped is not None:
+        skipped.extend(passed_over)
     if not created:
-        names = ", ".join(f["family"] for f in profile["families"][:8])
-        raise WorkspaceError(f"no starter task matches the profile's top families ({names})")
+        why = "; ".join(f"{s['family']}: {s['reason']}" for s in passed_over[:8])
+        raise WorkspaceError(f"no starter task matches the profile's top families ({why})")
     return created

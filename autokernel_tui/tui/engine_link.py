@@ -27,7 +27,7 @@ def attach(workspace: Path):
 
 def start_in_process(workspace: Path, settings, **engine_kwargs):
     """Start (or resume) the run in this process; the app is its in-process client.
-    ``engine_kwargs``: tag, new, tasks, agent, as `run` parsed them (run_cli.engine_kwargs)."""
+    ``engine_kwargs``: tag, new, tasks, agent, as the run flags give them (commands.common.engine_kwargs)."""
     from autokernel_tui.engine.client import LocalClient
 
     return LocalClient(workspace, settings, **engine_kwargs)

@@ -8,7 +8,10 @@ from pathlib import Path
 from autokernel_tui.tui import engine_link
 
 
-def run_live(workspace: Path, settings, client, attached: bool, headless_args: list[str] | tuple = ()) -> int:
+def run_live(workspace: Path, settings, client, attached: bool, headless_args: list[str] | tuple = (),
+             resume_command: str | None = None) -> int:
+    """``resume_command``: what the exit hint tells the user to type to resume a stopped run (the
+    demo's is ``autokernel-tui demo -C <its folder>``); by default the app on this workspace."""
     from autokernel_tui.tui.app import AutokernelApp
     from autokernel_tui.tui.screens.quit_screen import DETACH, HANGUP, HEADLESS, STOP
 
@@ -22,7 +25,7 @@ def run_live(workspace: Path, settings, client, attached: bool, headless_args: l
         choice = DETACH if attached else HEADLESS
     if choice == STOP:
         engine_link.stop_and_close(client)
-        _say("run stopped after its current experiment; resume with: autokernel-tui")
+        _say(f"run stopped after its current experiment; resume with: {resume_command or _app_on(workspace)}")
     elif choice == HEADLESS:
         engine_link.stop_and_close(client)
         pid = engine_link.spawn_headless(workspace, extra_args=headless_args)
@@ -42,6 +45,12 @@ def run_review(workspace: Path, settings, client=None) -> int:
     if client is not None:
         client.close()
     return 0
+
+
+def _app_on(workspace: Path) -> str:
+    import shlex
+
+    return f"autokernel-tui -C {shlex.quote(str(workspace))}"
 
 
 def _say(line: str) -> None:

@@ -28,6 +28,7 @@ def main(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from autokernel_tui.profiling.patch import use_interpreter_if_no_gpu
+    from autokernel_tui.profiling.quiet import filtered_stderr
 
     use_interpreter_if_no_gpu(args.device)
     from autokernel_tui.profiling.verify import (VerifyError, chosen_kernels, format_result,
@@ -40,9 +41,10 @@ def main(args: argparse.Namespace) -> int:
     if not model:
         raise VerifyError("name the model: --model MODEL (the workspace's tasks do not record one)")
     pick = lambda flag, key: flag if flag is not None else (saved.get(key) if model == saved.get("model") else None)  # noqa: E731
-    result = verify(model, kernels, batch=pick(args.batch, "batch"), seq=pick(args.seq, "seq"),
-                    dtype=pick(args.dtype, "dtype"), device=args.device, train=args.train,
-                    layers=pick(args.layers, "layers"), iters=args.iters)
+    with filtered_stderr():  # the profiler's native chatter (see profiling.quiet)
+        result = verify(model, kernels, batch=pick(args.batch, "batch"), seq=pick(args.seq, "seq"),
+                        dtype=pick(args.dtype, "dtype"), device=args.device, train=args.train,
+                        layers=pick(args.layers, "layers"), iters=args.iters)
     print(format_result(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1), encoding="utf-8")
