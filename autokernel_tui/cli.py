@@ -28,10 +28,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("autokernel_tui.commands.status", "print the state of the run in a workspace"),
     "attach": ("autokernel_tui.commands.attach", "attach the app to a headless run"),
     "review": ("autokernel_tui.commands.review", "browse every experiment of every run"),
+    "serve": ("autokernel_tui.commands.serve", "show the app in a browser (localhost, behind a random token)"),
     "profile": ("autokernel_tui.commands.profile", "profile a model and rank its ops by Amdahl's law"),
     "bench": ("autokernel_tui.commands.bench", "check and time one task's kernel.py"),
     "verify": ("autokernel_tui.commands.verify", "put kept kernels into the model and time it end to end"),
     "export": ("autokernel_tui.commands.export", "write kept kernels as a standalone package"),
+    "report": ("autokernel_tui.commands.report", "write a run's morning report (one HTML or Markdown file)"),
 }
 DEFAULT_COMMAND = "tui"
 

@@ -17,6 +17,10 @@ class ConfigError(AutokernelError):
     """The settings file, an environment variable or a flag is malformed."""
 
 
+class EngineError(AutokernelError):
+    """A command the engine cannot carry out now (e.g. approve with nothing pending)."""
+
+
 def describe_os_error(exc: OSError) -> str:
     """An OSError in words a user can act on: what it is, the system's own words, what to do.
 

@@ -25,7 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):  # run as a file: the repository's packages before any installed copy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autokernel_tui.harness import stats  # noqa: E402
 from autokernel_tui.harness.runner import Harness  # noqa: E402

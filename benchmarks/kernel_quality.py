@@ -6,19 +6,21 @@ For each task in kernels/ (or --tasks), each default shape, each declared dtype
   * tuned     kernel.py from --kernel-dir DIR/<task>/ (when given and present)
   * eager     reference(): the task's baseline (cuBLAS torch.matmul for matmul,
               F.scaled_dot_product_attention for attention, F.rms_norm, ...)
-  * compile   torch.compile(reference): mode "max-autotune-no-cudagraphs" for
-              compute-bound tasks (GEMM template autotuning; CUDA graphs are left
-              out because they copy every rotated input into static buffers, which
-              would bill compile for a copy), default mode for memory-bound ones.
-              Dynamo is reset before each shape/dtype and the graph count is
-              checked, so a silent fallback to eager is reported, never timed.
+  * compile   torch.compile(reference) exactly as the harness compiles it for its
+              "vs torch.compile" (timing.compile_reference: dynamic=False, the default
+              mode, dynamo's limits raised and its graph count checked, so a silent
+              fallback to eager is reported, never timed)
   * copy      memory-bound tasks: a device copy of the same byte count (half read,
               half written), timed the same way: what the memory system gives at
               this size, launch and ramp included (vs_same_size_copy = copy / scored)
-Timing: CUDA events around each call, the L2 flushed (a 256 MiB read, --flush)
-before every call, inputs rotated over 3 independently generated sets, median with
-p20/p80 (10 calls when they agree within 3%, else about --target-ms of calls).
-The JSON is rewritten after every task, so a cut-short run keeps its rows.
+Timing is the harness's (autokernel_tui.harness.worker.timing.time_fresh, the judge's
+baseline timer): CUDA events around each call, a ~100 us GPU spin and an L2 flush
+(a read of 256 MiB, --flush) before every call, every call on its own fresh inputs
+(the judge's InputBuilder: make_inputs perturbed per call), the cyclic GC off while
+calls are queued, the rep count from reps_for (10-40 reps, ~20 ms of GPU time), median
+with p20/p80. Correctness is the harness's checker (starters_check.check_call: float64
+reference, the task's tolerance, NaN-poisoned allocations). The JSON is rewritten after
+every task, so a cut-short run keeps its rows.
 Ceilings in the same run, each the best of several probes: bandwidth =
 max(1 GiB copy, 1 GiB read-only sum); matmul rate per dtype = max of cuBLAS at
 8192^3, 4096^3 and every matmul task shape. Memory-bound tasks are scored in %
@@ -40,104 +42,95 @@ fp16/bf16 and >= 75% at every shape; attention >= 80% of SDPA at LLaMA-7B shapes
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import starters_check as sc  # noqa: E402  (puts the repo on sys.path)
-from autokernel_tui.harness.worker.timing import HOST_LEAD_CYCLES, no_gc  # noqa: E402  the harness's GPU lead and GC pause
+if __package__ in (None, ""):  # run as a file: the repository's packages before any installed copy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import starters_check as sc  # noqa: E402
+from autokernel_tui.harness.worker.timing import (  # noqa: E402  the harness's one timer
+    HOST_LEAD_CYCLES, L2Flusher, compile_reference, time_fresh)
 
 REPO = sc.REPO
-N_INPUT_SETS = 3
-FLUSH_BYTES = 256 << 20
 FLUSH_MODES = ("write", "read", "none")
 MB = 1e6
-MIN_REPS = 10  # first batch of timed calls; more only when they spread
-SPREAD_OK = 0.03
 COMPILE_SHARE_SLACK = 1.5
-COMPILE_RESERVE_S = 30.0  # no compile starts this close to --max-seconds (a GEMM autotune can take that long)  # (p80 - p20) / median under this: the first batch is the answer
+COMPILE_RESERVE_S = 30.0  # no compile starts this close to --max-seconds (a GEMM autotune can take that long)
+COMPILE_MODE = "default"  # the harness's (timing.compile_reference); "vs compile" means this and nothing else
 
 
-def _spread(times: list[float]) -> float:
-    t = sorted(times)
-    return (t[int(0.8 * (len(t) - 1))] - t[int(0.2 * (len(t) - 1))]) / max(statistics.median(t), 1e-9)
+def tensor_bytes(values) -> int:
+    import torch
+
+    return sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
 
 
 # ----------------------------------------------------------------------------- timing
 
-class Timer:
-    """Median latency of fn over rotated inputs; CUDA events on a GPU, perf_counter on the CPU."""
+class _OtherFlush(L2Flusher):
+    """--flush write|none, for experiments: the harness's spin, then the same buffer zeroed (L2 left
+    full of dirty lines, whose write-back the timed call then pays) or nothing (last call's data kept)."""
 
-    def __init__(self, device: str, target_s: float, smoke: bool, flush_mode: str = "read"):
+    def __init__(self, device, mode: str) -> None:
+        super().__init__(device)
+        self.mode = mode
+
+    def __call__(self) -> None:
         import torch
 
-        self.device, self.target_s, self.smoke = device, target_s, smoke
+        torch.cuda._sleep(HOST_LEAD_CYCLES)
+        if self.mode == "write":
+            self.words.zero_()
+
+
+class Timer:
+    """The harness's timer (``timing.time_fresh``): one call to it per measurement."""
+
+    def __init__(self, device: str, flush_mode: str = "read"):
+        import torch
+
+        self.device = device
         if flush_mode not in FLUSH_MODES:
             raise ValueError(f"flush mode {flush_mode!r}: one of {', '.join(FLUSH_MODES)}")
         self.flush_mode = flush_mode
-        if device == "cuda":  # on the CPU there is no L2 to speak of and nothing is flushed
-            self.flush_buf = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device)
-            self._words = self.flush_buf.view(torch.float32)
-            self._total = torch.empty((), dtype=torch.float32, device=device)
+        self.flush = None  # on the CPU: the wall clock, no L2 to speak of
+        if device == "cuda":
+            dev = torch.device("cuda")
+            self.flush = L2Flusher(dev) if flush_mode == "read" else _OtherFlush(dev, flush_mode)
 
-    def flush(self) -> None:
-        """Evict L2 before a timed call. "write" leaves L2 full of dirty lines, whose write-back
-        the timed kernel then pays; "read" leaves clean lines; "none" keeps the last call's data."""
-        import torch
+    @property
+    def flush_bytes(self) -> int:
+        return self.flush.words.numel() * 4 if self.flush is not None else 0
 
-        torch.cuda._sleep(HOST_LEAD_CYCLES)  # the GPU waits for the host, not the timed call for the host
-        if self.flush_mode == "write":
-            self.flush_buf.zero_()
-        elif self.flush_mode == "read":
-            torch.sum(self._words, dim=0, out=self._total)
+    def __call__(self, fn, fresh, rep_bytes: int = 0) -> dict:
+        """Median, p20, p80 (us) and count of ``fn`` timed by ``time_fresh``, ``fresh()`` giving each
+        call its inputs; ``rep_bytes`` (inputs plus outputs of one call) bounds a batch as the judge's."""
+        from autokernel_tui.harness.worker.stages import BATCH_BYTES
 
-    def sync(self):
-        import torch
+        limit = BATCH_BYTES["cuda" if self.device == "cuda" else "cpu"]
+        batch = (lambda n: max(1, min(n, limit // rep_bytes))) if rep_bytes > 0 else None
+        samples = time_fresh(fn, fresh, self.flush, batch_size=batch)
+        p20, med, p80 = samples.pcts()
+        return {"median_us": med, "p20_us": p20, "p80_us": p80, "n": len(samples.times_us)}
 
-        if self.device == "cuda":
-            torch.cuda.synchronize()
 
-    def _timed(self, fn, input_sets: list[tuple], reps: int, offset: int = 0) -> list[float]:
-        """Latency of reps calls in us, the L2 flushed before each, inputs rotated."""
-        import torch
+def same_inputs(*inputs):
+    """``fresh`` for a probe whose speed cannot depend on what its buffers hold (a copy, cuBLAS): the
+    same buffers every call; the L2 flush before each call still leaves nothing of them cached."""
+    return lambda: inputs
 
-        if self.device != "cuda":
-            times = []
-            for i in range(offset, offset + reps):
-                t = time.perf_counter()
-                fn(*input_sets[i % len(input_sets)])
-                times.append((time.perf_counter() - t) * 1e6)
-            return times
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-        with no_gc():  # a GC pass mid-queue would stall the host past the GPU's lead
-            for i, (start, end) in enumerate(events, start=offset):
-                self.flush()
-                start.record()
-                fn(*input_sets[i % len(input_sets)])
-                end.record()
-        torch.cuda.synchronize()
-        return [s.elapsed_time(e) * 1e3 for s, e in events]
 
-    def __call__(self, fn, input_sets: list[tuple]) -> dict:
-        fn(*input_sets[0])  # warm-up (JIT compile, autotune)
-        self.sync()
-        t0 = time.perf_counter()
-        for i in range(3):
-            fn(*input_sets[i % len(input_sets)])
-        self.sync()
-        est = (time.perf_counter() - t0) / 3
-        reps = 2 if self.smoke else int(min(200, max(MIN_REPS, self.target_s / max(est, 1e-6))))
-        times = self._timed(fn, input_sets, min(reps, MIN_REPS) if not self.smoke else reps)
-        if len(times) < reps and _spread(times) > SPREAD_OK:  # noisy: spend the full target
-            times += self._timed(fn, input_sets, reps - len(times), offset=len(times))
-        times.sort()
-        q = lambda p: times[min(len(times) - 1, int(p * len(times)))]  # noqa: E731
-        return {"median_us": statistics.median(times), "p20_us": q(0.2), "p80_us": q(0.8), "n": len(times)}
+def input_stream(builder, dims: dict, dtype_name: str, seed: int = 0):
+    """``fresh`` for a task: the judge's inputs, ``make_inputs`` at ``seed`` perturbed per call with
+    seeds 1, 2, ... (``inputs.perturb``), so every path of a row sees the same sequence of inputs."""
+    counter = itertools.count(1)
+    return lambda: builder.build({"dims": dict(dims), "dtype": dtype_name, "base_seed": seed,
+                                  "steps": [["perturb", next(counter)]]})
 
 
 def _matmul_probe_shapes(smoke: bool) -> list[tuple[str, int, int, int]]:
@@ -168,9 +161,9 @@ def measure_roofline(timer: Timer, device: str, smoke: bool) -> dict:
     nbytes = (1 << 30) if not smoke else (16 << 20)
     src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_(0, 255)
     dst = torch.empty_like(src)
-    copy = timer(lambda s, d: d.copy_(s), [(src, dst)])
+    copy = timer(lambda s, d: d.copy_(s), same_inputs(src, dst))
     words = src.view(torch.float32)
-    read = timer(lambda w: w.sum(), [(words,)])
+    read = timer(lambda w: w.sum(), same_inputs(words))
     out = {"copy_bytes": 2 * nbytes, "copy_gbps": 2 * nbytes / copy["median_us"] / 1e3,
            "read_bytes": nbytes, "read_gbps": nbytes / read["median_us"] / 1e3}
     out["bandwidth_gbps"] = max(out["copy_gbps"], out["read_gbps"])
@@ -182,7 +175,8 @@ def measure_roofline(timer: Timer, device: str, smoke: bool) -> dict:
         for label, m, n, k in _matmul_probe_shapes(smoke):
             a = torch.randn(m, k, device=device).to(dtype)
             b = torch.randn(k, n, device=device).to(dtype)
-            rates[label] = 2 * m * n * k / timer(torch.matmul, [(a, b)])["median_us"] / 1e6
+            t = timer(torch.matmul, same_inputs(a, b), rep_bytes=m * n * a.element_size())
+            rates[label] = 2 * m * n * k / t["median_us"] / 1e6
             del a, b
         best = max(rates, key=rates.get)
         out[f"matmul_tflops_{name}"] = rates[best]
@@ -199,51 +193,25 @@ def ceilings_line(roof: dict) -> str:
             f"fp32 {roof['matmul_tflops_float32']:.1f} ({roof['matmul_probes']['float32']['best']})")
 
 
-# ----------------------------------------------------------------------------- compile
-
-def compiled_reference(ref_mod, mode: str, sample: tuple):
-    """A freshly compiled reference, or (None, why) when dynamo did not really compile it."""
-    import torch
-    import torch._dynamo
-    from torch._dynamo.utils import counters
-
-    torch._dynamo.reset()
-    for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
-        if hasattr(torch._dynamo.config, knob):
-            setattr(torch._dynamo.config, knob, 1024)
-    before = counters["stats"]["unique_graphs"]
-
-    def fresh(*args):
-        return ref_mod.reference(*args)
-
-    fn = torch.compile(fresh, mode=mode, dynamic=False, fullgraph=False)
-    t0 = time.perf_counter()
-    fn(*sample)
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    compile_s = time.perf_counter() - t0
-    if counters["stats"]["unique_graphs"] <= before:
-        return None, "dynamo produced no graph (ran eager)", compile_s
-    return fn, "", compile_s
-
-
 # ----------------------------------------------------------------------------- one task
 
 def run_task(task_dir: Path, tuned_dir: Path | None, dtypes: list[str], timer: Timer, roof: dict,
-             args, deadline: float, compile_until: float) -> list[dict]:
+             args, deadline: float, compile_until: float, launches=None) -> list[dict]:
     """Rows for one task; no shape starts after deadline, no compile after compile_until (its share)."""
     import torch
 
+    from autokernel_tui.harness.worker.correctness import as_tuple
+    from autokernel_tui.harness.worker.inputs import InputBuilder
     from autokernel_tui.tasks.spec import load_spec
 
     spec = load_spec(task_dir)
-    ref_mod = sc.load_module(task_dir / "reference.py", "quality")
+    ref_mod = sc.load_reference(task_dir, "quality")
     kernels = {"starter": sc.load_module(task_dir / "kernel.py", "quality")}
     if tuned_dir is not None and (tuned_dir / "kernel.py").is_file():
         kernels["tuned"] = sc.load_module(tuned_dir / "kernel.py", "quality_tuned")
     compute = spec.bound == "compute"
-    mode = args.compute_compile_mode if compute else "default"
     shapes = spec.test_shapes[:1] if args.smoke else spec.shapes
+    builder = InputBuilder(ref_mod, timer.device, cache_bytes=0)  # one shape's base inputs at a time
     rows = []
     for dtype_name in spec.dtypes:
         if dtypes and dtype_name not in dtypes:
@@ -254,37 +222,44 @@ def run_task(task_dir: Path, tuned_dir: Path | None, dtypes: list[str], timer: T
             dims = dict(shape.dims)
             row = {"task": spec.name, "bound": spec.bound, "dtype": dtype_name, "shape": shape.name, "dims": dims,
                    "bytes": ref_mod.bytes_moved(dims, dtype), "flops": ref_mod.flops(dims),
-                   "baseline": spec.baseline, "compile_mode": mode, "times": {}, "notes": []}
+                   "baseline": spec.baseline, "compile_mode": COMPILE_MODE, "times": {}, "notes": []}
             if time.perf_counter() > deadline:
                 row["notes"].append("skipped: --max-seconds budget spent")
                 rows.append(row)
                 continue
+            sample = eager_out = precise = None
             try:
-                sets = [ref_mod.make_inputs(dims, dtype, timer.device, seed) for seed in range(N_INPUT_SETS)]
-                eager_out = ref_mod.reference(*sets[0])
+                sample = builder.build({"dims": dims, "dtype": dtype_name, "base_seed": 0, "steps": []})
+                eager_out = ref_mod.reference(*sample)
+                precise = sc.precise_reference(ref_mod, sample)
+                rep_bytes = tensor_bytes(sample) + tensor_bytes(as_tuple(eager_out))
                 for label, mod in kernels.items():
-                    verdict = sc.compare(mod.kernel_fn(*sets[0]), eager_out, eager_out, tol)
+                    # The harness's check (float64 reference, the task's tolerance, poisoned allocations);
+                    # the field keeps its old name.
+                    verdict = sc.check_call(mod.kernel_fn, ref_mod, sample, tol, launches, precise, eager_out)
                     row[f"{label}_matches_eager"] = verdict["passed"]
                     if not verdict["passed"]:
-                        row["notes"].append(f"{label} differs from eager: {verdict['why']}")
-                    row["times"][label] = timer(mod.kernel_fn, sets)
-                row["times"]["eager"] = timer(ref_mod.reference, sets)
+                        row["notes"].append(f"{label} fails the harness's check: {verdict['why']}")
+                    row["times"][label] = timer(mod.kernel_fn, input_stream(builder, dims, dtype_name), rep_bytes)
+                precise = None
+                row["times"]["eager"] = timer(ref_mod.reference, input_stream(builder, dims, dtype_name), rep_bytes)
                 if not compute:
                     row["times"]["copy"] = same_size_copy(timer, row["bytes"])
                 if args.compile and dtype_name in args.compile_dtypes:
                     if time.perf_counter() < min(deadline, compile_until):
-                        fn, why, compile_s = compiled_reference(ref_mod, mode, sets[0])
-                        row["compile_s"] = round(compile_s, 2)
-                        if fn is None:
-                            row["notes"].append(f"compile: {why}")
+                        compiled = compile_reference(ref_mod.reference, input_stream(builder, dims, dtype_name)())
+                        row["compile_s"] = round(compiled.seconds, 2)
+                        if compiled.fn is None:
+                            row["notes"].append(f"compile: {compiled.note}")
                         else:
-                            row["times"]["compile"] = timer(fn, sets)
+                            row["times"]["compile"] = timer(compiled.fn, input_stream(builder, dims, dtype_name),
+                                                            rep_bytes)
                     else:
                         row["notes"].append("compile skipped: this task's share of --max-seconds spent")
             except Exception as exc:  # one broken shape is a row, not the end of the run
                 row["notes"].append(f"error: {type(exc).__name__}: {exc}"[:300])
             finally:
-                sets = eager_out = None
+                sample = eager_out = precise = None
                 if timer.device == "cuda":
                     torch.cuda.empty_cache()
             _derive(row, roof)
@@ -298,9 +273,9 @@ def same_size_copy(timer: Timer, nbytes: int) -> dict:
     import torch
 
     half = max(1, nbytes // 2)
-    pairs = [(torch.empty(half, dtype=torch.uint8, device=timer.device),
-              torch.empty(half, dtype=torch.uint8, device=timer.device)) for _ in range(N_INPUT_SETS)]
-    return timer(lambda s, d: d.copy_(s), pairs)
+    src = torch.empty(half, dtype=torch.uint8, device=timer.device)
+    dst = torch.empty(half, dtype=torch.uint8, device=timer.device)
+    return timer(lambda s, d: d.copy_(s), same_inputs(src, dst))
 
 
 def _derive(row: dict, roof: dict) -> None:
@@ -470,8 +445,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="folder of tuned task folders (<dir>/<task>/kernel.py), timed beside the starters")
     ap.add_argument("--max-seconds", type=float, default=390.0,
                     help="no shape starts after this long; each task may compile only within its share of what is left")
-    ap.add_argument("--target-ms", type=float, default=60.0,
-                    help="timed calls per measurement add up to about this (10 calls when they agree within 3%%)")
+    ap.add_argument("--target-ms", type=float, default=None,
+                    help="ignored, kept for old command lines: the rep count is the harness's (timing.reps_for)")
     ap.add_argument("--flush", default="read", choices=FLUSH_MODES,
                     help="how L2 is evicted before each timed call: read (sum 256 MiB, the harness's way), "
                          "write (zero 256 MiB: the timed call also pays to write back L2's dirty lines), none")
@@ -479,12 +454,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-dtypes", default="bfloat16",
                     help="dtypes timed under torch.compile ('all' for every one; default bfloat16: fp16 compiles "
                          "the same way, and compile time is most of a run)")
-    ap.add_argument("--compute-compile-mode", default="max-autotune-no-cudagraphs",
-                    choices=["max-autotune-no-cudagraphs", "max-autotune", "default"],
-                    help="torch.compile mode for compute-bound tasks (memory-bound ones use default)")
+    ap.add_argument("--compute-compile-mode", default=COMPILE_MODE,
+                    help="kept for old command lines; only 'default' is accepted: 'vs compile' is the harness's "
+                         "torch.compile of the reference (timing.compile_reference), one meaning in every run")
     ap.add_argument("--json", type=Path, default=None,
-                    help="raw results (default: $OUT/kernel_quality.json, else benchmarks/results/kernel_quality-<time>.json)")
+                    help="raw results (default: $OUT/kernel_quality.json, else ./kernel_quality-<time>.json)")
     args = ap.parse_args(argv)
+    if args.compute_compile_mode != COMPILE_MODE:
+        ap.error(f"--compute-compile-mode {args.compute_compile_mode}: torch.compile is timed as the harness "
+                 "compiles it (default mode), so that 'vs compile' has one meaning; Nsight of another mode: "
+                 "ncu_probe.py")
+    if args.target_ms is not None:
+        print("kernel_quality: --target-ms is ignored: each measurement takes the harness's rep count "
+              "(timing.reps_for: 10-40 calls, about 20 ms of GPU time)", file=sys.stderr)
     t_start = time.perf_counter()
     sc.ensure_backend(args.smoke)
     import torch
@@ -499,7 +481,11 @@ def main(argv: list[str] | None = None) -> int:
     dtypes = [d for d in args.dtypes.split(",") if d]
     args.compile_dtypes = (["float16", "bfloat16", "float32"] if args.compile_dtypes == "all"
                            else [d for d in args.compile_dtypes.split(",") if d])
-    timer = Timer(device, args.target_ms / 1e3, args.smoke, args.flush)
+    timer = Timer(device, args.flush)
+    from autokernel_tui.harness.worker.guards import LaunchCounter
+
+    launches = LaunchCounter()  # this process's own: every checked kernel call must launch a Triton kernel
+    launches.install()
     roof = measure_roofline(timer, device, args.smoke)
     name = torch.cuda.get_device_name() if device == "cuda" else "CPU (Triton interpreter; timings not meaningful)"
     print(f"{name} | torch {torch.__version__} | triton {triton.__version__} | compile: "
@@ -510,18 +496,27 @@ def main(argv: list[str] | None = None) -> int:
     path = args.json
     if path is None:
         path = (Path(os.environ["OUT"]) / "kernel_quality.json" if os.environ.get("OUT")
-                else REPO / "benchmarks" / "results" / f"kernel_quality-{time.strftime('%Y%m%d-%H%M%S')}.json")
+                else Path(f"kernel_quality-{time.strftime('%Y%m%d-%H%M%S')}.json"))
     path.parent.mkdir(parents=True, exist_ok=True)
     result = {"device": name, "torch": torch.__version__, "triton": triton.__version__,
               "python": sys.version.split()[0], "smoke": args.smoke, "roofline": roof,
-              "method": {"timer": "CUDA events per call" if device == "cuda" else "perf_counter",
-                         "l2_flush_bytes": FLUSH_BYTES, "l2_flush": args.flush, "host_lead_cycles": HOST_LEAD_CYCLES,
-                         "input_sets": N_INPUT_SETS, "statistic": "median, p20, p80",
-                         "target_ms": args.target_ms, "min_reps": MIN_REPS, "spread_ok": SPREAD_OK,
+              "method": {"timer": ("harness worker.timing.time_fresh: " + ("CUDA events per call" if device == "cuda"
+                                                                            else "perf_counter per call")),
+                         "l2_flush_bytes": timer.flush_bytes,
+                         "l2_flush": args.flush if device == "cuda" else "none (CPU)",
+                         "host_lead_cycles": HOST_LEAD_CYCLES if device == "cuda" else 0,
+                         "input_sets": "fresh per call: inputs.InputBuilder, make_inputs at seed 0 perturbed per "
+                                       "call (seeds 1, 2, ...; the same sequence for every path); copies and "
+                                       "cuBLAS probes reuse their buffers",
+                         "statistic": "median, p20, p80",
+                         "reps": "timing.reps_for: 10-40 calls, ~20 ms of GPU time (CPU: timing.CPU_REPS)",
+                         "check": sc.METHOD,
+                         "compile": "timing.compile_reference: torch.compile(reference, dynamic=False), default "
+                                    "mode, as the harness's 'vs torch.compile'",
                          "compile_dtypes": args.compile_dtypes if args.compile else [],
                          "ceilings": "best probe: bandwidth max(copy, read-only sum); matmul max(cuBLAS at 8192^3, "
                                      "4096^3, every matmul task shape) per dtype; % above 100 clamped (noted)",
-                         "compile_modes": {"compute": args.compute_compile_mode, "memory": "default"}},
+                         "compile_modes": {"compute": COMPILE_MODE, "memory": COMPILE_MODE}},
               "argv": sys.argv[1:], "kernel_dir": str(args.kernel_dir) if args.kernel_dir else None}
     rows = []
     for i, d in enumerate(dirs):
@@ -531,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         now = time.perf_counter()
         compile_until = min(deadline - COMPILE_RESERVE_S,
                             now + COMPILE_SHARE_SLACK * max(0.0, deadline - now) / (len(dirs) - i))
-        rows.extend(run_task(d, tuned, dtypes, timer, roof, args, deadline, compile_until))
+        rows.extend(run_task(d, tuned, dtypes, timer, roof, args, deadline, compile_until, launches))
         # Written after every task: a run cut short still leaves its numbers behind.
         result.update(partial=d != dirs[-1], wall_s=round(time.perf_counter() - t_start, 1),
                       summary=summarize(rows), summary_by_dtype=summarize_by_dtype(rows), rows=rows)

@@ -3,8 +3,10 @@
 The offline tuner walks a task's knob space one harness evaluation at a time;
 this script is the engineer's quick look at a corner of that space: the
 cartesian product of --grid values, each combination checked against eager
-(the task's tolerance) and timed with kernel_quality.py's timer (CUDA events,
-L2 flushed before every call, 3 input sets rotated, median), per shape and
+with the harness's checker (float64 reference, the task's tolerance, poisoned
+allocations: starters_check.check_call) and timed with the harness's timer
+(timing.time_fresh through kernel_quality.Timer: CUDA events, spin and L2 flush
+before every call, fresh inputs per call, reps_for's count, median), per shape and
 dtype. It prints one line per combination as it goes, then the combinations
 ranked by geometric-mean speedup over eager, and writes everything as JSON.
 
@@ -25,10 +27,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import kernel_quality as kq  # noqa: E402
-import starters_check as sc  # noqa: E402
+if __package__ in (None, ""):  # run as a file: the repository's packages before any installed copy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from autokernel_tui.harness import stats  # noqa: E402
+from benchmarks import kernel_quality as kq, starters_check as sc  # noqa: E402
 
 
 def parse_grid(items: list[str]) -> dict[str, list[int]]:
@@ -58,10 +60,12 @@ def sweep(task_dir: Path, grid: dict[str, list[int]], shape_names: list[str], dt
           timer, deadline: float, smoke: bool, log=print) -> dict:
     import torch
 
+    from autokernel_tui.harness.worker.correctness import as_tuple
+    from autokernel_tui.harness.worker.inputs import InputBuilder
     from autokernel_tui.tasks.spec import load_spec
 
     spec = load_spec(task_dir)
-    ref_mod = sc.load_module(task_dir / "reference.py", "sweep")
+    ref_mod = sc.load_reference(task_dir, "sweep")
     mod = sc.load_module(task_dir / "kernel.py", "sweep")
     unknown = [k for k in grid if not hasattr(mod, k)]
     if unknown:
@@ -72,13 +76,17 @@ def sweep(task_dir: Path, grid: dict[str, list[int]], shape_names: list[str], dt
     combos = [{}] + [c for c in combinations(grid) if c != defaults]
     cases = [(dt, sh) for dt in (dtypes or spec.dtypes) if dt in spec.dtypes for sh in shapes]
     result = {"task": spec.name, "defaults": defaults, "cases": [], "combos": [label(c) for c in combos]}
+    builder = InputBuilder(ref_mod, timer.device, cache_bytes=0)
     for dtype_name, shape in cases:
         dtype = getattr(torch, dtype_name)
         dims = dict(shape.dims)
-        sets = [ref_mod.make_inputs(dims, dtype, timer.device, seed) for seed in range(kq.N_INPUT_SETS)]
-        expected = ref_mod.reference(*sets[0])
+        sample = builder.build({"dims": dims, "dtype": dtype_name, "base_seed": 0, "steps": []})
+        expected = ref_mod.reference(*sample)
+        precise = sc.precise_reference(ref_mod, sample)
+        rep_bytes = kq.tensor_bytes(sample) + kq.tensor_bytes(as_tuple(expected))
+        eager = timer(ref_mod.reference, kq.input_stream(builder, dims, dtype_name), rep_bytes)
         case = {"dtype": dtype_name, "shape": shape.name, "dims": dims, "bytes": ref_mod.bytes_moved(dims, dtype),
-                "flops": ref_mod.flops(dims), "eager_us": timer(ref_mod.reference, sets)["median_us"], "runs": {}}
+                "flops": ref_mod.flops(dims), "eager_us": eager["median_us"], "runs": {}}
         for combo in combos:
             if time.perf_counter() > deadline:
                 case["runs"][label(combo)] = {"error": "skipped: --max-seconds spent"}
@@ -86,8 +94,10 @@ def sweep(task_dir: Path, grid: dict[str, list[int]], shape_names: list[str], dt
             for k, v in {**defaults, **combo}.items():
                 setattr(mod, k, v)
             try:
-                verdict = sc.compare(mod.kernel_fn(*sets[0]), expected, expected, spec.tolerances[dtype_name])
-                run = ({"us": timer(mod.kernel_fn, sets)["median_us"]} if verdict["passed"]
+                verdict = sc.check_call(mod.kernel_fn, ref_mod, sample, spec.tolerances[dtype_name],
+                                        precise=precise, eager=expected)
+                fresh = kq.input_stream(builder, dims, dtype_name)
+                run = ({"us": timer(mod.kernel_fn, fresh, rep_bytes)["median_us"]} if verdict["passed"]
                        else {"error": f"wrong: {verdict['why']}"})
             except Exception as exc:  # a config Triton cannot build is a result, not the end of the sweep
                 run = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]}
@@ -97,7 +107,7 @@ def sweep(task_dir: Path, grid: dict[str, list[int]], shape_names: list[str], dt
         for k, v in defaults.items():
             setattr(mod, k, v)
         result["cases"].append(case)
-        del sets, expected
+        del sample, expected, precise
         if timer.device == "cuda":
             torch.cuda.empty_cache()
     return result
@@ -122,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", default="", help="comma-separated shape names (default: every default shape)")
     ap.add_argument("--dtypes", default="", help="comma-separated dtypes (default: every dtype the task declares)")
     ap.add_argument("--flush", default="read", choices=kq.FLUSH_MODES)
-    ap.add_argument("--target-ms", type=float, default=30.0)
+    ap.add_argument("--target-ms", type=float, default=None,
+                    help="ignored, kept for old command lines: the rep count is the harness's (timing.reps_for)")
     ap.add_argument("--max-seconds", type=float, default=150.0, help="no combination starts after this long")
     ap.add_argument("--top", type=int, default=8)
     ap.add_argument("--smoke", action="store_true", help="CPU interpreter, first test shape")
@@ -138,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("no CUDA GPU: run with --smoke for the CPU interpreter (timings then mean nothing)")
     device = "cpu" if args.smoke else "cuda"
     task_dir = Path(args.task) if "/" in args.task else sc.REPO / "kernels" / args.task
-    timer = kq.Timer(device, args.target_ms / 1e3, args.smoke, args.flush)
+    if args.target_ms is not None:
+        print("knob_sweep: --target-ms is ignored: the harness's rep count (timing.reps_for) applies", file=sys.stderr)
+    timer = kq.Timer(device, args.flush)
     result = sweep(task_dir, parse_grid(args.grid), [s for s in args.shapes.split(",") if s],
                    [d for d in args.dtypes.split(",") if d], timer, t0 + args.max_seconds, args.smoke)
     result.update(device=torch.cuda.get_device_name() if device == "cuda" else "CPU (interpreter)",

@@ -5,8 +5,10 @@
         python3 benchmarks/ncu_probe.py [--run starter|eager|compile] rmsnorm wide bfloat16 [KNOB=VALUE ...]
 
 --run eager runs the task's reference instead (cuBLAS for matmul), --run
-compile the reference under torch.compile (Inductor's Triton kernels: match
-them with -k regex:triton_), to profile what the starter is measured against.
+compile the reference under torch.compile as the harness and kernel_quality.py
+compile it (timing.compile_reference: default mode; Inductor's Triton kernels:
+match them with -k regex:triton_), to profile what the starter is measured against.
+Inputs are the judge's (inputs.InputBuilder: make_inputs at seed 0).
 KNOB=VALUE sets a module-level knob of kernel.py first (to profile a setting
 against the default without editing the file). The first calls compile and
 warm up (skip them with --launch-skip, or profile only the last call, made
@@ -19,8 +21,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import starters_check as sc  # noqa: E402
+if __package__ in (None, ""):  # run as a file: the repository's packages before any installed copy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import starters_check as sc  # noqa: E402
 
 
 RUNS = ("starter", "eager", "compile")
@@ -44,20 +47,20 @@ def main(argv: list[str]) -> int:
     shape = next((s for s in spec.shapes if s.name == shape_name), None)
     if shape is None:
         raise SystemExit(f"{task} has no shape {shape_name!r}: {', '.join(s.name for s in spec.shapes)}")
-    ref = sc.load_module(task_dir / "reference.py", "ncu")
+    ref = sc.load_reference(task_dir, "ncu")
     ker = sc.load_module(task_dir / "kernel.py", "ncu")
     for name, value in (a.split("=", 1) for a in argv[3:]):
         if not isinstance(getattr(ker, name, None), int):
             raise SystemExit(f"{task}'s kernel.py has no int knob {name}")
         setattr(ker, name, int(value))
-    inputs = ref.make_inputs(dict(shape.dims), getattr(torch, dtype_name), "cuda", 0)
-    if run == "compile":  # compiled as kernel_quality.py measures it (its mode per bound; autotuning in the warm-up)
-        import kernel_quality as kq
+    inputs = sc.build_inputs(ref, shape.dims, dtype_name, "cuda", 0)
+    if run == "compile":  # compiled as the harness and kernel_quality.py compile it (default mode)
+        from autokernel_tui.harness.worker.timing import compile_reference
 
-        mode = "max-autotune-no-cudagraphs" if spec.bound == "compute" else "default"
-        fn, why, _ = kq.compiled_reference(ref, mode, inputs)
-        if fn is None:
-            raise SystemExit(f"torch.compile of {task}'s reference: {why}")
+        compiled = compile_reference(ref.reference, inputs)
+        if compiled.fn is None:
+            raise SystemExit(f"torch.compile of {task}'s reference: {compiled.note}")
+        fn = compiled.fn
     else:
         fn = ker.kernel_fn if run == "starter" else ref.reference
     for _ in range(4):

@@ -26,12 +26,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # run as a file: the repository's packages before any installed copy
+    sys.path.insert(0, str(ROOT))
 
 
 def _args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"), help="results folder")
+    p.add_argument("--out", default=os.environ.get("OUT", "profile_models_out"),
+                   help="results folder (default: $OUT, else ./profile_models_out)")
     p.add_argument("--quick", action="store_true", help="tiny models on the CPU: exercises the path, not the GPU")
     p.add_argument("--iters", type=int, default=None, help="timed iterations per verify")
     return p.parse_args()
@@ -113,11 +115,15 @@ def main() -> int:
 
 
 def _reproduce(pkg: Path, zoo, batch, seq, layers, dtype, device, iters) -> dict:
-    """A fresh interpreter: build the model, time it, ``patch`` it with the exported package, time again."""
+    """A fresh interpreter: build the model, time it, ``patch`` it with the exported package, time again.
+
+    Timed as ``verify`` times a model (``profiling.verify._time``: the whole forward as called, CUDA
+    events, median), so the reproduction's numbers compare with verify's."""
     script = textwrap.dedent(f"""
-        import json, statistics, sys, time, torch
+        import json, sys, torch
         sys.path.insert(0, {str(ROOT)!r})            # the zoo model only; the kernels come from the package
         from autokernel_tui.profiling.zoo import load_model
+        from autokernel_tui.profiling.verify import _stats, _time
         b = load_model({zoo!r}, batch={batch}, seq={seq}, dtype={dtype!r}, device={device!r}, layers={layers!r})
         sys.path.insert(0, {str(pkg.parent)!r})
         import {pkg.name} as pkg
@@ -125,15 +131,7 @@ def _reproduce(pkg: Path, zoo, batch, seq, layers, dtype, device, iters) -> dict
             with torch.no_grad():
                 return b.model(*b.inputs)
         def timed():
-            for _ in range(3): run()
-            ts = []
-            for _ in range({iters}):
-                if {device!r} == "cuda":
-                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    s.record(); run(); e.record(); e.synchronize(); ts.append(s.elapsed_time(e) * 1e3)
-                else:
-                    t0 = time.perf_counter(); run(); ts.append((time.perf_counter() - t0) * 1e6)
-            return statistics.median(ts)
+            return _stats(_time([b.model], b.inputs, {iters}, 3, {device!r})[0])["median_us"]
         ref = run().float(); before = timed()
         counts = pkg.patch(b.model)
         got = run().float(); after = timed()

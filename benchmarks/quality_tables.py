@@ -1,9 +1,11 @@
 """Markdown tables from kernel_quality.py's JSON, as pasted into docs/benchmarks.md.
 
-    python3 benchmarks/quality_tables.py benchmarks/results/h200-run3/run3b/kernel_quality.json
+    python3 benchmarks/quality_tables.py benchmarks/results/h200-run6/run6k/kernel_quality.json
     python3 benchmarks/quality_tables.py RUN.json --shapes --tasks matmul,softmax --dtypes bfloat16
     python3 benchmarks/quality_tables.py OLDER.json NEWER.json   # NEWER's tasks replace OLDER's
     python3 benchmarks/quality_tables.py RUN.json --targets      # every target's value, met or not
+    python3 benchmarks/quality_tables.py 54becbf:benchmarks/results/h200-run5/run5b/kernel_quality.json
+                                         # COMMIT:PATH: a run kept only in git history (git show)
 
 Summary: one row per task and dtype (geomean over the task's shapes). --shapes: one
 row per shape with every path's median latency and % of roofline, and the rate of
@@ -14,10 +16,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import subprocess
 import sys
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a file: the repository's packages before any installed copy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 PATHS = ("starter", "tuned", "eager", "compile", "copy")  # copy: the same bytes, memory-bound tasks
+REPO = Path(__file__).resolve().parents[1]
+
+
+def read_run(arg: str) -> dict:
+    """One kernel_quality.py JSON under today's keys: a file, or ``COMMIT:PATH`` for a run whose raw
+    results live only in the repository's history (docs/benchmarks.md cites them that way)."""
+    path = Path(arg)
+    if not path.exists() and re.match(r"^[0-9a-fA-F]{7,40}:.", arg):
+        proc = subprocess.run(["git", "show", arg], cwd=REPO, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"{arg}: not in this repository's history ({proc.stderr.strip()})")
+        return upgrade(json.loads(proc.stdout))
+    return upgrade(json.loads(path.read_text()))
 
 
 def _x(v) -> str:
@@ -67,7 +87,7 @@ def shapes(data: dict, tasks: set[str], dtypes: set[str]) -> list[str]:
 def target_values(data: dict, tasks: set[str], dtypes: set[str]) -> list[str]:
     """Every target of issue 8 per task and dtype with its measured value, met or not (the summary
     names only the misses)."""
-    import kernel_quality as kq
+    from benchmarks import kernel_quality as kq
 
     lines = ["| task | dtype | target | value | goal | status |", "| --- | --- | --- | ---: | ---: | --- |"]
     groups: dict[tuple[str, str], list[dict]] = {}
@@ -105,15 +125,16 @@ def merged(runs: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("json", type=Path, nargs="+",
-                    help="kernel_quality.py JSON; with several, a task measured in a later file replaces its rows")
+    ap.add_argument("json", nargs="+",
+                    help="kernel_quality.py JSON (a file, or COMMIT:PATH from git history); with several, a task "
+                         "measured in a later one replaces its rows")
     view = ap.add_mutually_exclusive_group()
     view.add_argument("--shapes", action="store_true", help="one row per shape instead of the summary")
     view.add_argument("--targets", action="store_true", help="every target's value per task and dtype, met or not")
     ap.add_argument("--tasks", default="")
     ap.add_argument("--dtypes", default="")
     args = ap.parse_args(argv)
-    data = merged([upgrade(json.loads(p.read_text())) for p in args.json])
+    data = merged([read_run(p) for p in args.json])
     tasks = {t for t in args.tasks.split(",") if t}
     dtypes = {d for d in args.dtypes.split(",") if d}
     view = shapes if args.shapes else target_values if args.targets else summary

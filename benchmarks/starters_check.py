@@ -1,4 +1,4 @@
-"""Correctness check of every starter task, independent of the harness.
+"""Correctness of every starter task at full shapes, with the harness's own checker.
 
 Standalone (torch + triton + stdlib, no pytest): on a GPU it checks every task
 at its FULL default shapes in every dtype it declares; on a CPU (``--smoke``)
@@ -8,13 +8,19 @@ task x dtype verdict table and writes the details as JSON.
     PYTHONPATH=$PWD python3 benchmarks/starters_check.py --json $OUT/starters.json
     python3 benchmarks/starters_check.py --smoke --tasks rmsnorm,softmax
 
-The checks (also used by tests/kernels and tests/gpu):
-* output dtype and shape match the eager reference's;
-* elementwise |out - ref| <= atol + rtol * |ref| and ||out - ref|| / ||ref||
-  <= max_rel_l2, both against a float64 reference;
-* every output element written: outputs are allocated from NaN-poisoned memory
-  (torch.empty* patched for the call), so an unwritten element shows as NaN;
-* the adversarial inputs of reference.ADVERSARIAL pass the same checks;
+A thin caller of the harness's worker side (also used by tests/kernels and tests/gpu):
+* inputs: ``inputs.InputBuilder`` from the task's ``make_inputs`` (seed 0) and, for
+  the adversarial cases, the task's ``ADVERSARIAL`` transforms, as the judge builds them;
+* outputs: ``correctness.check_structure`` against the eager reference's outputs
+  (count, plain tensor, shape, dtype, device, no alias of an input), then
+  ``correctness.compare`` of each against ``correctness.precise_reference`` (float64):
+  elementwise |out - ref| <= atol + rtol * |ref| and ||out - ref|| / ||ref|| <= max_rel_l2;
+* every output element written: kernel_fn runs under ``guards.OpRecorder(poison=True)``,
+  which fills every fresh allocation with NaN (``guards.poison_``), so an unwritten
+  element fails the comparison; the same recorder names any PyTorch compute op
+  kernel_fn calls (the harness rejects those);
+* inputs unchanged (``correctness.check_inputs_unchanged``, bitwise);
+* with ``--smoke`` off, that a Triton kernel launched (``guards.LaunchCounter``);
 * the eager baseline in the input dtype passes the same tolerance.
 """
 
@@ -31,10 +37,15 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
+if __package__ in (None, ""):  # run as a file: the repository's packages before any installed copy
     sys.path.insert(0, str(REPO))
 
 DTYPE_NAMES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32"}
+METHOD = ("the harness's checker (autokernel_tui.harness.worker): inputs by inputs.InputBuilder (seed 0, "
+          "ADVERSARIAL transforms seeded 1); correctness.check_structure against the eager outputs, "
+          "correctness.compare against correctness.precise_reference (float64) with the task's atol/rtol and "
+          "max_rel_l2; fresh allocations NaN-poisoned and compute ops recorded by guards.OpRecorder; inputs "
+          "bitwise unchanged; a Triton launch counted by guards.LaunchCounter")
 
 
 def ensure_backend(smoke: bool) -> None:
@@ -55,6 +66,18 @@ def load_module(path: Path, tag: str):
     return module
 
 
+def load_reference(task_dir: Path, tag: str):
+    """A task's reference as the harness sees it: the module, or for a backward task (``kind =
+    "backward"``) the harness's ``BackwardReference`` around it (inputs end with ``grad_out``, the
+    outputs are the gradients)."""
+    from autokernel_tui.harness.worker.reference import BackwardReference
+    from autokernel_tui.tasks.spec import load_spec
+
+    module = load_module(Path(task_dir) / "reference.py", tag)
+    spec = load_spec(task_dir)
+    return BackwardReference(module, spec.grad_inputs) if spec.kind == "backward" else module
+
+
 def task_dirs(root: Path | None = None, only: list[str] | None = None) -> list[Path]:
     from autokernel_tui.tasks.spec import find_tasks
 
@@ -67,117 +90,120 @@ def task_dirs(root: Path | None = None, only: list[str] | None = None) -> list[P
     return [s.path for s in specs if not only or s.name in only]
 
 
-def _tensors(out) -> list:
-    import torch
+def precise_reference(ref_mod, inputs: tuple) -> tuple:
+    """The harness's float64 reference (``correctness.precise_reference``): a tuple of outputs."""
+    from autokernel_tui.harness.worker.correctness import precise_reference as precise
 
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (tuple, list)):
-        return [t for t in out if isinstance(t, torch.Tensor)]
-    raise TypeError(f"output must be a tensor or a tuple of tensors, got {type(out).__name__}")
-
-
-def to_float64(inputs: tuple) -> tuple:
-    import torch
-
-    return tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
-
-
-def precise_reference(ref_mod, inputs: tuple):
-    if hasattr(ref_mod, "reference_precise"):
-        return ref_mod.reference_precise(*inputs)
-    return ref_mod.reference(*to_float64(inputs))
+    return precise(ref_mod, inputs)
 
 
 @contextlib.contextmanager
 def poisoned_allocations():
-    """Make torch.empty* return NaN-filled (floats) or extreme-valued (ints) memory."""
+    """kernel_fn's fresh allocations filled with NaN (floats) or the largest value (ints), as the
+    harness poisons them (``guards.OpRecorder(poison=True)``, which calls ``guards.poison_``).
+    Yields the recorder: ``forbidden()`` names any PyTorch compute op called inside."""
+    from autokernel_tui.harness.worker.guards import OpRecorder
+
+    recorder = OpRecorder(poison=True)
+    with recorder:
+        yield recorder
+
+
+def _failed(why: str) -> dict:
+    return {"passed": False, "why": why, "max_abs_err": math.inf, "rel_l2_err": math.inf}
+
+
+def compare(out, eager, precise, tol, inputs: tuple = ()) -> dict:
+    """One verdict by the harness's checker: ``check_structure`` of ``out`` against the eager
+    outputs (and no alias of ``inputs``), then ``correctness.compare`` of each output against the
+    float64 reference ``precise`` with the task's tolerance ``tol``."""
     import torch
 
-    originals = {n: getattr(torch, n) for n in ("empty", "empty_like", "empty_strided")}
+    from autokernel_tui.harness.worker import correctness, transfer
+    from autokernel_tui.harness.worker.errors import Verdict
 
-    def poison(t):
-        if t.is_floating_point():
-            t.fill_(float("nan"))
-        elif t.dtype != torch.bool:
-            t.fill_(torch.iinfo(t.dtype).min)
-        return t
-
-    def wrap(fn):
-        return lambda *a, **k: poison(fn(*a, **k))
-
-    for n, fn in originals.items():
-        setattr(torch, n, wrap(fn))
+    outs = correctness.as_tuple(out)
+    refs = correctness.as_tuple(precise)
     try:
-        yield
-    finally:
-        for n, fn in originals.items():
-            setattr(torch, n, fn)
+        expected = [transfer.describe(e) for e in correctness.as_tuple(eager)]
+        correctness.check_structure(outs, expected, tuple(inputs), "kernel_fn", "check")
+    except Verdict as v:
+        return _failed(v.reason)
+    except AttributeError:  # the eager reference itself returned something that is not a tensor
+        return _failed("the reference returned a non-tensor output")
+    if len(refs) != len(outs):
+        return _failed(f"{len(outs)} outputs, the float64 reference has {len(refs)}")
+    errors = [correctness.compare(o, r.to(o.device), tol.atol, tol.rtol, tol.max_rel_l2) for o, r in zip(outs, refs)]
+    why = ""
+    for i, (o, r, e) in enumerate(zip(outs, refs, errors)):
+        if not e.ok:
+            why = f"output {i}: {e.detail}"
+            if bool((~torch.isfinite(o.detach()) & torch.isfinite(r.to(o.device))).any()):
+                why += " (non-finite where the reference is finite: unwritten or overflowed elements)"
+            break
+    return {"passed": not why, "why": why, "max_abs_err": max(e.max_abs_err for e in errors),
+            "rel_l2_err": max(e.rel_l2_err for e in errors)}
 
 
-def compare(out, eager, precise, tol) -> dict:
-    """One verdict: dtype/shape vs the eager output, tolerances vs float64."""
+def build_inputs(ref_mod, dims: dict, dtype_name: str, device: str, seed: int = 0,
+                 adversarial: str | None = None) -> tuple:
+    """The inputs the judge builds from this recipe: ``make_inputs`` at ``seed``, then the task's
+    ``ADVERSARIAL[adversarial]`` transform (seeded ``seed + 1``) when one is named."""
+    from autokernel_tui.harness.worker.inputs import InputBuilder
+
+    steps = [["transform", adversarial, seed + 1]] if adversarial else []
+    builder = InputBuilder(ref_mod, device, cache_bytes=0)
+    return builder.build({"dims": dict(dims), "dtype": dtype_name, "base_seed": seed, "steps": steps})
+
+
+def check_call(kernel_fn, ref_mod, inputs: tuple, tol, launches=None, precise: tuple | None = None,
+               eager=None) -> dict:
+    """kernel_fn on ``inputs`` checked as the harness checks a call; the verdict dict of ``compare``.
+
+    ``launches``: a ``guards.LaunchCounter`` already installed, to require a Triton launch.
+    ``precise`` and ``eager``: the float64 and eager references on ``inputs``, when already made."""
     import torch
 
-    outs, eagers, refs = _tensors(out), _tensors(eager), _tensors(precise)
-    if len(outs) != len(eagers):
-        return {"passed": False, "why": f"{len(outs)} outputs, reference has {len(eagers)}",
-                "max_abs_err": math.inf, "rel_l2_err": math.inf}
-    max_abs, rel_l2, why = 0.0, 0.0, ""
-    for i, (o, e, r) in enumerate(zip(outs, eagers, refs)):
-        if o.shape != e.shape or o.dtype != e.dtype:
-            why = why or f"output {i}: {tuple(o.shape)} {o.dtype}, reference {tuple(e.shape)} {e.dtype}"
-            max_abs = rel_l2 = math.inf
-            continue
-        o64, r64 = o.double(), r.double().to(o.device)
-        if not torch.isfinite(o64).all() and not torch.equal(torch.isfinite(o64), torch.isfinite(r64)):
-            why = why or f"output {i}: non-finite values (unwritten or overflowed elements)"
-            max_abs = rel_l2 = math.inf
-            continue
-        finite = torch.isfinite(r64)
-        diff = (o64 - r64).where(finite, torch.zeros_like(o64))
-        err = diff.abs().max().item() if diff.numel() else 0.0
-        denom = r64.where(finite, torch.zeros_like(r64)).norm().item()
-        l2 = diff.norm().item() / denom if denom > 0 else (0.0 if diff.norm().item() == 0 else math.inf)
-        max_abs, rel_l2 = max(max_abs, err), max(rel_l2, l2)
-        bad = (diff.abs() > tol.atol + tol.rtol * r64.abs().where(finite, torch.zeros_like(r64)))
-        if bad.any():
-            why = why or f"output {i}: {int(bad.sum())} of {bad.numel()} elements outside atol/rtol (max abs err {err:.3g})"
-        if l2 > tol.max_rel_l2:
-            why = why or f"output {i}: rel-L2 error {l2:.3g} > {tol.max_rel_l2:.3g}"
-    return {"passed": not why, "why": why, "max_abs_err": max_abs, "rel_l2_err": rel_l2}
+    from autokernel_tui.harness.worker import correctness
+    from autokernel_tui.harness.worker.errors import Verdict
+
+    before = correctness.snapshot_inputs(inputs)
+    precise = precise_reference(ref_mod, inputs) if precise is None else precise
+    eager = ref_mod.reference(*inputs) if eager is None else eager
+    count = launches.count if launches is not None else 0
+    with poisoned_allocations() as recorder:
+        out = kernel_fn(*inputs)
+    if any(isinstance(t, torch.Tensor) and t.is_cuda for t in inputs):
+        torch.cuda.synchronize()
+    verdict = compare(out, eager, precise, tol, inputs)
+    problems = []
+    bad_ops = recorder.forbidden()
+    if bad_ops:
+        problems.append(f"kernel_fn calls {bad_ops[0]} (a PyTorch compute op): the work must be done in Triton")
+    if launches is not None and launches.count == count:
+        problems.append("kernel_fn launched no Triton kernel")
+    try:
+        correctness.check_inputs_unchanged(before, inputs, "kernel_fn", "check")
+    except Verdict as v:
+        problems.append(v.reason)
+    if problems:
+        verdict.update(passed=False, why=verdict["why"] or problems[0])
+    return verdict
 
 
 def check_case(task_dir: Path, dtype_name: str, shape, device: str, seed: int = 0,
-               adversarial: str | None = None, tag: str = "check") -> dict:
+               adversarial: str | None = None, tag: str = "check", launches=None) -> dict:
     """Kernel and eager baseline vs float64 for one task, dtype, shape and input transform."""
-    import torch
     from autokernel_tui.tasks.spec import load_spec
 
     spec = load_spec(task_dir)
-    ref_mod = load_module(task_dir / "reference.py", tag)
+    ref_mod = load_reference(task_dir, tag)
     ker_mod = load_module(task_dir / "kernel.py", tag)
-    dtype = getattr(torch, dtype_name)
     tol = spec.tolerances[dtype_name]
-    inputs = ref_mod.make_inputs(dict(shape.dims), dtype, device, seed)
-    if adversarial:
-        g = torch.Generator(device="cpu").manual_seed(seed + 1)
-        inputs = ref_mod.ADVERSARIAL[adversarial](inputs, g)
-    snapshot = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    inputs = build_inputs(ref_mod, shape.dims, dtype_name, device, seed, adversarial)
     precise = precise_reference(ref_mod, inputs)
     eager = ref_mod.reference(*inputs)
-    with poisoned_allocations():
-        out = ker_mod.kernel_fn(*inputs)
-    if device == "cuda":
-        torch.cuda.synchronize()
-    kernel = compare(out, eager, precise, tol)
-    for i, (a, b) in enumerate(zip(inputs, snapshot)):
-        if isinstance(a, torch.Tensor) and not torch.equal(a, b):
-            kernel.update(passed=False, why=kernel["why"] or f"input {i} was modified by kernel_fn")
-    for o in _tensors(out):
-        for x in inputs:
-            if isinstance(x, torch.Tensor) and o.numel() and o.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
-                kernel.update(passed=False, why=kernel["why"] or "an output aliases an input")
+    kernel = check_call(ker_mod.kernel_fn, ref_mod, inputs, tol, launches, precise, eager)
     baseline = compare(eager, eager, precise, tol)
     return {"task": spec.name, "dtype": dtype_name, "shape": shape.name, "dims": dict(shape.dims),
             "adversarial": adversarial or "", "kernel": kernel, "baseline": baseline}
@@ -188,31 +214,31 @@ def adversarial_shapes(shapes) -> list:
     return [shapes[0]] if len(shapes) == 1 else [shapes[0], shapes[-1]]
 
 
-def check_task(task_dir: Path, device: str, dtypes: list[str] | None = None) -> list[dict]:
+def check_task(task_dir: Path, device: str, dtypes: list[str] | None = None, launches=None) -> list[dict]:
     """Every shape x declared dtype, plus each adversarial transform on the first and last shapes."""
     from autokernel_tui.tasks.spec import load_spec
 
     spec = load_spec(task_dir)
-    ref_mod = load_module(task_dir / "reference.py", "check")
+    ref_mod = load_reference(task_dir, "check")
     shapes = spec.shapes_for(device)
     rows = []
     for dtype_name in spec.dtypes:
         if dtypes and dtype_name not in dtypes:
             continue
         for shape in shapes:
-            rows.append(_guarded(task_dir, dtype_name, shape, device, None))
+            rows.append(_guarded(task_dir, dtype_name, shape, device, None, launches))
         for name in getattr(ref_mod, "ADVERSARIAL", {}):
             for shape in adversarial_shapes(shapes):
-                rows.append(_guarded(task_dir, dtype_name, shape, device, name))
+                rows.append(_guarded(task_dir, dtype_name, shape, device, name, launches))
     return rows
 
 
-def _guarded(task_dir, dtype_name, shape, device, adversarial) -> dict:
+def _guarded(task_dir, dtype_name, shape, device, adversarial, launches=None) -> dict:
     import torch
 
     t0 = time.perf_counter()
     try:
-        row = check_case(task_dir, dtype_name, shape, device, adversarial=adversarial)
+        row = check_case(task_dir, dtype_name, shape, device, adversarial=adversarial, launches=launches)
     except Exception as exc:  # a crash is a verdict, not the end of the table
         row = {"task": task_dir.name, "dtype": dtype_name, "shape": shape.name, "dims": dict(shape.dims),
                "adversarial": adversarial or "",
@@ -257,9 +283,13 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["TRITON_INTERPRET"] = "1"
     dirs = task_dirs(args.kernel_dir, [t for t in args.tasks.split(",") if t])
     dtypes = [d for d in args.dtypes.split(",") if d]
+    from autokernel_tui.harness.worker.guards import LaunchCounter
+
+    launches = LaunchCounter()  # this process's own: every checked call must launch a Triton kernel
+    launches.install()
     rows = []
     for d in dirs:
-        rows.extend(check_task(d, device, dtypes))
+        rows.extend(check_task(d, device, dtypes, launches))
         print(f"checked {d.name}", file=sys.stderr, flush=True)
     summary = summarize(rows)
     name = torch.cuda.get_device_name() if device == "cuda" else "CPU (Triton interpreter)"
@@ -280,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"device": name, "torch": torch.__version__,
                                     "triton": __import__("triton").__version__,
-                                    "summary": summary, "cases": rows}, indent=1, default=str))
+                                    "method": METHOD, "summary": summary, "cases": rows}, indent=1, default=str))
         print(f"wrote {path}")
     return 0 if ok else 1
 

@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # run as a file: the repository's packages before any installed copy
+    sys.path.insert(0, str(ROOT))
 
 from autokernel_tui.ledger.results import HEADER, format_row  # noqa: E402
 from autokernel_tui.tui.app import AutokernelApp  # noqa: E402

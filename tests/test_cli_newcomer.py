@@ -73,6 +73,7 @@ def test_the_demo_lives_outside_the_checkout_and_its_hint_resumes_it(tmp_path, m
     data = tmp_path / "data"
     monkeypatch.chdir(checkout)
     monkeypatch.setenv("XDG_DATA_HOME", str(data))
+    monkeypatch.delenv("AUTOKERNEL_HARNESS_QUICK", raising=False)  # restored after the test
     seen: dict = {}
 
     class Client:
@@ -81,8 +82,9 @@ def test_the_demo_lives_outside_the_checkout_and_its_hint_resumes_it(tmp_path, m
 
     monkeypatch.setattr(engine_link, "start_in_process", lambda ws, settings, **kw: Client())
 
-    def fake_run_live(workspace, settings, client, attached, headless_args=(), resume_command=None):
-        seen.update(workspace=workspace, resume=resume_command, headless_args=list(headless_args))
+    def fake_run_live(workspace, settings, client, attached, headless_args=(), notes=(), resume_command=None):
+        seen.update(workspace=workspace, resume=resume_command, headless_args=list(headless_args), notes=list(notes),
+                    quick=settings.harness.quick)
         return 0
 
     monkeypatch.setattr(launch, "run_live", fake_run_live)
@@ -94,6 +96,8 @@ def test_the_demo_lives_outside_the_checkout_and_its_hint_resumes_it(tmp_path, m
     assert seen["resume"] == f"autokernel-tui demo -C {shlex.quote(str(ws))}"
     assert _suggested(f"`{seen['resume']}`")[:3] == ["demo", "-C", str(ws)]
     assert seen["headless_args"][:4] == ["--agent", "tuner", "--policy", "manual"]
+    assert seen["quick"] and os.environ["AUTOKERNEL_HARNESS_QUICK"] == "1"  # a headless hand-over keeps it
+    assert f"autokernel-tui -C {shlex.quote(str(ws))}" in seen["notes"][0]
 
 
 def test_the_demo_folder_without_xdg_is_under_the_home(tmp_path):
@@ -119,7 +123,7 @@ def test_the_stop_hint_names_the_command_it_was_given(tmp_path, monkeypatch, cap
 
     monkeypatch.setattr(app_module, "AutokernelApp", App)
     monkeypatch.setattr(engine_link, "stop_and_close", lambda client: None)
-    settings = type("S", (), {"keys": {}})()
+    settings = type("S", (), {"keys": {}, "harness": type("H", (), {"quick": False})()})()
     launch.run_live(tmp_path, settings, object(), attached=False, resume_command="autokernel-tui demo -C /x")
     assert "resume with: autokernel-tui demo -C /x" in capsys.readouterr().err
     launch.run_live(tmp_path, settings, object(), attached=False)
@@ -256,3 +260,36 @@ def test_init_from_a_profile_names_every_op_it_skipped_and_why(tmp_path, capsys)
     assert re.search(r"skipped flash_attention \(rank 1\): .*float32", out), out
     assert re.search(r"skipped aten::embedding \(rank 3\): no starter", out), out
     assert re.search(r"skipped softmax \(rank 4\): .*shapes", out), out
+
+
+PROGRESS_THROUGH_THE_FILTER = """
+import os, sys
+from autokernel_tui.profiling.quiet import filtered_stderr, terminal_stderr
+with terminal_stderr() as err, filtered_stderr():
+    err.write("bar 1/2\\r")  # a progress bar redraws its line without a newline
+    err.flush()
+    os.write(2, b"gpuGetDeviceCount failed with code 35\\n")
+    print("TOLD", file=sys.stdout, flush=True)
+    sys.stdin.readline()     # the parent has seen the bar's partial line by now, or the test fails
+    err.write("bar 2/2\\n")
+"""
+
+
+def test_a_progress_bar_reaches_the_terminal_at_once_past_the_noise_filter(tmp_path):
+    """The bar's carriage-return redraws are not held back by the line-by-line filter."""
+    import select
+
+    proc = subprocess.Popen([sys.executable, "-c", PROGRESS_THROUGH_THE_FILTER], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stdout.readline() == b"TOLD\n"
+        ready, _, _ = select.select([proc.stderr], [], [], 10)
+        assert ready, "the partial progress line was held back"
+        assert os.read(proc.stderr.fileno(), 100).startswith(b"bar 1/2\r")
+        proc.stdin.write(b"\n")
+        proc.stdin.flush()
+        rest = proc.stderr.read()
+        assert proc.wait(30) == 0
+        assert b"bar 2/2" in rest and b"gpuGetDeviceCount" not in rest
+    finally:
+        proc.kill()

@@ -109,6 +109,7 @@ def test_an_old_run_reviews_with_todays_names(old_run):
 def test_an_old_run_resumes_in_percent(old_run):
     """The engine reads the old reports' percent as percent (no x100, no /100) and rewrites the header."""
     from autokernel_tui.engine.loop import Engine
+    from autokernel_tui.engine.orchestrator import roofline_if_meaningful
     from tests.fakes.gpu_run import H200Harness, ScriptedTuner
 
     workspace, run_dir, before, start = old_run
@@ -120,8 +121,7 @@ def test_an_old_run_resumes_in_percent(old_run):
         assert engine.snapshot()["tasks"][0]["roofline_pct"] == pytest.approx(38.27)
         assert (run_dir / "results.tsv").read_text().split("\n", 1)[0] == HEADER  # the writer upgraded it
         assert engine.results.rows == before
-        assert engine._meaningful_pct(engine._read_json(run_dir / "reports" / "start-rmsnorm.json")) == \
-            start["summary"]["roofline_pct"]
+        assert roofline_if_meaningful(engine.record.start_report("rmsnorm")) == start["summary"]["roofline_pct"]
     finally:
         engine.close()
 

@@ -98,9 +98,11 @@ def main(args: argparse.Namespace) -> int:
     load_spec(task_dir)  # a broken task folder: one line, exit 2
     settings = load_settings(None)
     timeout = args.timeout if args.timeout is not None else settings.harness.timeout_s
+    from autokernel_tui.progress import evaluate_with_progress
+
     with Harness(timeout_s=timeout, device=args.device, keep_margin=settings.harness.keep_margin,
                  sandbox=settings.harness.sandbox) as harness:
-        report = harness.evaluate(task_dir, quick=args.quick or settings.harness.quick)
+        report = evaluate_with_progress(harness, task_dir, quick=args.quick or settings.harness.quick)
     print(render(report))
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_dict(), indent=1), encoding="utf-8")

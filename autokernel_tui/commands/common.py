@@ -69,10 +69,10 @@ def engine_kwargs(args: argparse.Namespace, settings) -> dict:
     agent for ``--agent module:factory``."""
     import os
 
-    from autokernel_tui.engine.loop import _load_object
+    from autokernel_tui.engine.backends import load_object
 
     spec = getattr(args, "agent", None)
-    agent = _load_object(spec)(settings.agent, dict(os.environ)) if spec and ":" in spec else None
+    agent = load_object(spec)(settings.agent, dict(os.environ)) if spec and ":" in spec else None
     return {"tag": getattr(args, "tag", None), "new": bool(getattr(args, "new", False)),
             "tasks": getattr(args, "task", None), "agent": agent}
 

@@ -14,10 +14,6 @@ import argparse
 
 from autokernel_tui.commands import common
 
-DEMO_TASKS = ("rmsnorm", "softmax")
-DEMO_DEFAULTS = {"run": {"policy": "manual"}, "agent": {"kind": "tuner"}}
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", nargs="?", default=None, metavar="DIR",
                         help="where the demo workspace lives (default: $XDG_DATA_HOME/autokernel-tui/demo, "
@@ -39,12 +35,14 @@ def default_dir(env=None, home=None):
 
 
 def main(args: argparse.Namespace) -> int:
+    import os
     import sys
     from pathlib import Path
 
     from autokernel_tui.ledger import paths
     from autokernel_tui.ledger.workspace import init_workspace
     from autokernel_tui.tui import engine_link, keys, launch, workspace_files
+    from autokernel_tui.tui.demo import DEMO_TASKS, QUICK_ENV, demo_notes, demo_overrides
 
     given = args.workspace or args.dir
     workspace = (Path(given).expanduser() if given else default_dir()).resolve()
@@ -53,16 +51,21 @@ def main(args: argparse.Namespace) -> int:
         # user chose): committing demo tasks into the user's repository would be worse than nesting one.
         init_workspace(workspace, tasks=list(DEMO_TASKS), nested=True)
         print(f"demo workspace created: {workspace}", file=sys.stderr)
-    settings = common.load_run_settings(args, workspace, defaults=DEMO_DEFAULTS)
+    defaults = demo_overrides()
+    if defaults.get("harness", {}).get("quick"):
+        # The quick check travels with the run when the app hands it to a headless engine (whose
+        # settings come from files, the environment and flags), unless the user said otherwise.
+        os.environ.setdefault(QUICK_ENV, "1")
+    settings = common.load_run_settings(args, workspace, defaults=defaults)
     keys.keymap(settings.keys)
     resume = common.command_line("autokernel-tui", "demo", "-C", workspace, *common.run_argv(args))
     if workspace_files.engine_is_live(workspace):
         return launch.run_live(workspace, settings, engine_link.attach(workspace), attached=True,
                                resume_command=resume)
     # The demo's own defaults travel with the run when the app hands it to a headless engine.
-    handed_on = ["--agent", args.agent or DEMO_DEFAULTS["agent"]["kind"],
-                 "--policy", args.policy or DEMO_DEFAULTS["run"]["policy"],
+    handed_on = ["--agent", args.agent or defaults["agent"]["kind"],
+                 "--policy", args.policy or defaults["run"]["policy"],
                  *common.run_argv(args, skip=("--agent", "--policy"))]
     client = engine_link.start_in_process(workspace, settings, **common.engine_kwargs(args, settings))
     return launch.run_live(workspace, settings, client, attached=False, headless_args=handed_on,
-                           resume_command=resume)
+                           notes=demo_notes(settings, workspace), resume_command=resume)

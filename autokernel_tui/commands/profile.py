@@ -37,11 +37,13 @@ def main(args: argparse.Namespace) -> int:
 
     from autokernel_tui.profiling.amdahl import format_table
     from autokernel_tui.profiling.pipeline import run_profile
-    from autokernel_tui.profiling.quiet import filtered_stderr
+    from autokernel_tui.profiling.quiet import filtered_stderr, terminal_stderr
+    from autokernel_tui.progress import Progress
 
-    with filtered_stderr():
+    # The progress bar goes straight to the terminal; the profiler's native chatter on fd 2 is filtered.
+    with terminal_stderr() as err, Progress(f"profile {args.model}", stream=err) as progress, filtered_stderr():
         profile = run_profile(args.model, args.batch, args.seq, args.dtype, args.train, args.layers, args.device,
-                              args.steps)
+                              args.steps, progress=progress)
     print(format_table(profile, limit=args.top))
     if args.json:
         Path(args.json).write_text(json.dumps(profile, indent=1), encoding="utf-8")

@@ -186,7 +186,7 @@ def _detach(args: argparse.Namespace) -> int:
 
     from autokernel_tui.engine.client import socket_path
     from autokernel_tui.engine.lock import live_pid
-    from autokernel_tui.engine.loop import new_tag, unfinished_run
+    from autokernel_tui.engine.runrecord import new_tag, unfinished_run
     from autokernel_tui.ledger import paths
 
     ws = common.workspace_of(args)

@@ -16,7 +16,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int)
     parser.add_argument("--seq", type=int)
     parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"])
-    parser.add_argument("--train", action="store_true", help="compare the training loss (forward) instead of outputs")
+    parser.add_argument("--train", action="store_true",
+                        help="a training step (forward + backward) instead of inference: the loss and every "
+                             "parameter's gradient checked, the step timed")
+    parser.add_argument("--modes", metavar="M,M",
+                        help="inference modes to measure: eager, eager+kernels, compile, compile+kernels, cudagraphs, "
+                             "cudagraphs+kernels (default: all on a GPU, none on the CPU)")
     parser.add_argument("--layers", type=int)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--iters", type=int, help="timed iterations (default 30 on a GPU, 3 on the CPU)")
@@ -28,10 +33,10 @@ def main(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from autokernel_tui.profiling.patch import use_interpreter_if_no_gpu
-    from autokernel_tui.profiling.quiet import filtered_stderr
+    from autokernel_tui.profiling.quiet import filtered_stderr, terminal_stderr
 
     use_interpreter_if_no_gpu(args.device)
-    from autokernel_tui.profiling.verify import (VerifyError, chosen_kernels, format_result,
+    from autokernel_tui.profiling.verify import (VerifyError, chosen_kernels, format_result, format_training,
                                                  model_args_from_tasks, verify)
 
     kdir, where, kernels = chosen_kernels(args)
@@ -41,11 +46,22 @@ def main(args: argparse.Namespace) -> int:
     if not model:
         raise VerifyError("name the model: --model MODEL (the workspace's tasks do not record one)")
     pick = lambda flag, key: flag if flag is not None else (saved.get(key) if model == saved.get("model") else None)  # noqa: E731
-    with filtered_stderr():  # the profiler's native chatter (see profiling.quiet)
+    from autokernel_tui.progress import Progress
+
+    # The progress bar goes straight to the terminal; the profiler's native chatter on fd 2 is filtered.
+    with terminal_stderr() as err, Progress(f"verify {model}", stream=err) as progress, filtered_stderr():
         result = verify(model, kernels, batch=pick(args.batch, "batch"), seq=pick(args.seq, "seq"),
                         dtype=pick(args.dtype, "dtype"), device=args.device, train=args.train,
-                        layers=pick(args.layers, "layers"), iters=args.iters)
-    print(format_result(result))
+                        layers=pick(args.layers, "layers"), iters=args.iters, progress=progress,
+                        modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()) if args.modes else None)
+    print(format_training(result) if "gradients" in result else format_result(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1), encoding="utf-8")
+    if not args.kernels and where.startswith("run "):  # a run's kept kernels: the morning report shows it
+        from autokernel_tui.report.paths import verify_path
+
+        path = verify_path(args.workspace_flag or args.workspace, where.split()[1])
+        if path.parent.is_dir():
+            path.write_text(json.dumps(result, indent=1), encoding="utf-8")
+            print(f"saved for `autokernel-tui report`: {path}")
     return 0 if result["correct"] else 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shlex
 import socket
 import threading
 from pathlib import Path
@@ -77,6 +78,13 @@ class SocketClient:
     def __init__(self, workspace: str | Path, timeout_s: float = 10.0):
         self.path = socket_path(workspace)
         self.timeout_s = timeout_s
+        from autokernel_tui.engine.control import read_token
+
+        try:
+            self._token = read_token(self.path)
+        except OSError as exc:
+            raise WorkspaceError(f"cannot read the engine's control token beside {self.path}: "
+                                 f"{exc.strerror or exc}") from None
         try:
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         except OSError as exc:  # e.g. this process is out of file descriptors
@@ -141,7 +149,8 @@ class SocketClient:
     def send(self, cmd: str, **args: Any) -> dict[str, Any]:
         rid = next(self._ids)
         try:
-            data = (json.dumps({"id": rid, "cmd": cmd, **args}, allow_nan=False) + "\n").encode()
+            data = (json.dumps({"id": rid, "cmd": cmd, **args, "token": self._token}, allow_nan=False)
+                    + "\n").encode()
         except (TypeError, ValueError) as exc:  # NaN, Infinity or an object JSON cannot carry
             return {"ok": False, "error": f"bad request: {exc}"}
         try:
@@ -185,5 +194,5 @@ def connect(workspace: str | Path, engine_factory: Callable[[], Any] | None = No
     if live_pid(Path(workspace)) is not None and socket_path(workspace).exists():
         return SocketClient(workspace)
     if engine_factory is None:
-        raise WorkspaceError(f"no engine is running in {workspace} (start one with `autokernel-tui run`)")
+        raise WorkspaceError(f"no engine is running in {workspace} (start one with `autokernel-tui run --headless -C {shlex.quote(str(workspace))}`)")
     return LocalClient(engine_factory())

@@ -2,9 +2,15 @@
 
 ``<ws>/.autokernel/control.sock``, mode 0600 (created under a 0077 umask, so
 there is no window where others could connect). Newline-delimited JSON both
-ways: a client sends ``{"id": k, "cmd": ..., ...args}`` and gets
-``{"id": k, "ok": bool, ...}``; every engine event is pushed to every client as
-``{"event": {...}}``. A slow or dead client never blocks the engine: each has a
+ways: a client sends ``{"id": k, "cmd": ..., "token": T, ...args}`` and gets
+``{"id": k, "ok": bool, ...}``; every engine event is pushed to every
+authenticated client as ``{"event": {...}}``.
+
+Authentication: a file mode is not enough where candidate code runs as the same
+user (without bwrap, Landlock does not mediate connecting to a Unix socket), so
+the engine writes a fresh random token to ``<ws>/.autokernel/control.token``
+(0600) and a connection is served, and sent events, only once a request carries
+it. A sandboxed candidate cannot read the workspace, so it cannot connect. A slow or dead client never blocks the engine: each has a
 bounded outgoing queue and is dropped when it overflows.
 
 Hostile or broken clients cost them, never the engine: at most ``max_clients``
@@ -19,17 +25,21 @@ with arguments of the right types), and anything wrong gets an error reply.
 from __future__ import annotations
 
 import errno
+import hmac
 import json
 import logging
 import math
 import os
 import queue
 import resource
+import secrets
 import socket
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from autokernel_tui.ledger import paths
 
 MAX_REQUEST = 64 * 1024  # bytes in one request line; commands are small
 MAX_SKIP = 16 << 20  # an over-long request is read past up to this many bytes, then the client is dropped
@@ -41,12 +51,24 @@ _FD_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 # command -> {argument: (kind, required)}; kinds: "n" (a whole number >= 1), "str".
 COMMANDS: dict[str, dict[str, tuple[str, bool]]] = {
+    "hello": {},  # answered by the connection itself: presents the token, reaches no engine
     "snapshot": {}, "pause": {}, "resume": {}, "start": {}, "skip": {}, "stop": {},
     "approve": {"n": ("n", False), "reason": ("str", False)},
     "veto": {"n": ("n", False), "reason": ("str", False)},
     "set_policy": {"policy": ("str", True)},
     "revert": {"n": ("n", True), "run": ("str", False)},
 }
+
+
+def token_path(sock_path: Path) -> Path:
+    """Where the engine keeps the control channel's token: beside the socket (the real one, when
+    the path given is a link to it)."""
+    return Path(sock_path).resolve().with_name(paths.TOKEN_FILE)
+
+
+def read_token(sock_path: Path) -> str:
+    """The token a client must present (OSError when it cannot be read)."""
+    return token_path(sock_path).read_text(encoding="ascii").strip()
 
 
 class BadRequest(ValueError):
@@ -98,6 +120,7 @@ def parse_request(line: bytes) -> tuple[Any, str, dict[str, Any]]:
         raise BadRequest("request nested too deeply") from None
     if not isinstance(msg, dict):
         raise BadRequest(f"a request is a JSON object, not a {type(msg).__name__}")
+    msg.pop("token", None)  # checked by the connection (``_Client``), never an argument of a command
     rid = msg.pop("id", None)
     if rid is not None and (isinstance(rid, bool) or not isinstance(rid, (int, str)) or
                             (isinstance(rid, str) and len(rid) > 100)):
@@ -139,9 +162,22 @@ def client_limit() -> int:
     return max(2, min(MAX_CLIENTS, soft // 4))
 
 
+def _token_of(line: bytes) -> str | None:
+    """The ``token`` field of a request line, when it is a short string."""
+    if len(line) > MAX_REQUEST or _depth(line) > MAX_DEPTH:
+        return None
+    try:
+        msg = json.loads(line.decode("utf-8"), parse_constant=lambda _name: None)
+    except (ValueError, RecursionError):
+        return None
+    token = msg.get("token") if isinstance(msg, dict) else None
+    return token if isinstance(token, str) and len(token) <= 200 else None
+
+
 class _Client:
     def __init__(self, server: "ControlServer", conn: socket.socket):
         self.server, self.conn = server, conn
+        self.authenticated = False
         self.out: queue.Queue[bytes | None] = queue.Queue(QUEUE_LIMIT)
         self.alive = True
         self._writer_thread = threading.Thread(target=self._writer, daemon=True, name="control-writer")
@@ -199,10 +235,22 @@ class _Client:
         self.close()
 
     def _handle(self, line: bytes) -> None:
+        if not self.authenticated:
+            token = _token_of(line)
+            if token is None or not hmac.compare_digest(token, self.server.token):
+                self.send({"id": _id_of(line), "ok": False, "error": (
+                    "not authenticated: a request must carry the token in .autokernel/control.token "
+                    "(autokernel-tui's own clients do)")})
+                self.finish()
+                return
+            self.authenticated = True
         try:
             rid, cmd, args = parse_request(line)
         except BadRequest as exc:
             self.send({"id": _id_of(line), "ok": False, "error": f"bad request: {exc}"})
+            return
+        if cmd == "hello":
+            self.send({"id": rid, "ok": True})
             return
         try:
             reply = self.server.engine.command(cmd, **args)
@@ -259,6 +307,8 @@ class ControlServer:
         self._unsubscribe = None
         self.max_clients = client_limit()
         self.refused = 0  # connections turned away because max_clients were connected
+        self.token = secrets.token_urlsafe(32)
+        self.token_path = token_path(self.path)
 
     def start(self) -> "ControlServer":
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -267,6 +317,10 @@ class ControlServer:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o077)
         try:
+            self.token_path.unlink(missing_ok=True)
+            fd = os.open(self.token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="ascii") as fh:
+                fh.write(self.token + "\n")
             sock.bind(str(self.path))
         except OSError as exc:
             sock.close()
@@ -337,7 +391,8 @@ class ControlServer:
         with self._lock:
             clients = list(self.clients)
         for c in clients:
-            c.send({"event": event})
+            if c.authenticated:
+                c.send({"event": event})
 
     def _forget(self, client: _Client) -> None:
         with self._lock:
@@ -351,5 +406,6 @@ class ControlServer:
         if sock is not None:
             sock.close()
             self.path.unlink(missing_ok=True)
+            self.token_path.unlink(missing_ok=True)
         for c in list(self.clients):
             c.finish()

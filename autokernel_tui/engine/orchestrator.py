@@ -153,3 +153,12 @@ class Orchestrator:
         self.tasks[name].status = status
         if self.current == name:
             self.current = None
+
+
+def roofline_if_meaningful(report: Any) -> float | None:
+    """A harness Report's ``roofline_pct`` (percent, as the harness gives it) when its timings mean
+    something (a GPU), else None: the CPU interpreter's times say nothing about the roofline."""
+    if report is None or report.timing_meaningful is not True or report.summary is None:
+        return None
+    pct = report.summary.roofline_pct
+    return float(pct) if isinstance(pct, (int, float)) and not isinstance(pct, bool) else None

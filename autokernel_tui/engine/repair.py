@@ -3,17 +3,22 @@
 results.tsv is one of three records of an experiment. The others: the journal
 (``events.jsonl``: ``experiment_started`` ... ``result``, whose ``row`` is the
 results row itself) and git (each experiment's commit, ``exp N: ...`` with
-``Autokernel-*`` trailers, on the run branch when kept, else at
-``refs/autokernel/<tag>/exp-N``). A results file cut mid-line, a line deleted
+``Autokernel-*`` trailers, at ``refs/autokernel/<tag>/exp-N`` and, when kept, on
+the run branch). A results file cut mid-line, a line deleted
 or edited into nonsense must not make the engine reuse an experiment number:
 that would overwrite the ``exp-N`` ref and orphan the old commit.
 
 So on opening a run, for every experiment number that the journal or git show
 in use and that has no usable results row (except the one experiment the last
-session died in: ``Engine._recover`` finishes that one), the row is rebuilt:
+session died in: ``recovery.finish_open_experiment`` finishes that one), the row is rebuilt:
 from its ``result`` event when the journal has it (exactly the row that was
 written), otherwise from what the journal and git hold (commit, trailers,
-``reports/exp-N.json``). The file is then rewritten in experiment order; when it
+``reports/exp-N.json``). A commit on the branch is kept: the branch advances only
+on a keep, after the decision is journaled. Runs from before that layout committed
+each candidate on the branch first, so there a branch tip with no decision on
+record (and no ``exp-N`` ref: the old layout wrote one only when discarding) is an
+undecided candidate: it is kept at its ref and the branch moved back, as the
+engine does for an open experiment. The file is then rewritten in experiment order; when it
 held lines that had to be dropped, the old file is kept beside it
 (``results.tsv.bad-K``). Every repair is one line in the returned list, which
 the engine journals (``repaired`` events) and shows.
@@ -29,12 +34,15 @@ from pathlib import Path
 from typing import Any
 
 from autokernel_tui.engine import journal
+from autokernel_tui.engine.gate import status_of
+from autokernel_tui.engine.runrecord import Spend, make_row
+from autokernel_tui.harness.report import Comparison, Report, Summary
 from autokernel_tui.ledger import paths
 from autokernel_tui.ledger.gitrepo import parse_trailers
+from autokernel_tui.ledger.schema import read_comparison, read_report, read_saved
 
 _SUBJECT = re.compile(r"^exp (\d+): ?(.*)$")
 _EXP_REF = re.compile(r"^refs/autokernel/(?P<tag>[^/]+)/exp-(?P<n>[1-9][0-9]*)$")
-FAILED_STATUS = {"FAIL": "fail", "CRASH": "crash", "TIMEOUT": "timeout", "REJECTED": "rejected"}
 MAX_MESSAGES = 20
 
 
@@ -42,23 +50,14 @@ MAX_MESSAGES = 20
 class GitExperiment:
     n: int
     sha: str
-    on_branch: bool  # on the run branch's first-parent chain (kept, or not yet decided)
+    on_branch: bool  # on the run branch's first-parent chain (kept; in an old run, or not yet decided)
     is_tip: bool = False
     ref: str = ""
     subject: str = ""
     trailers: dict[str, str] = field(default_factory=dict)
     time: float = 0.0
     parent: str = ""
-
-
-def is_commit(repo: Any, rev: str) -> bool:
-    if not rev or rev.startswith("-"):
-        return False
-    try:
-        repo.repo.git.rev_parse("--verify", "-q", f"{rev}^{{commit}}")
-    except Exception:  # git.GitCommandError: not a commit here
-        return False
-    return True
+    at_ref: bool = False  # refs/autokernel/<tag>/exp-N holds this commit too
 
 
 def _log(repo: Any, *args: str) -> list[tuple[str, float, str, str]]:
@@ -106,6 +105,8 @@ def scan_git(repo: Any, tag: str, base: str, wanted: set[int] | None = None) -> 
         m = _EXP_REF.match(name)
         if m and m.group("tag") == tag:
             refs[int(m.group("n"))] = (name, sha)
+    for n, g in found.items():
+        g.at_ref = refs.get(n, ("", ""))[1] == g.sha
     todo = {n: v for n, v in refs.items() if n not in found and (wanted is None or n in wanted)}
     by_sha = {sha: (n, name) for n, (name, sha) in todo.items()}
     if by_sha:
@@ -126,40 +127,34 @@ def _float(text: str | None) -> float | None:
     return value if value is not None and value == value and abs(value) != float("inf") else None
 
 
-def _from_trailers(trailers: dict[str, str]) -> tuple[dict | None, dict | None]:
+def _from_trailers(trailers: dict[str, str]) -> tuple[Report | None, Comparison | None]:
     """The harness verdict as far as the commit's trailers tell it (when reports/ and the journal lack it)."""
     status = trailers.get("Autokernel-Status")
     if not status or status == "reverted":
         return None, None
-    report = {"status": status, "reason": trailers.get("Autokernel-Reason", ""),
-              "summary": {"latency_us": _float(trailers.get("Autokernel-Latency-Us")),
-                          "speedup_vs_baseline": _float(trailers.get("Autokernel-Speedup-Vs-Baseline"))}}
+    summary = Summary(latency_us=_float(trailers.get("Autokernel-Latency-Us")),  # type: ignore[arg-type]
+                      speedup_vs_baseline=_float(trailers.get("Autokernel-Speedup-Vs-Baseline")),
+                      speedup_vs_compile=None, roofline_pct=None, worst_shape="", worst_speedup=None, gbps=None,
+                      tflops=None)
+    report = Report(status=status, reason=trailers.get("Autokernel-Reason", ""), summary=summary)
     comparison = None
     speedup = _float(trailers.get("Autokernel-Speedup"))
     if speedup is not None:
         low, _, high = trailers.get("Autokernel-CI", "").partition("..")
-        comparison = {"speedup": speedup, "ci_low": _float(low), "ci_high": _float(high)}
+        comparison = read_comparison({"speedup": speedup, "ci_low": _float(low), "ci_high": _float(high)})
     return report, comparison
 
 
-def _read_report(run_dir: Path, n: int) -> tuple[dict | None, dict | None]:
+def _read_report(run_dir: Path, n: int) -> tuple[Report | None, Comparison | None]:
     try:
         saved = json.loads((paths.report_path(run_dir, n)).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None, None
-    if not isinstance(saved, dict):
-        return None, None
-    report, comparison = saved.get("report"), saved.get("comparison")
-    return (report if isinstance(report, dict) else None), (comparison if isinstance(comparison, dict) else None)
+    return read_saved(saved)
 
 
 def _iso(t: float) -> str:
     return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if t else ""
-
-
-def _status_of(report: dict | None) -> str:
-    status = (report or {}).get("status")
-    return FAILED_STATUS.get(status, "discard") if isinstance(status, str) else "discard"
 
 
 @dataclass
@@ -169,13 +164,14 @@ class Rebuilt:
     park: GitExperiment | None = None  # the branch tip to move to its ref (it was never decided)
 
 
-def rebuild(n: int, evs: dict[str, dict], g: GitExperiment | None, run_dir: Path, make_row: Any) -> Rebuilt:
+def rebuild(n: int, evs: dict[str, dict], g: GitExperiment | None, run_dir: Path) -> Rebuilt:
     """The results row of experiment ``n`` from its events (``evs``: type -> event), its commit
     ``g`` and reports/exp-N.json, for an experiment that is over (not the open one)."""
     started = evs.get("experiment_started", {})
     prop, verdict, decision = evs.get("proposal"), evs.get("verdict"), evs.get("decision")
     task = str(started.get("task") or (g.trailers.get("Autokernel-Task") if g else "") or "")
-    report, comparison = (verdict or {}).get("report"), (verdict or {}).get("comparison")
+    report = read_report(verdict.get("report")) if verdict else None
+    comparison = read_comparison(verdict.get("comparison")) if verdict else None
     from_file = False
     if report is None:
         report, comparison = _read_report(run_dir, n)
@@ -190,15 +186,15 @@ def rebuild(n: int, evs: dict[str, dict], g: GitExperiment | None, run_dir: Path
     reverted = started.get("revert_of") is not None or (g is not None and g.trailers.get("Autokernel-Status") == "reverted")
     if reverted:
         status = "reverted" if g is not None and g.on_branch else "crash"
-    elif g is not None and g.on_branch and (not g.is_tip or action == "keep"):
-        status = "keep"  # under a later commit on the branch, or decided: kept
+    elif g is not None and g.on_branch and (not g.is_tip or action == "keep" or g.at_ref):
+        status = "keep"  # under a later commit on the branch, decided, or advanced to from its ref: kept
     else:
         if g is not None and g.on_branch:
-            park = g  # the tip, never decided: keep it at its ref, reset the branch (as _recover does)
+            park = g  # an old run's tip, never decided: keep it at its ref, move the branch back
         if action == "veto":
             status = "vetoed"
         elif report is not None:
-            status = _status_of(report)
+            status = status_of(report)
         elif prop is not None and prop.get("description") == "malformed proposal":
             status = "fail"  # the agent's submission stayed malformed: no commit, a failed experiment
         else:
@@ -206,8 +202,7 @@ def rebuild(n: int, evs: dict[str, dict], g: GitExperiment | None, run_dir: Path
             desc = f"interrupted: the engine stopped during this experiment ({desc or 'no proposal yet'})"
     if reverted and not desc.startswith("revert exp"):
         desc = f"revert exp {started.get('revert_of', '?')}: {desc}"
-    row = make_row(n, task, commit, status, report if isinstance(report, dict) else None,
-                   comparison if isinstance(comparison, dict) else None, prop, desc)
+    row = make_row(n, task, commit, status, report, comparison, Spend.from_event(prop), desc)
     row["timestamp"] = _iso(float((evs.get("decision") or evs.get("verdict") or started or {}).get("t") or 0)
                             or (g.time if g else 0.0)) or row["timestamp"]
     source = ", ".join(s for s, have in (("git", g is not None and bool(g.subject)), ("events.jsonl", bool(evs)),
@@ -228,8 +223,8 @@ class Reconciled:
     floor: int  # the highest experiment number in use anywhere; the next one is above it
 
 
-def reconcile(results: Any, events: list[dict[str, Any]], repo: Any, run_dir: Path, tag: str, base: str,
-              make_row: Any) -> Reconciled:
+def reconcile(results: Any, events: list[dict[str, Any]], repo: Any, run_dir: Path, tag: str,
+              base: str) -> Reconciled:
     """Make ``results`` (a ``ResultsLog``) hold one row per experiment that the journal or git show
     as over; see the module docstring. Returns the messages and the numbering floor."""
     messages: list[str] = list(results.problems)
@@ -250,14 +245,13 @@ def reconcile(results: Any, events: list[dict[str, Any]], repo: Any, run_dir: Pa
     unread = {n for n in missing if n in git and not git[n].subject}
     if unread:  # read those refs' commits too
         git.update({n: g for n, g in scan_git(repo, tag, base, wanted=unread).items() if n in unread})
-    rebuilt = {n: rebuild(n, per_n.get(n, {}), git.get(n), run_dir, make_row) for n in sorted(missing)}
+    rebuilt = {n: rebuild(n, per_n.get(n, {}), git.get(n), run_dir) for n in sorted(missing)}
     floor = max((recorded | used | set(git)) - ({open_n} if open_n is not None else set()), default=0)
 
     for rb in rebuilt.values():  # git first: a commit left undecided on the tip goes to its ref
         g = rb.park
         if g is not None:
-            repo.keep_ref(g.n, g.sha)
-            repo.reset_to(g.parent)
+            repo.retract(g.n, g.sha, g.parent)
             messages.append(f"git: experiment {g.n}'s commit {g.sha[:10]} was the tip of {repo.branch} with no "
                             f"decision on record; kept at {repo.ref_name(g.n)} and the branch reset "
                             f"({rb.row['status']})")

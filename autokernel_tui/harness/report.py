@@ -35,9 +35,21 @@ class ShapeResult:
     compile_ref_us: float | None = None
     speedup_vs_baseline: float | None = None
     speedup_vs_compile: float | None = None
+    # Host side of a call (median us to launch it with the GPU busy; GPU only) and the eager
+    # reference's; a call costs a model max(host, device) when it runs eagerly one after another.
+    host_us: float | None = None
+    baseline_host_us: float | None = None
+    # Per call when run back to back as an eager model runs it (host and GPU overlapping; GPU only):
+    # above median_us the launch, not the kernel, sets the pace (host-bound). Informational.
+    as_called_us: float | None = None
+    baseline_as_called_us: float | None = None
     gbps: float | None = None
     tflops: float | None = None
     roofline_pct: float | None = None  # percent of the roofline, 0-100 (clamped)
+    # Why this shape's times are not to be trusted (its spread stayed wide after one retake), or "".
+    # A disturbed shape is left out of the summary's speedups, never counted as a gain or a loss.
+    disturbed: str = ""
+    baseline_note: str = ""  # "in window" (the eager reference re-timed beside the kernel) or why not
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -57,6 +69,7 @@ class Summary:
     worst_speedup: float | None
     gbps: float | None
     tflops: float | None
+    disturbed_shapes: int = 0  # left out of the speedups above (ShapeResult.disturbed)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

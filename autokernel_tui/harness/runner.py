@@ -126,7 +126,7 @@ class Harness:
 
     def __init__(self, timeout_s: float = 180.0, device: str = "auto", keep_margin: float = 1.01,
                  memory_limit_mb: float | None = None, python: str | None = None,
-                 confirm_keeps: bool = True, sandbox: str = "auto") -> None:
+                 confirm_keeps: bool = True, sandbox: str = "auto", gpu: int | None = None) -> None:
         if device not in ("auto", "cuda", "cpu"):
             raise ValueError(f"device must be auto, cuda or cpu, not {device!r}")
         if sandbox not in SANDBOX_MODES:
@@ -138,6 +138,7 @@ class Harness:
         self.memory_limit_mb = memory_limit_mb or _default_memory_limit_mb()
         self.python = python or sys.executable
         self.sandbox = sandbox
+        self.gpu = gpu  # this harness's judge sees only this GPU (a pool holds one harness per GPU)
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._info: dict[str, Any] | None = None
@@ -166,7 +167,8 @@ class Harness:
             os.environ, PYTHONPATH=os.pathsep.join(p for p in (_PKG_ROOT, os.environ.get("PYTHONPATH")) if p),
             PYTHONUNBUFFERED="1", HOME=str(self._scratch), TMPDIR=str(self._scratch),
             AUTOKERNEL_CACHE_DIR=str(self._cache), TRITON_CACHE_DIR=str(self._cache / "triton-judge"),
-            TORCHINDUCTOR_CACHE_DIR=str(self._cache / "inductor"))
+            TORCHINDUCTOR_CACHE_DIR=str(self._cache / "inductor"),
+            **({"CUDA_VISIBLE_DEVICES": str(self.gpu)} if self.gpu is not None else {}))
         mounts = bwrap.python_mounts(_PKG_ROOT).read_only
         # Without bwrap's own /proc, a contestant may read its own process's entries and the system's,
         # never another process's (whose environ may hold a secret).

@@ -17,8 +17,9 @@ POINTS = (
     "agent",           # during the agent call
     "committed",       # candidate committed, not yet evaluated
     "evaluated",       # verdict known, commit not yet amended with metrics
-    "decided",         # decision journaled, git not yet updated
-    "ref-kept",        # discarded commit kept under its ref, branch not yet reset
+    "decided",         # decision journaled, git not yet updated (a keep: the branch not yet advanced)
+    "advanced",        # kept: the branch advanced to the candidate, results row not yet written
+    "ref-kept",        # not kept (the commit at its ref since it was made), worktree not yet cleaned
     "torn-row",        # half of the results row written
     "row-written",     # results row written, result event not yet
 )

@@ -9,9 +9,18 @@ main checkout. The branch is shared through the common repository, so
 
 Experiments: one commit ``exp N: <description>`` per candidate, written with an
 explicit identity (a box without ``user.name`` works) and without the user's
-hooks or signing. A kept candidate stays on the branch; any other outcome keeps
-the commit reachable at ``refs/autokernel/<tag>/exp-N`` and resets the branch.
-The ref is written before the reset, so a crash between the two loses nothing.
+hooks or signing. The branch holds kept experiments only, at every moment: a
+candidate is committed off the branch, straight to ``refs/autokernel/<tag>/exp-N``
+(``commit_candidate``: the worktree holds its files, staged, while the branch
+ref stays where it was), and the branch advances to it only once it is kept
+(``advance``, a compare-and-swap from the candidate's parent). Any other outcome
+just cleans the worktree back to the branch (``drop_candidate``): the commit
+stays at its ref. A ref is created once and never overwritten, so a number is
+never reused and a crash at any point loses no recorded commit.
+
+Runs from before this layout committed the candidate on the branch itself and
+wrote the ref only when discarding; ``retract`` (ref kept, branch moved back)
+finishes such a run's undecided tip.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from autokernel_tui.ledger import paths
 from autokernel_tui.ledger.paths import KERNELS, STATE_DIR
 
 ACTOR = Actor("autokernel-tui", "autokernel@localhost")
+_FULL_SHA = re.compile(r"^[0-9a-f]{40}(\^|~[0-9]+)?$")
 TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _GIT_ENV = {
     "GIT_AUTHOR_NAME": ACTOR.name, "GIT_AUTHOR_EMAIL": ACTOR.email,
@@ -106,6 +116,7 @@ class RunRepo:
         self.branch = f"autokernel/{tag}"
         self.worktree = paths.worktree_dir(self.workspace, tag)
         self.wt: git.Repo | None = None
+        self._shown: dict[tuple[str, str], str] = {}
 
     # --- set-up ---------------------------------------------------------------
     def branch_exists(self) -> bool:
@@ -141,7 +152,12 @@ class RunRepo:
             self.repo.git.worktree("add", str(self.worktree), self.branch)
         self.wt = ShieldedRepo(self.worktree)
         self._remove_stale_locks()
-        # Only the engine writes here; anything uncommitted is a half-done experiment.
+        try:
+            self._git("symbolic-ref", "-q", "HEAD")
+        except git.GitCommandError:  # detached (by hand): back on the run branch
+            self._git("symbolic-ref", "HEAD", f"refs/heads/{self.branch}")
+        # Only the engine writes here; anything uncommitted is a half-done experiment
+        # (a candidate's staged files, when the engine died while it was evaluated).
         self._git("reset", "--hard", "HEAD")
         self._git("clean", "-fdq", "--", KERNELS)
 
@@ -168,8 +184,13 @@ class RunRepo:
                 repo.git.clear_cache()
 
     def head(self) -> git.Commit:
+        """The worktree's HEAD: the branch tip (the worktree stays on the branch)."""
         assert self.wt is not None
         return self.wt.head.commit
+
+    def tip(self) -> git.Commit:
+        """The run branch's tip: the last kept experiment (or the run's base)."""
+        return self.repo.commit(f"refs/heads/{self.branch}")
 
     def task_dir(self, task: str) -> Path:
         return self.worktree / KERNELS / task
@@ -178,8 +199,19 @@ class RunRepo:
         return f"{KERNELS}/{task}/kernel.py"
 
     def show(self, rev: str, task: str) -> str:
-        # exact bytes: GitPython strips the final newline unless told not to
-        return self.repo.git.show(f"{rev}:{self.kernel_path(task)}", strip_newline_in_stdout=False)
+        """The task's kernel.py at ``rev``, byte-exact (GitPython strips the final newline unless
+        told not to). Revisions named by a full commit id are read once (they never change)."""
+        key = (rev, task)
+        if key in self._shown:
+            return self._shown[key]
+        text = self.repo.git.show(f"{rev}:{self.kernel_path(task)}", strip_newline_in_stdout=False)
+        if _FULL_SHA.match(rev):
+            self._shown[key] = text
+        return text
+
+    def message_of(self, rev: str) -> str:
+        """A commit's whole message (subject, body, trailers)."""
+        return self.repo.git.log("-1", "--format=%B", rev, "--")
 
     def ref_name(self, n: int) -> str:
         return f"refs/autokernel/{self.tag}/exp-{n}"
@@ -190,10 +222,65 @@ class RunRepo:
         except git.GitCommandError:
             return None
 
+    def is_commit(self, rev: str) -> bool:
+        """``rev`` names a commit of this repository."""
+        if not rev or rev.startswith("-"):
+            return False
+        try:
+            self.repo.git.rev_parse("--verify", "-q", f"{rev}^{{commit}}")
+        except git.GitCommandError:
+            return False
+        return True
+
     def diff(self, old: str, new: str, task: str) -> str:
         return self.repo.git.diff(old, new, "--", self.kernel_path(task))
 
-    # --- writing --------------------------------------------------------------
+    # --- writing: candidates off the branch ---------------------------------------
+    def commit_candidate(self, n: int, task: str, source: str, message: str) -> tuple[str, str]:
+        """Commit ``source`` as experiment ``n``'s candidate on top of the branch tip, at
+        ``refs/autokernel/<tag>/exp-N`` only: the branch does not move. The worktree holds the
+        candidate's files (staged), for the harness to evaluate. Returns (commit, parent).
+        Refuses when the ref already exists (a number is never reused, a ref never overwritten)."""
+        path = self.task_dir(task) / "kernel.py"
+        if not path.parent.is_dir():
+            raise WorkspaceError(f"task {task!r} is not in the run branch")
+        parent = self._git("rev-parse", "--verify", "HEAD^{commit}").strip()
+        path.write_text(source, encoding="utf-8")
+        self._git("add", "--", self.kernel_path(task))
+        tree = self._git("write-tree").strip()
+        sha = self._git("commit-tree", tree, "-p", parent, "-m", message).strip()
+        self._git("update-ref", "-m", f"autokernel: exp {n} candidate", self.ref_name(n), sha, "")
+        return sha, parent
+
+    def amend_candidate(self, n: int, sha: str, message: str) -> str:
+        """Experiment ``n``'s candidate with a new message (same tree, same parent): the metric
+        trailers. Its ref moves from ``sha`` to the new commit (compare-and-swap)."""
+        tree = self._git("rev-parse", "--verify", f"{sha}^{{tree}}").strip()
+        parents = self._git("rev-list", "--parents", "-n", "1", sha).split()[1:]
+        args = [a for p in parents for a in ("-p", p)]
+        new = self._git("commit-tree", tree, *args, "-m", message).strip()
+        self._git("update-ref", "-m", f"autokernel: exp {n} measured", self.ref_name(n), new, sha)
+        return new
+
+    def advance(self, sha: str, parent: str) -> None:
+        """Keep a candidate: the branch moves from ``parent`` to ``sha`` (refused if it is not at
+        ``parent``), and the worktree follows."""
+        self._git("update-ref", "-m", "autokernel: keep", f"refs/heads/{self.branch}", sha, parent)
+        self._git("reset", "--hard", "-q", "HEAD")  # the worktree held the candidate already; now exactly
+
+    def drop_candidate(self) -> None:
+        """Not kept (or never finished): the worktree back to the branch tip; the commit stays at its ref."""
+        self._git("reset", "--hard", "-q", "HEAD")
+        self._git("clean", "-fdq", "--", KERNELS)
+
+    def retract(self, n: int, sha: str, parent: str) -> None:
+        """A tip that should not be on the branch (an undecided candidate of a run from before
+        candidates lived off the branch): kept at its ref, the branch moved back to ``parent``."""
+        self.keep_ref(n, sha)
+        self._git("update-ref", "-m", "autokernel: not kept", f"refs/heads/{self.branch}", parent, sha)
+        self._git("reset", "--hard", "-q", "HEAD")
+
+    # --- writing: on the branch (kept test helpers and old callers) ------------------
     def commit_kernel(self, task: str, source: str, message: str) -> str:
         path = self.task_dir(task) / "kernel.py"
         if not path.parent.is_dir():

@@ -9,9 +9,13 @@ in ``.autokernel/`` (git-excluded, see ``gitrepo.exclude_state_dir``)::
       runs/<tag>/agent/exp-<N>.md     the agent's full text of experiment N
       runs/<tag>/reports/exp-<N>.json the harness verdict of experiment N
       runs/<tag>/run.json             run metadata
+      runs/<tag>/reports/start-<T>.json what task T's starting kernel measured
       runs/<tag>/engine.log           output of a `run --headless --detach` engine
+      runs/<tag>/verify.json          `verify` of the run's kept kernels (the report shows it)
+      runs/<tag>/report.html|md       `autokernel-tui report`'s default output
       worktrees/<tag>/                the run branch's git worktree
       control.sock                    the live engine's control channel
+      control.token                   its random token (a request without it is refused)
       engine.lock                     the live engine's pid (an flock)
       headless.log                    output of the engine the app hands a run to
 
@@ -30,6 +34,7 @@ RUNS = Path(STATE_DIR) / "runs"  # relative to the workspace
 WORKTREES = Path(STATE_DIR) / "worktrees"
 LOCK_FILE = "engine.lock"
 SOCKET_FILE = "control.sock"
+TOKEN_FILE = "control.token"  # beside the socket: the control channel's random token
 HEADLESS_LOG = "headless.log"
 
 # Inside a run folder (runs/<tag>/).
@@ -39,6 +44,7 @@ RUN_META_FILE = "run.json"
 ENGINE_LOG = "engine.log"
 AGENT_DIR = "agent"
 REPORTS_DIR = "reports"
+VERIFY_FILE = "verify.json"
 
 
 def state_dir(workspace: str | Path) -> Path:
@@ -72,6 +78,16 @@ def engine_log_path(workspace: str | Path, tag: str) -> Path:
 def report_path(run_folder: str | Path, n: int) -> Path:
     """``reports/exp-N.json`` of a run folder."""
     return Path(run_folder) / REPORTS_DIR / f"exp-{n}.json"
+
+
+def start_report_path(run_folder: str | Path, task: str) -> Path:
+    """``reports/start-TASK.json`` of a run folder: what the task's starting kernel measured."""
+    return Path(run_folder) / REPORTS_DIR / f"start-{task}.json"
+
+
+def verify_result_path(workspace: str | Path, tag: str) -> Path:
+    """``runs/<tag>/verify.json``: a `verify` of the run's kept kernels, for the morning report."""
+    return run_dir(workspace, tag) / VERIFY_FILE
 
 
 def agent_text_path(run_folder: str | Path, n: int) -> Path:

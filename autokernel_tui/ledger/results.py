@@ -59,24 +59,40 @@ def format_row(row: dict[str, Any]) -> str:
 POSITIVE_COLUMNS = ("speedup_vs_baseline", "speedup_vs_incumbent", "ci_low", "ci_high")
 
 
+def _in_range(column: str, value: Any) -> Any:
+    if column in INT_COLUMNS and value < (1 if column == "experiment" else 0):
+        raise ValueError(f"{column} must be {'at least 1' if column == 'experiment' else 'at least 0'}")
+    if column in FLOAT_COLUMNS:
+        if not math.isfinite(value):
+            raise ValueError(f"{column} must be a finite number")
+        if value < 0 or (value == 0 and column in POSITIVE_COLUMNS):
+            raise ValueError(f"{column} must be {'above' if column in POSITIVE_COLUMNS else 'at least'} 0")
+    return value
+
+
 def parse_value(column: str, text: str) -> Any:
     """Typed value of one cell: ints and floats for numeric columns, None for empty ones.
     Raises ValueError for a cell that is not a number of that column's kind and range."""
     if not text:
         return None
     if column in INT_COLUMNS:
-        value = int(text)
-        if value < (1 if column == "experiment" else 0):
-            raise ValueError(f"{column} must be {'at least 1' if column == 'experiment' else 'at least 0'}")
-        return value
+        return _in_range(column, int(text))
     if column in FLOAT_COLUMNS:
-        value = float(text)
-        if not math.isfinite(value):
-            raise ValueError(f"{column} must be a finite number")
-        if value < 0 or (value == 0 and column in POSITIVE_COLUMNS):
-            raise ValueError(f"{column} must be {'above' if column in POSITIVE_COLUMNS else 'at least'} 0")
-        return value
+        return _in_range(column, float(text))
     return text
+
+
+def typed_value(column: str, value: Any) -> Any:
+    """A row's value as results.tsv will hold it and readers will read it back, without writing
+    and parsing it: a float rounded to the six significant digits the file keeps, text on one
+    line, anything else read as its cell would be. Raises ValueError as ``parse_value`` does."""
+    if column in FLOAT_COLUMNS and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            return None  # written empty (``_cell``), as it always was
+        return _in_range(column, float(f"{value:.6g}"))
+    if column in INT_COLUMNS and isinstance(value, int) and not isinstance(value, bool):
+        return _in_range(column, value)
+    return parse_value(column, _cell(value))
 
 
 def header_columns(header: str) -> tuple[str, ...]:
@@ -93,10 +109,16 @@ def parse_cells(cells: list[str], where: str, problems: list[str] | None) -> dic
     if len(cells) != len(COLUMNS):
         badinput.report(problems, f"{where}: {len(cells)} columns, expected {len(COLUMNS)}; row skipped")
         return None
+    return _typed(zip(COLUMNS, cells), parse_value, where, problems)
+
+
+def _typed(values: Any, convert: Any, where: str, problems: list[str] | None) -> dict[str, Any] | None:
+    """(column, value) pairs typed by ``convert``, checked as ``parse_cells`` says."""
     row: dict[str, Any] = {}
-    for column, text in zip(COLUMNS, cells):
+    for column, value in values:
+        text = _cell(value)
         try:
-            row[column] = parse_value(column, text)
+            row[column] = convert(column, value)
         except ValueError as exc:
             if column == "experiment":
                 badinput.report(problems, f"{where}: experiment {badinput.short(text)} is not a whole number "
@@ -124,7 +146,13 @@ def check_row(row: Any, where: str, problems: list[str] | None) -> dict[str, Any
     if unknown:
         badinput.report(problems, f"{where}: unknown columns {sorted(unknown)[:3]}; row skipped")
         return None
-    return parse_cells([_cell(row.get(c)) for c in COLUMNS], where, problems)
+    return typed_row(row, where, problems)
+
+
+def typed_row(row: dict[str, Any], where: str, problems: list[str] | None) -> dict[str, Any] | None:
+    """A row's values as results.tsv holds them (``typed_value``), checked like a line of the file;
+    missing columns are empty."""
+    return _typed(((c, row.get(c)) for c in COLUMNS), typed_value, where, problems)
 
 
 def _clean_text(row: dict[str, Any], cells: list[str]) -> dict[str, str]:
@@ -243,12 +271,16 @@ class ResultsLog:
         return saved
 
     def append(self, row: dict[str, Any]) -> dict[str, Any]:
-        line = format_row(row)
+        """Write ``row``; returns it as readers will read it back (a value out of its column's range
+        empty, floats to the file's precision), which is what the ``result`` event carries."""
+        unknown = set(row) - set(COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown results columns: {sorted(unknown)}")
         problems: list[str] = []
-        typed = parse_cells(line.split("\t"), f"{self.path}: new row", problems)
+        typed = typed_row(row, f"{self.path}: new row", problems)
         if typed is None:
             raise ValueError(problems[0])
-        line = format_row(typed)  # a value out of its column's range is written empty, as it would be read
+        line = format_row(typed)
         n = typed["experiment"]
         if n in self.experiments():
             raise ValueError(f"experiment {n} already has a results row")

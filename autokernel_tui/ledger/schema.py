@@ -13,6 +13,9 @@ fractions 0-1, ``_mib`` MiB, ``speedup*`` / ``ci_*`` ratios (> 1 = faster),
 ``gbps`` GB/s, ``tflops`` TFLOP/s. Names renamed since a workspace was written are
 read through ``upgrade_*`` (old workspaces keep loading); see ``results.RENAMED``.
 
+``read_report`` / ``read_comparison`` / ``read_saved`` turn what was written as JSON back into
+the harness's dataclasses (the engine works with those and makes dicts only at its edges).
+
 Stdlib plus ``harness.report`` and ``ledger.results`` only (no torch, no git).
 """
 
@@ -61,7 +64,7 @@ TASK_KEYS = ("name", "share", "speedup", "speedup_vs_start", "state", "roofline_
 TASK_STATES = ("active", "queued", "plateaued", "done", "skipped")
 PENDING_KEYS = ("n", "task", "diff", "report", "comparison", "deadline")
 DEVICE_KEYS = ("name", "timing_meaningful")  # required; the harness may add more (bandwidth_gbps, ...)
-# runs/<tag>/run.json (engine.loop.Engine._open_run)
+# runs/<tag>/run.json (engine.runrecord.open_run)
 RUN_META_KEYS = ("tag", "branch", "base", "tasks", "owned_hashes", "settings", "created_at", "finished")
 
 
@@ -280,6 +283,85 @@ def upgrade_saved(saved: Any) -> Any:
     if "report" in saved and "status" not in saved:
         return {**saved, "report": upgrade_report(saved["report"])}
     return upgrade_report(saved)
+
+
+# --- typed reading: what was written as JSON, back into the harness's dataclasses ---------------
+def _num(value: Any) -> float | None:
+    """A finite number, or None (a hand-edited or damaged value is read as unknown)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if value == value and value not in (float("inf"), float("-inf")) else None
+
+
+def _numbers(cls: Any, data: dict[str, Any], text: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``data``'s fields of dataclass ``cls``, each optional number a number or None."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            value = data[f.name]
+            out[f.name] = (value if isinstance(value, str) else "") if f.name in text else \
+                value if f.name not in _NUMERIC[cls] else _num(value)
+    return out
+
+
+_NUMERIC = {
+    Summary: {"latency_us", "speedup_vs_baseline", "speedup_vs_compile", "roofline_pct", "worst_speedup", "gbps",
+              "tflops"},
+    ShapeResult: {"max_abs_err", "rel_l2_err", "median_us", "p20_us", "p80_us", "baseline_us", "compile_ref_us",
+                  "speedup_vs_baseline", "speedup_vs_compile", "gbps", "tflops", "roofline_pct"},
+}
+
+
+def read_report(data: Any) -> Report | None:
+    """A Report from what was written as JSON (reports/*.json, an event, a plugin harness's dict),
+    under today's names (``upgrade_report``), through ``Report.from_dict``. Missing summary or shape
+    fields read as unknown, a number that is not one as None; None when there is no report at all
+    (not an object, or no status)."""
+    data = upgrade_report(data)
+    if not isinstance(data, dict) or not isinstance(data.get("status"), str):
+        return None
+    clean = {k: v for k, v in data.items() if k not in ("summary", "shapes")}
+    for name, default in (("compile_s", 0.0), ("wall_s", 0.0), ("peak_vram_mib", 0.0)):
+        if name in clean:
+            clean[name] = _num(clean[name]) if _num(clean[name]) is not None else default
+    for name in ("reason", "stage", "task", "device", "stderr_tail", "sandbox"):
+        if name in clean and not isinstance(clean[name], str):
+            clean[name] = str(clean[name])
+    clean["timing_meaningful"] = data.get("timing_meaningful") is True
+    if not isinstance(clean.get("time_split", {}), dict):
+        clean["time_split"] = {}
+    summary = data.get("summary")
+    if isinstance(summary, dict) and summary:
+        clean["summary"] = {**{f.name: None for f in dataclasses.fields(Summary)}, "worst_shape": "",
+                            **_numbers(Summary, summary, text=("worst_shape",))}
+    shapes = data.get("shapes")
+    clean["shapes"] = [{"shape": "", "dims": {}, "dtype": "", **_numbers(ShapeResult, s, text=("shape", "dtype")),
+                        "passed": s.get("passed") is True}
+                       for s in (shapes if isinstance(shapes, list) else []) if isinstance(s, dict)]
+    for s in clean["shapes"]:
+        s["dims"] = s["dims"] if isinstance(s["dims"], dict) else {}
+    return Report.from_dict(clean)
+
+
+def read_comparison(data: Any) -> Comparison | None:
+    """A Comparison from what was written as JSON, through ``Comparison.from_dict``; None when
+    there is none (null, not an object, or no speedup). Fields it lacks read as unknown (an
+    experiment rebuilt from its commit's trailers knows only the speedup and its interval)."""
+    if not isinstance(data, dict) or _num(data.get("speedup")) is None:
+        return None
+    clean = {"ci_low": None, "ci_high": None, "faster": False, "n_samples": 0, "method": "", **data}
+    clean["speedup"] = _num(data["speedup"])
+    clean["ci_low"], clean["ci_high"] = _num(clean["ci_low"]), _num(clean["ci_high"])
+    clean["faster"] = clean["faster"] is True
+    return Comparison.from_dict(clean)
+
+
+def read_saved(data: Any) -> tuple[Report | None, Comparison | None]:
+    """A reports/exp-N.json file (``{"report", "comparison"}``) as (Report, Comparison), either None."""
+    data = upgrade_saved(data)
+    if not isinstance(data, dict):
+        return None, None
+    return read_report(data.get("report")), read_comparison(data.get("comparison"))
 
 
 def upgrade_task(task: Any) -> Any:

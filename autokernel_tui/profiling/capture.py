@@ -260,28 +260,39 @@ def device_name(device: str) -> str:
     return "CPU"
 
 
-def profile_bundle(bundle, steps: int | None = None, warmup: int = 2) -> dict:
-    """Profile ``steps`` steps of a model bundle (after ``warmup``) into a profile dict (unranked)."""
+def profile_bundle(bundle, steps: int | None = None, warmup: int = 2, on_step=None) -> dict:
+    """Profile ``steps`` steps of a model bundle (after ``warmup``) into a profile dict (unranked).
+
+    ``on_step(stage, done, total, seconds)``, for progress: called before the warm-up and after each
+    step ("warm-up" or "profiled steps", ``seconds`` that step's wall time), then once with
+    "reading the trace" (``seconds`` None)."""
     import time
 
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    tick = on_step or (lambda stage, done, total, seconds: None)
     on_gpu = bundle.device.startswith("cuda")
     steps = steps or (5 if on_gpu else 2)
-    for _ in range(warmup):
+    tick("warm-up", 0, warmup, None)
+    for i in range(warmup):
+        t0 = time.perf_counter()
         bundle.step()
         _zero_grads(bundle.model)
+        _sync(bundle.device)
+        tick("warm-up", i + 1, warmup, time.perf_counter() - t0)
     _sync(bundle.device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     wall = []
     with profile(activities=activities, record_shapes=True) as prof:
-        for _ in range(steps):
+        for i in range(steps):
             t0 = time.perf_counter()
             bundle.step()
             _zero_grads(bundle.model)
             _sync(bundle.device)
             wall.append((time.perf_counter() - t0) * 1e6)
+            tick("profiled steps", i + 1, steps, wall[-1] / 1e6)
+    tick("reading the trace", None, None, None)
     time_kind = "cuda" if on_gpu else "cpu"
     events = prof.events()
     attach_dtypes(prof, events)

@@ -25,6 +25,8 @@ INIT_TEMPLATE = '''"""Triton kernels found by autokernel-tui, packaged to patch 
 
     import {name}
     {name}.patch(model)      # replaces the modules each kernel implements, in place
+    {name}.patch(model, custom_ops=True); model = torch.compile(model)   # inside a compiled graph
+    # (mode="reduce-overhead" adds CUDA graphs; `autokernel-tui verify` says which mode is fastest)
 
 Needs only torch and triton. Without a GPU, kernels run in Triton's interpreter
 (set TRITON_INTERPRET=1 before importing triton): correct, but slow.
@@ -38,11 +40,15 @@ KERNELS = {kernels!r}  # task/family -> file in this package
 _HERE = Path(__file__).resolve().parent
 
 
-def patch(model, families=None):
-    """Put the kernels into ``model`` (in place); returns {{family: modules replaced}}."""
+def patch(model, families=None, custom_ops=False):
+    """Put the kernels into ``model`` (in place); returns {{family: modules replaced}}.
+
+    ``custom_ops``: each kernel as a torch custom op, for a model you will torch.compile (its
+    kernels then run inside the compiled graph, and under CUDA graphs with mode="reduce-overhead").
+    """
     _patch.use_interpreter_if_no_gpu(next((p.device.type for p in model.parameters()), "auto"))
     fns = _patch.load_kernels({{f: _HERE / rel for f, rel in KERNELS.items()}})
-    return _patch.patch_model(model, fns, families)
+    return _patch.patch_model(model, fns, families, custom_ops=custom_ops)
 
 
 def unpatch(model):

@@ -22,12 +22,20 @@ matmul             ``nn.Linear`` (kernel_fn(x[M,K], W^T[K,N]) + bias)
 Every replacement runs its kernel inside ``record_function("autokernel::<family>")`` so a
 profile of the patched model attributes the Triton kernels to their family (and only
 them: SwiGLU's projections run outside the label and stay matmuls).
+
+``patch_model(..., custom_ops=True)`` puts each kernel in as a ``torch.library`` custom op
+(``autokernel::<family>_<digest>``, with a fake implementation for shapes), so the patched
+model compiles with ``torch.compile`` (the kernels are calls inside Inductor's graph; the
+rest of the model is Inductor's) and captures into CUDA graphs (``mode="reduce-overhead"``),
+where the host cost of launching disappears. In eager mode the plain function is cheaper to
+call (no dispatcher on the way), so that is the default.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -87,19 +95,188 @@ def load_kernels(paths: dict[str, str | Path]) -> dict[str, Callable]:
     return {family: load_kernel(p) for family, p in paths.items()}
 
 
+def _load_module(path: Path, prefix: str):
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    name = f"_autokernel_{prefix}_{path.parent.name}_{digest}"
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            sys.modules.pop(name, None)
+            raise PatchError(f"{path}: import failed: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+    return module
+
+
+def load_references(paths: dict[str, str | Path]) -> dict[str, Callable]:
+    """{family: kernel.py path} -> {family: the task's ``reference``} where its reference.py lies beside
+    (what a kernel without a backward kernel of its own is differentiated through)."""
+    out = {}
+    for family, p in paths.items():
+        ref = Path(p).parent / "reference.py"
+        if ref.is_file():
+            out[family] = getattr(_load_module(ref, "reference"), "reference")
+    return out
+
+
+class Backward:
+    """How a family's kernel is differentiated: its own backward kernel
+    (``bwd(*inputs, grad_out)`` returning the gradients of ``positions``), else autograd through the
+    task's reference, its forward recomputed in PyTorch."""
+
+    def __init__(self, reference: Callable | None = None, kernel: Callable | None = None,
+                 positions: tuple[int, ...] = ()) -> None:
+        if kernel is None and reference is None:
+            raise PatchError("a trainable kernel needs a backward kernel or the task's reference")
+        self.reference, self.kernel, self.positions = reference, kernel, positions
+
+    def grads(self, inputs: tuple, needs: list[bool], grad_out: torch.Tensor) -> list:
+        out = [None] * len(inputs)
+        if self.kernel is not None:
+            got = self.kernel(*inputs, grad_out.contiguous())
+            got = got if isinstance(got, (tuple, list)) else (got,)
+            for pos, g in zip(self.positions, got):
+                if needs[pos]:
+                    out[pos] = g
+            return out
+        leaves = [t.detach().requires_grad_(n) if isinstance(t, torch.Tensor) else t
+                  for t, n in zip(inputs, needs)]
+        wanted = [t for t, n in zip(leaves, needs) if n]
+        with torch.enable_grad():
+            result = self.reference(*leaves)
+            got = torch.autograd.grad(result, wanted, grad_out, allow_unused=True)
+        it = iter(got)
+        return [next(it) if n else None for n in needs]
+
+
+class _KernelFunction(torch.autograd.Function):
+    """A kernel in autograd: the Triton forward, and the family's Backward."""
+
+    @staticmethod
+    def forward(ctx, fn, backward, *inputs):
+        ctx.backward, ctx.layout = backward, [isinstance(t, torch.Tensor) for t in inputs]
+        ctx.others = [None if isinstance(t, torch.Tensor) else t for t in inputs]
+        ctx.save_for_backward(*[t for t in inputs if isinstance(t, torch.Tensor)])
+        return fn(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        saved = iter(ctx.saved_tensors)
+        inputs = tuple(next(saved) if is_t else other for is_t, other in zip(ctx.layout, ctx.others))
+        needs = list(ctx.needs_input_grad[2:])
+        return (None, None, *ctx.backward.grads(inputs, needs, grad_out))
+
+
+def trainable(fn: Callable, backward: Backward) -> Callable:
+    """``fn`` that autograd can differentiate (plain ``fn`` when no gradient is being recorded)."""
+    def call(*inputs):
+        if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
+            return _KernelFunction.apply(fn, backward, *inputs)
+        return fn(*inputs)
+    return call
+
+# family -> (kernel_fn's parameters with their types, the shape of its output from its inputs)
+_T, _F, _S = torch.Tensor, float, str
+OP_SIGNATURES: dict[str, tuple[tuple[tuple[str, type], ...], Callable[..., torch.Tensor]]] = {
+    "rmsnorm": ((("x", _T), ("weight", _T), ("eps", _F)), lambda x, w, eps: torch.empty_like(x)),
+    "layernorm": ((("x", _T), ("weight", _T), ("bias", _T), ("eps", _F)), lambda x, w, b, eps: torch.empty_like(x)),
+    "gelu": ((("x", _T), ("approximate", _S)), lambda x, approximate: torch.empty_like(x)),
+    "swiglu": ((("gate", _T), ("up", _T)), lambda g, u: torch.empty_like(g)),
+    "flash_attention": ((("q", _T), ("k", _T), ("v", _T)), lambda q, k, v: torch.empty_like(q)),
+    "rotary": ((("x", _T), ("cos", _T), ("sin", _T)), lambda x, cos, sin: torch.empty_like(x)),
+    "softmax": ((("x", _T),), lambda x: torch.empty_like(x)),
+    "cross_entropy": ((("logits", _T), ("targets", _T)), lambda logits, t: logits.new_empty(())),
+    # b arrives as the weight's transpose, a view: the op makes it contiguous (cached per weight version).
+    "matmul": ((("a", _T), ("b", _T)), lambda a, b: a.new_empty(a.shape[0], b.shape[1])),
+}
+_OPS: dict[str, Callable] = {}
+
+
+def _contiguous_b(fn: Callable) -> Callable:
+    """matmul's kernel_fn wants b[K,N] contiguous; the op gets W^T as a view and keeps one copy per
+    weight version (inside the op, where the cache is plain Python that a compiled graph never sees)."""
+    cache: dict[tuple, torch.Tensor] = {}
+
+    def call(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        if not b.is_contiguous():
+            key = (b.data_ptr(), b._version, b.dtype, tuple(b.shape))
+            if key not in cache:
+                cache.clear()
+                cache[key] = b.contiguous()
+            b = cache[key]
+        return fn(a, b)
+    return call
+
+
+def as_custom_op(family: str, fn: Callable, backward: Backward | None = None) -> Callable:
+    """``fn`` (a family's kernel_fn) as a torch custom op, registered once per kernel; with
+    ``backward``, differentiable (its autograd registered, so a compiled model trains too)."""
+    if family not in OP_SIGNATURES:
+        raise PatchError(f"no custom-op signature for {family}")
+    params, fake = OP_SIGNATURES[family]
+    name = (f"autokernel::{family}_"
+            f"{hashlib.sha256(repr((family, id(fn), fn.__module__, id(backward))).encode()).hexdigest()[:12]}")
+    if name in _OPS:
+        return _OPS[name]
+    impl = _contiguous_b(fn) if family == "matmul" else fn
+
+    def op_impl(*args):
+        return impl(*args)
+
+    op_impl.__signature__ = inspect.Signature(
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=t) for n, t in params],
+        return_annotation=torch.Tensor)
+    op = torch.library.custom_op(name, op_impl, mutates_args=())
+    op.register_fake(fake)
+    if backward is not None:
+        def setup_context(ctx, inputs, output):
+            ctx.layout = [isinstance(t, torch.Tensor) for t in inputs]
+            ctx.others = [None if isinstance(t, torch.Tensor) else t for t in inputs]
+            ctx.save_for_backward(*[t for t in inputs if isinstance(t, torch.Tensor)])
+
+        def op_backward(ctx, grad_out):
+            saved = iter(ctx.saved_tensors)
+            args = tuple(next(saved) if is_t else other for is_t, other in zip(ctx.layout, ctx.others))
+            needs = [is_t and t.requires_grad or is_t for is_t, t in zip(ctx.layout, args)]
+            grads = backward.grads(args, [bool(n) for n in needs], grad_out)
+            return tuple(g if is_t else None for g, is_t in zip(grads, ctx.layout))
+
+        op.register_autograd(op_backward, setup_context=setup_context)
+    _OPS[name] = op
+    return op
+
+
 def _rows(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-1])
+
+
+def _compiling() -> bool:
+    compiler = getattr(torch, "compiler", None)
+    return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
 
 
 class _Patched(nn.Module):
     family = ""
 
-    def __init__(self, original: nn.Module, fn: Callable):
+    def __init__(self, original: nn.Module, fn: Callable, custom_op: bool = False,
+                 backward: Backward | None = None):
         super().__init__()
         self.original = original  # keeps the parameters where the model expects them
-        self.fn = fn
+        self.custom_op = custom_op
+        self.trainable = backward is not None
+        if custom_op:
+            self.fn = as_custom_op(self.family, fn, backward)
+        elif backward is not None:
+            self.fn = trainable(_contiguous_b(fn) if self.family == "matmul" else fn, backward)
+        else:
+            self.fn = fn
 
     def forward(self, *args):
+        if _compiling():  # a compiled graph has no use for the profiler label
+            return self.run(*args)
         with torch.profiler.record_function(f"autokernel::{self.family}"):
             return self.run(*args)
 
@@ -141,8 +318,11 @@ class SwiGLUKernel(_Patched):
         # (inside it, a profile of the patched model would charge them to swiglu).
         m = self.original
         g, u = m.gate_proj(x), m.up_proj(x)
-        with torch.profiler.record_function(f"autokernel::{self.family}"):
+        if _compiling():
             h = self.fn(_rows(g), _rows(u)).view(g.shape)
+        else:
+            with torch.profiler.record_function(f"autokernel::{self.family}"):
+                h = self.fn(_rows(g), _rows(u)).view(g.shape)
         return m.down_proj(h)
 
 
@@ -189,7 +369,10 @@ class LinearKernel(_Patched):
 
     def run(self, x):
         m = self.original
-        y = self.fn(_rows(x), self.weight_t()).view(*x.shape[:-1], m.weight.shape[0])
+        # As a custom op or for training the transpose is a view (gradients reach the weight through it;
+        # the op keeps one contiguous copy per weight version); eagerly, cached here.
+        wt = m.weight.t() if (self.custom_op or self.trainable) else self.weight_t()
+        y = self.fn(_rows(x), wt).view(*x.shape[:-1], m.weight.shape[0])
         return y if m.bias is None else y + m.bias
 
 
@@ -217,10 +400,15 @@ SITES: dict[str, tuple[Callable[[nn.Module], bool], type]] = {
 }
 
 
-def patch_model(model: nn.Module, kernels: dict[str, Callable], families: list[str] | None = None) -> dict[str, int]:
+def patch_model(model: nn.Module, kernels: dict[str, Callable], families: list[str] | None = None,
+                custom_ops: bool = False, backwards: dict[str, Backward] | None = None) -> dict[str, int]:
     """Replace every qualifying module of each family in ``kernels``; returns {family: modules replaced}.
 
     In place. Families without a patch site here are reported with 0; nothing is patched twice.
+    ``custom_ops``: call each kernel as a torch custom op (for ``torch.compile`` and CUDA graphs).
+    ``backwards``: {family: Backward} for a model that trains: each kernel differentiable (its own
+    backward kernel, or autograd through the task's reference). Without it a patched module passes
+    no gradient back, so train only with ``backwards`` given.
     """
     unknown = [f for f in kernels if f not in SITES]
     wanted = [f for f in (families or list(kernels)) if f in kernels]
@@ -236,7 +424,7 @@ def patch_model(model: nn.Module, kernels: dict[str, Callable], families: list[s
                     continue  # the wrapped module itself (its own children may still be patched)
                 if isinstance(child, _Patched) or not qualifies(child):
                     continue
-                setattr(parent, name, wrapper(child, kernels[family]))
+                setattr(parent, name, wrapper(child, kernels[family], custom_ops, (backwards or {}).get(family)))
                 counts[family] += 1
     return counts
 

@@ -15,7 +15,7 @@ import os
 import re
 import sys
 import threading
-from typing import Iterator
+from typing import Iterator, TextIO
 
 NOISE = re.compile(
     r"gpuGetDeviceCount failed with code \d+"                               # CUDA build, no GPU (CUPTI/Kineto)
@@ -64,3 +64,27 @@ def filtered_stderr(noise: re.Pattern[str] = NOISE) -> Iterator[None]:
         os.dup2(saved, 2)  # closes the pipe's last write end: the pump sees its end and finishes
         thread.join(timeout=5)
         os.close(saved)
+
+
+@contextlib.contextmanager
+def terminal_stderr() -> Iterator[TextIO]:
+    """A text stream on the real stderr as it is now (a duplicate of fd 2), for what must reach the
+    user unfiltered and unbuffered while ``filtered_stderr`` holds fd 2: a progress bar redraws its
+    line with carriage returns, which a line-by-line filter would hold back until the next newline.
+    When ``sys.stderr`` is not fd 2 (a test's capture, a redirect in Python) its writes never pass
+    the filter anyway: ``sys.stderr`` itself."""
+    try:
+        if sys.stderr.fileno() != 2:
+            raise ValueError("sys.stderr is not fd 2")
+        sys.stderr.flush()
+        stream = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is both OSError and ValueError
+        yield sys.stderr
+        return
+    try:
+        yield stream
+    finally:
+        try:
+            stream.close()
+        except OSError:
+            pass

@@ -23,6 +23,17 @@ from autokernel_tui.tasks import spec as taskspec
 # Relative L2 error allowed against the original when the model's own noise is smaller.
 ERROR_FLOOR = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 5e-3}
 NOISE_FACTOR = 3.0
+# How a model can be run, with and without the kernels: (kernels in?, torch.compile mode or None).
+# "+kernels" under compile calls each kernel as a torch custom op inside Inductor's graph; the
+# "cudagraphs" modes are torch.compile(mode="reduce-overhead"), whose CUDA graphs take the host's
+# launch cost away. The unpatched rows are what a user gets without us.
+MODES: dict[str, tuple[bool, str | None]] = {
+    "eager": (False, None), "eager+kernels": (True, None),
+    "compile": (False, "default"), "compile+kernels": (True, "default"),
+    "cudagraphs": (False, "reduce-overhead"), "cudagraphs+kernels": (True, "reduce-overhead"),
+}
+GPU_MODES = tuple(MODES)
+CPU_MODES: tuple[str, ...] = ()  # compiling on the CPU takes minutes, and its times mean nothing
 
 
 class VerifyError(AutokernelError):
@@ -132,21 +143,27 @@ def _forward(model, inputs):
         return _tensor(model(*inputs))
 
 
-def _time(models: list, inputs, iters: int, warmup: int, device: str) -> list[list[float]]:
-    """Per model, ``iters`` forward times in microseconds, interleaved so drift hits all alike."""
+def _time(models: list, inputs, iters: int, warmup: int, device: str,
+          on_forward=None) -> list[list[float]]:
+    """Per model, ``iters`` forward times in microseconds, interleaved so drift hits all alike.
+    ``on_forward(i, seconds)`` is called after each forward pass of model ``i`` (progress)."""
     import time
 
     import torch
 
     cuda = device.startswith("cuda")
+    tick = on_forward or (lambda i, seconds: None)
     for _ in range(warmup):
-        for m in models:
+        for i, m in enumerate(models):
+            t0 = time.perf_counter()
             _forward(m, inputs)
+            tick(i, time.perf_counter() - t0)
     if cuda:
         torch.cuda.synchronize()
     times: list[list[float]] = [[] for _ in models]
     for _ in range(iters):
         for i, m in enumerate(models):
+            t_call = time.perf_counter()
             if cuda:
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
@@ -158,6 +175,7 @@ def _time(models: list, inputs, iters: int, warmup: int, device: str) -> list[li
                 t0 = time.perf_counter()
                 _forward(m, inputs)
                 times[i].append((time.perf_counter() - t0) * 1e6)
+            tick(i, time.perf_counter() - t_call)
     return times
 
 
@@ -167,13 +185,13 @@ def _stats(xs: list[float]) -> dict:
     return {"median_us": statistics.median(xs), "p20_us": q(0.2), "p80_us": q(0.8), "n": len(xs)}
 
 
-def _family_times(bundle, model, steps: int) -> dict:
+def _family_times(bundle, model, steps: int, on_step=None) -> dict:
     from autokernel_tui.profiling.amdahl import rank
     from autokernel_tui.profiling.capture import profile_bundle
 
     b = copy.copy(bundle)
     b.model, b.train = model, False
-    prof = rank(profile_bundle(b, steps=steps, warmup=1))
+    prof = rank(profile_bundle(b, steps=steps, warmup=1, on_step=on_step))
     return {"total_us": prof["total_us"],
             "families": {f["family"]: {"time_us": f["time_us"], "kernels": [k["name"] for k in f["kernels"][:4]]}
                          for f in prof["families"]}}
@@ -181,42 +199,97 @@ def _family_times(bundle, model, steps: int) -> dict:
 
 def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=None, device="auto", train=False,
            layers=None, iters: int | None = None, warmup: int | None = None, families: list[str] | None = None,
-           profile_steps: int | None = None) -> dict:
-    """Patch ``kernels`` ({family: kernel.py}) into ``model`` and compare it with the original."""
+           profile_steps: int | None = None, modes: tuple[str, ...] | None = None, progress=None) -> dict:
+    """Patch ``kernels`` ({family: kernel.py}) into ``model`` and compare it with the original, in
+    each of ``modes`` (default: every mode of ``MODES`` on a GPU, eager with and without on the CPU).
+
+    ``progress(stage, done, total, left_s)`` (``autokernel_tui.progress``) hears what runs and an
+    estimate of the time left, from the measured cost of one forward pass of each model."""
+    import time
+
     import torch
+
+    from autokernel_tui.progress import Estimate, nothing
+
+    say = progress or nothing
+    est = Estimate()
 
     from autokernel_tui.profiling.pipeline import default_dtype
     from autokernel_tui.profiling.patch import load_kernels, patch_model
     from autokernel_tui.profiling.zoo import load_model
 
+    if train:
+        return verify_training(model, kernels, batch=batch, seq=seq, dtype=dtype, device=device, layers=layers,
+                               iters=iters, warmup=warmup, families=families)
     dtype = default_dtype(dtype, device)
+    say("loading the model")
     bundle = load_model(model, batch=batch, seq=seq, dtype=dtype, device=device, train=train, layers=layers)
     gpu = bundle.device.startswith("cuda")
     iters = iters or (30 if gpu else 3)
     warmup = warmup if warmup is not None else (5 if gpu else 1)
+    steps = profile_steps or (3 if gpu else 1)
+    run_modes = [m for m in (modes or (GPU_MODES if gpu else CPU_MODES))
+                 if m in MODES and not (MODES[m][1] == "reduce-overhead" and not gpu)]
     original = bundle.model.eval()
     patched = copy.deepcopy(original)
     counts = patch_model(patched, load_kernels(kernels), families)
     if not any(counts.values()):
         raise VerifyError(f"none of the kernels ({', '.join(sorted(kernels))}) has a patch site in {model}")
     inputs = bundle.inputs
-    out0, out1 = _forward(original, inputs), _forward(patched, inputs)
+    # The work ahead, in forward passes of each model ("orig", "patched"): their measured cost
+    # makes the estimate. Compiling a mode is not counted (it is said while it runs).
+    est.plan("orig", 1 + (dtype != "float32") + warmup + iters + 1 + steps)
+    est.plan("patched", 1 + warmup + iters + 1 + steps)
+    for m in run_modes:
+        est.plan("patched" if MODES[m][0] else "orig", max(warmup, 3 if MODES[m][1] == "reduce-overhead" else 1) + iters)
+    kinds = ("orig", "patched")
+
+    def timed_forward(m, kind: str, stage: str, done: int, total: int):
+        say(stage, done, total, est.left_s())
+        t0 = time.perf_counter()
+        out = _forward(m, inputs)
+        est.did(kind, time.perf_counter() - t0)
+        return out
+
+    checks = 3 if dtype != "float32" else 2
+    out0 = timed_forward(original, "orig", "checking outputs: the original model", 0, checks)
+    out1 = timed_forward(patched, "patched", "checking outputs: the model with the kernels", 1, checks)
     # The model's own precision noise: the original against a float32 copy of itself.
     noise = 0.0
     if dtype != "float32":
         ref32 = copy.deepcopy(original).float()
+        say("checking outputs: a float32 copy (the model's own noise)", 2, checks, est.left_s())
+        t0 = time.perf_counter()
         out32 = _forward(ref32, tuple(x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
                                       for x in inputs))
+        est.did("orig", time.perf_counter() - t0)
         noise = rel_l2(out0.float(), out32)
         del ref32
     err = rel_l2(out1.float(), out0.float())
     tol = max(NOISE_FACTOR * noise, ERROR_FLOOR[dtype])
     finite = bool(torch.isfinite(out1).all())
     passed = finite and err <= tol
-    times = _time([original, patched], inputs, iters, warmup, bundle.device)
+    n_timed = 2 * (warmup + iters)
+    done = [0]
+
+    def on_forward(i: int, seconds: float) -> None:
+        est.did(kinds[i], seconds)
+        done[0] += 1
+        say("timing the model without and with the kernels (forward passes)", done[0], n_timed, est.left_s())
+
+    say("timing the model without and with the kernels (forward passes)", 0, n_timed, est.left_s())
+    times = _time([original, patched], inputs, iters, warmup, bundle.device, on_forward)
     before, after = _stats(times[0]), _stats(times[1])
-    steps = profile_steps or (3 if gpu else 1)
-    prof0, prof1 = _family_times(bundle, original, steps), _family_times(bundle, patched, steps)
+
+    def profiling(kind: str, which: str):
+        def on_step(stage: str, i: int, n: int, seconds: float | None) -> None:
+            if seconds is not None:
+                est.did(kind, seconds)
+            say(f"profiling {which}: {stage}", i, n, est.left_s())
+        return on_step
+
+    prof0 = _family_times(bundle, original, steps, profiling("orig", "the original model"))
+    prof1 = _family_times(bundle, patched, steps, profiling("patched", "the model with the kernels"))
     patched_fams = [f for f, n in counts.items() if n]
     per_family = []
     t_before = t_after = 0.0
@@ -250,7 +323,94 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
         "measured_speedup": before["median_us"] / after["median_us"] if after["median_us"] > 0 else None,
         "predicted_speedup": predicted, "prediction_gap": gap, "families": per_family,
         "kernels": {f: str(p) for f, p in kernels.items()},
+        **compare_modes(original, kernels, families, inputs, out0, tol, bundle.device,
+                        modes or (GPU_MODES if gpu else CPU_MODES), iters, warmup, say, est),
     }
+
+
+def compare_modes(original, kernels: dict[str, Path], families, inputs, reference_out, tol: float, device: str,
+                  modes: tuple[str, ...], iters: int, warmup: int, progress=None, estimate=None) -> dict:
+    """The model in each mode, with and without the kernels: outputs checked against eager, times
+    interleaved (so drift falls on all alike), and which one to ship."""
+    import time
+
+    import torch
+
+    from autokernel_tui.profiling.patch import load_kernels, patch_model
+    from autokernel_tui.progress import Estimate, nothing
+
+    say = progress or nothing
+    est = estimate or Estimate()
+
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise VerifyError(f"unknown mode(s) {', '.join(unknown)}; modes: {', '.join(MODES)}")
+    cuda = device.startswith("cuda")
+    built, results = {}, {}
+    for k, name in enumerate(modes):
+        with_kernels, compile_mode = MODES[name]
+        if compile_mode == "reduce-overhead" and not cuda:
+            results[name] = {"skipped": "CUDA graphs need a GPU"}
+            continue
+        left = est.left_s()
+        say(f"mode {name}: " + ("compiling and warming up" if compile_mode else "warming up"), k, len(modes),
+            None if left is None else left)
+        kind = "patched" if with_kernels else "orig"
+        m = copy.deepcopy(original)
+        if with_kernels:
+            patch_model(m, load_kernels(kernels), families, custom_ops=compile_mode is not None)
+        if compile_mode is not None:
+            m = torch.compile(m, mode=compile_mode, dynamic=False)
+        try:
+            out = None
+            for w in range(max(warmup, 3 if compile_mode == "reduce-overhead" else 1)):  # compiles, records graphs
+                t0 = time.perf_counter()
+                out = _forward(m, inputs)
+                if w or compile_mode is None:  # the first call of a compiled mode is mostly compilation
+                    est.did(kind, time.perf_counter() - t0)
+                else:
+                    est.todo[kind] = max(0.0, est.todo.get(kind, 0.0) - 1)
+            out = out.float().clone()
+        except Exception as exc:  # a mode that does not run is a finding, not a crash of verify
+            results[name] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+            continue
+        err = rel_l2(out, reference_out.float())
+        finite = bool(torch.isfinite(out).all())
+        results[name] = {"correct": finite and err <= tol, "rel_l2_vs_eager": err}
+        built[name] = m
+    names = list(built)
+    kinds = ["patched" if MODES[n][0] else "orig" for n in names]
+    done = [0]
+
+    def on_forward(i: int, seconds: float) -> None:
+        est.did(kinds[i], seconds)
+        done[0] += 1
+        say("timing every mode (forward passes)", done[0], len(names) * iters, est.left_s())
+
+    times = _time([built[n] for n in names], inputs, iters, 0, device, on_forward) if names else []
+    for n, t in zip(names, times):
+        results[n].update(_stats(t))
+    base = {k: results.get(k, {}).get("median_us") for k in ("eager", "compile", "cudagraphs")}
+    for n in names:
+        med = results[n]["median_us"]
+        for ref_name, ref_us in base.items():
+            if ref_us and med:
+                results[n][f"speedup_vs_{ref_name}"] = ref_us / med
+    timed = [n for n in names if results[n].get("correct") and results[n].get("median_us")]
+    best = min(timed, key=lambda n: results[n]["median_us"]) if timed else None
+    return {"modes": results, "ship": best, "ship_reason": _ship_reason(best, results)}
+
+
+def _ship_reason(best: str | None, results: dict) -> str:
+    if best is None:
+        return "no mode both ran and matched the original"
+    without = best.replace("+kernels", "")
+    line = f"{best}: the fastest mode whose outputs match ({results[best]['median_us'] / 1e3:.3f} ms)"
+    if best.endswith("+kernels") and results.get(without, {}).get("median_us"):
+        line += f", {results[without]['median_us'] / results[best]['median_us']:.3f}x {without} without the kernels"
+    elif not best.endswith("+kernels"):
+        line += "; the kernels do not make this model faster in any mode measured"
+    return line
 
 
 def prof_device(device: str) -> str:
@@ -288,9 +448,170 @@ def format_result(r: dict) -> str:
             continue
         lines.append(f"  {f['family']:<16} share {100 * f['share']:5.1f}%  {f['before_us']:10.1f} us -> "
                      f"{f['after_us']:10.1f} us  kernel {x(f['kernel_speedup'])}")
+    if r.get("modes"):
+        lines.append("modes (each beside eager, torch.compile and CUDA graphs of the unpatched model):")
+        for name, m in r["modes"].items():
+            if "skipped" in m or "error" in m:
+                lines.append(f"  {name:<19} {m.get('skipped') or 'failed: ' + m['error']}")
+                continue
+            check = "PASS" if m.get("correct") else "FAIL"
+            vs = "  ".join(f"{x(m.get(f'speedup_vs_{b}'))} vs {b}" for b in ("eager", "compile", "cudagraphs")
+                           if m.get(f"speedup_vs_{b}") is not None)
+            lines.append(f"  {name:<19} {m['median_us'] / 1e3:8.3f} ms  outputs {check}  {vs}")
+        lines.append(f"ship: {r['ship_reason']}")
     if not r["timing_meaningful"]:
         lines.append("CPU: kernels ran in the Triton interpreter; the check is real, the timings are not.")
     return "\n".join(lines)
 
 
 
+
+
+def backward_kernels(kernels: dict[str, Path]) -> dict:
+    """{family: Backward} for the forward kernels in ``kernels``: a backward task's kernel where one
+    lies beside (``<task>_bwd/`` with ``kind = "backward"``), else autograd through the task's reference."""
+    from autokernel_tui.profiling.patch import Backward, load_kernel, load_references
+
+    refs = load_references(kernels)
+    out = {}
+    for family, path in kernels.items():
+        bwd_dir = Path(path).parent.parent / f"{Path(path).parent.name}_bwd"
+        kernel, positions = None, ()
+        if (bwd_dir / taskspec.SPEC_FILE).is_file():
+            spec = taskspec.load_spec(bwd_dir)
+            if spec.kind == "backward":
+                kernel, positions = load_kernel(bwd_dir / taskspec.KERNEL_FILE), spec.grad_inputs
+        if kernel is not None or family in refs:
+            out[family] = Backward(reference=refs.get(family), kernel=kernel, positions=positions)
+    return out
+
+
+def _train_step(model, inputs, seed: int):
+    """One training step's loss and gradients (the same dropout masks for every model: ``seed``)."""
+    import torch
+
+    from autokernel_tui.profiling.zoo import scalar_loss
+
+    for p in model.parameters():
+        p.grad = None
+    torch.manual_seed(seed)
+    loss = scalar_loss(model(*inputs))
+    loss.backward()
+    return loss.detach().float(), [None if p.grad is None else p.grad.detach().float().clone()
+                                   for p in model.parameters()]
+
+
+def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=None, device="auto",
+                    layers=None, iters: int | None = None, warmup: int | None = None,
+                    families: list[str] | None = None) -> dict:
+    """Training steps of the model with and without the kernels, from the same weights and batch:
+    the loss and every parameter's gradient checked (against the model's own precision noise), and
+    the step (forward + backward) timed beside eager and, on a GPU, torch.compile."""
+    import torch
+
+    from autokernel_tui.profiling.pipeline import default_dtype
+    from autokernel_tui.profiling.patch import load_kernels, patch_model
+    from autokernel_tui.profiling.zoo import load_model
+
+    dtype = default_dtype(dtype, device)
+    bundle = load_model(model, batch=batch, seq=seq, dtype=dtype, device=device, train=True, layers=layers)
+    gpu = bundle.device.startswith("cuda")
+    iters = iters or (20 if gpu else 2)
+    warmup = warmup if warmup is not None else (3 if gpu else 1)
+    original = bundle.model.train()
+    backwards = backward_kernels(kernels)
+    patched = copy.deepcopy(original)
+    counts = patch_model(patched, load_kernels(kernels), families, backwards=backwards)
+    if not any(counts.values()):
+        raise VerifyError(f"none of the kernels ({', '.join(sorted(kernels))}) has a patch site in {model}")
+    names = [n for n, _ in original.named_parameters()]
+    loss0, grads0 = _train_step(original, bundle.inputs, 0)
+    loss1, grads1 = _train_step(patched, bundle.inputs, 0)
+    noise_loss, noise_grads = 0.0, [0.0] * len(names)
+    if dtype != "float32":  # the model's own noise: the same step in float32
+        ref32 = copy.deepcopy(original).float()
+        inputs32 = tuple(x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in bundle.inputs)
+        loss32, grads32 = _train_step(ref32, inputs32, 0)
+        noise_loss = rel_l2(loss0.reshape(1), loss32.reshape(1))
+        noise_grads = [rel_l2(a, b) if a is not None and b is not None else 0.0 for a, b in zip(grads0, grads32)]
+        del ref32
+    floor = ERROR_FLOOR[dtype]
+    params = []
+    for name, a, b, noise in zip(names, grads0, grads1, noise_grads):
+        if a is None and b is None:
+            continue
+        if a is None or b is None:
+            params.append({"name": name, "rel_l2": float("inf"), "tolerance": 0.0, "ok": False,
+                           "why": "a gradient on one side only"})
+            continue
+        err, tol = rel_l2(b, a), max(NOISE_FACTOR * noise, floor)
+        params.append({"name": name, "rel_l2": err, "tolerance": tol,
+                       "ok": bool(torch.isfinite(b).all()) and err <= tol})
+    loss_err, loss_tol = rel_l2(loss1.reshape(1), loss0.reshape(1)), max(NOISE_FACTOR * noise_loss, floor)
+    loss_ok = bool(torch.isfinite(loss1)) and loss_err <= loss_tol
+    models = {"eager": original, "eager+kernels": patched}
+    if gpu:
+        models["compile"] = torch.compile(copy.deepcopy(original))
+    times = _time_steps(list(models.values()), bundle.inputs, iters, warmup, bundle.device)
+    stats = {name: _stats(t) for name, t in zip(models, times)}
+    for name, st in stats.items():
+        for ref in ("eager", "compile"):
+            if ref in stats and st["median_us"]:
+                st[f"speedup_vs_{ref}"] = stats[ref]["median_us"] / st["median_us"]
+    worst = max(params, key=lambda p: p["rel_l2"] / p["tolerance"] if p["tolerance"] else float("inf"))
+    return {
+        "model": bundle.name, "device": prof_device(bundle.device), "dtype": dtype, "batch": bundle.batch,
+        "seq": bundle.seq, "mode": "training step (forward + backward)", "timing_meaningful": gpu,
+        "patched": counts, "unpatched_families": [f for f, n in counts.items() if not n],
+        "backward": {f: ("its own backward kernel" if b.kernel is not None else "autograd through the reference")
+                     for f, b in backwards.items() if counts.get(f)},
+        "correct": loss_ok and all(p["ok"] for p in params), "loss": [float(loss0), float(loss1)],
+        "loss_rel_err": loss_err, "loss_tolerance": loss_tol, "gradients": params, "worst_gradient": worst,
+        "steps": stats,
+        "timing_method": "CUDA events, interleaved, median" if gpu else "perf_counter on the CPU: not meaningful",
+    }
+
+
+def _time_steps(models: list, inputs, iters: int, warmup: int, device: str) -> list[list[float]]:
+    """Per model, ``iters`` training-step times in microseconds, interleaved."""
+    import time
+
+    import torch
+
+    cuda = device.startswith("cuda")
+    for _ in range(warmup):
+        for m in models:
+            _train_step(m, inputs, 0)
+    times: list[list[float]] = [[] for _ in models]
+    for _ in range(iters):
+        for i, m in enumerate(models):
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            _train_step(m, inputs, 0)
+            if cuda:
+                torch.cuda.synchronize()
+            times[i].append((time.perf_counter() - t0) * 1e6)
+    return times
+
+
+def format_training(r: dict) -> str:
+    def x(v):
+        return f"{v:.3f}x" if isinstance(v, (int, float)) else "n/a"
+
+    lines = [f"verify --train {r['model']} on {r['device']}: {r['dtype']}, batch {r['batch']} x seq {r['seq']}, "
+             f"{r['mode']}",
+             "patched: " + ", ".join(f"{f} ({n} modules; backward: {r['backward'].get(f, 'none')})"
+                                     for f, n in r["patched"].items() if n)]
+    verdict = "PASS" if r["correct"] else "FAIL"
+    w = r["worst_gradient"]
+    lines.append(f"training step: {verdict}: loss {r['loss'][0]:.5g} -> {r['loss'][1]:.5g} (rel {r['loss_rel_err']:.1e}, "
+                 f"tolerance {r['loss_tolerance']:.1e}); {sum(p['ok'] for p in r['gradients'])} of "
+                 f"{len(r['gradients'])} parameter gradients within tolerance, worst {w['name']} rel L2 "
+                 f"{w['rel_l2']:.1e} (tolerance {w['tolerance']:.1e})")
+    for name, st in r["steps"].items():
+        vs = "  ".join(f"{x(st.get(f'speedup_vs_{b}'))} vs {b}" for b in ("eager", "compile") if b in r["steps"])
+        lines.append(f"  {name:<15} {st['median_us'] / 1e3:8.3f} ms per step  {vs}")
+    if not r["timing_meaningful"]:
+        lines.append("CPU: kernels ran in the Triton interpreter; the check is real, the timings are not.")
+    return "\n".join(lines)

@@ -32,6 +32,7 @@ REFERENCE_FILE = "reference.py"
 HARNESS_OWNED = (SPEC_FILE, REFERENCE_FILE)
 DTYPES = ("float16", "bfloat16", "float32")
 BOUNDS = ("memory", "compute")
+KINDS = ("forward", "backward")
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,10 @@ class TaskSpec:
     knob_space: dict[str, tuple[Any, ...]]
     profile: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
+    # "forward", or "backward": kernel_fn(*inputs, grad_out) returns the gradients of the inputs
+    # at ``grad_inputs`` (positions in the inputs), checked against autograd of the reference.
+    kind: str = "forward"
+    grad_inputs: tuple[int, ...] = ()
 
     @property
     def kernel_path(self) -> Path:
@@ -121,6 +126,13 @@ def parse_spec(data: dict[str, Any], path: Path | None = None) -> TaskSpec:
             tolerances[d] = Tolerance(float(t["atol"]), float(t["rtol"]), float(t["max_rel_l2"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise TaskFormatError(f"{where}: [tolerance.{d}] needs numeric atol, rtol, max_rel_l2 ({exc})") from None
+    kind = data.get("kind", "forward")
+    if kind not in KINDS:
+        raise TaskFormatError(f"{where}: kind must be one of {KINDS}, not {kind!r}")
+    grad_inputs = data.get("grad_inputs", [])
+    if not isinstance(grad_inputs, list) or not all(isinstance(i, int) and i >= 0 for i in grad_inputs) \
+            or (kind == "backward") != bool(grad_inputs):
+        raise TaskFormatError(f"{where}: a backward task names grad_inputs = [input positions] (and only it)")
     knobs = data.get("knobs", {})
     if not isinstance(knobs, dict) or any(not isinstance(v, list) or not v for v in knobs.values()):
         raise TaskFormatError(f"{where}: [knobs] maps each knob name to a non-empty list of values")
@@ -138,6 +150,8 @@ def parse_spec(data: dict[str, Any], path: Path | None = None) -> TaskSpec:
         knob_space={k: tuple(v) for k, v in knobs.items()},
         profile=dict(data.get("profile", {})),
         path=path,
+        kind=kind,
+        grad_inputs=tuple(grad_inputs),
     )
 
 

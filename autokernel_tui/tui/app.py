@@ -24,7 +24,8 @@ class AutokernelApp(App[Any]):
 
     def __init__(self, workspace: Path, mode: str = LIVE, client: Any = None, *, attached: bool = False,
                  user_keys: dict[str, str] | None = None, clock: Callable[[], float] | None = None,
-                 history: Any = None, first_run_info: dict | None = None) -> None:
+                 history: Any = None, first_run_info: dict | None = None, notes: list[str] | None = None,
+                 harness_quick: bool | None = None) -> None:
         super().__init__()
         self.workspace = Path(workspace)
         self.mode = mode
@@ -34,6 +35,8 @@ class AutokernelApp(App[Any]):
         self.clock = clock or time.time
         self.history = history  # callable(workspace) -> list of runs; defaults to ledger.history.load_runs
         self.first_run_info = first_run_info or {}
+        self.notes = list(notes or [])  # said once when the live screen opens
+        self.harness_quick = harness_quick  # the in-process engine's harness.quick (None: not known here)
         self.theme = "textual-dark"
 
     def on_mount(self) -> None:
@@ -98,6 +101,20 @@ class AutokernelApp(App[Any]):
         state = getattr(self.screen, "state", None)
         active = state is not None and state.state not in ("stopped", "idle")
         self.push_screen(QuitScreen(self.attached, active), self._quit_chosen)
+
+    def get_system_commands(self, screen):
+        from textual.app import SystemCommand
+
+        for command in super().get_system_commands(screen):
+            if command.title == "Quit":
+                command = SystemCommand("Quit", "asks whether to stop the run or leave it running headless",
+                                        self.action_quit)
+            yield command
+
+    async def action_quit(self) -> None:
+        """The command palette's Quit and ctrl+q: the same question as q, never a silent exit (which left
+        a blank terminal while the in-process engine finished its experiment)."""
+        self.ask_quit()
 
     def _quit_chosen(self, choice: str | None) -> None:
         if choice is not None:

@@ -23,8 +23,12 @@ def to_float(value: Any) -> float | None:
 
 
 def speedup(value: Any) -> str:
+    """A ratio as "1.68x". Below 0.095 with two significant digits ("0.0033x"): a real measurement
+    never reads as 0.00x."""
     number = to_float(value)
-    return "-" if number is None else f"{number:.2f}x"
+    if number is None:
+        return "-"
+    return f"{number:.2g}x" if 0 < abs(number) < 0.095 else f"{number:.2f}x"
 
 
 def interval(low: Any, high: Any) -> str:
@@ -79,8 +83,23 @@ def projected_end_to_end(share_of_time: Any, kernel_speedup: Any) -> float | Non
     return 1.0 / ((1.0 - p) + p / s)
 
 
+def timing_meaningful(device: Any) -> bool | None:
+    """Whether the run's timings mean something (a GPU), from the harness's device_info(); None
+    while the engine has not said yet (its harness is still starting)."""
+    if isinstance(device, dict):
+        meaningful = device.get("timing_meaningful")
+        if isinstance(meaningful, bool):
+            return meaningful
+        device = device.get("name")
+    if not device:
+        return None
+    return "cpu" not in str(device).lower()
+
+
 def device_label(device: Any) -> str:
     """A GPU name, or the plain statement that CPU timings mean nothing."""
+    if not device:
+        return "device: starting the harness…"
     if isinstance(device, dict):
         name = str(device.get("name") or "")
         meaningful = device.get("timing_meaningful", "cpu" not in name.lower())

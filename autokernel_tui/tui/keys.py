@@ -19,6 +19,7 @@ class KeySpec:
     description: str
     help: str
     show: bool = True
+    short: str = ""  # the footer's label on a narrow screen (80 columns), when shorter than description
 
 
 # The live screen's steering keys: one key each, in the footer and in the command palette.
@@ -26,7 +27,8 @@ STEERING = (
     KeySpec("pause", "p", "toggle_pause", "Pause", "pause the loop after the current step, or resume it"),
     KeySpec("approve", "a", "approve", "Approve", "keep the candidate awaiting approval (commit stays on the branch)"),
     KeySpec("veto", "v", "veto", "Veto", "discard the candidate awaiting approval (its commit is kept under refs/autokernel)"),
-    KeySpec("skip", "n", "skip", "Next kernel", "stop working on this kernel and move to the next one in the ranking"),
+    KeySpec("skip", "n", "skip", "Next kernel", "stop working on this kernel and move to the next one in the ranking",
+            short="Next"),
     KeySpec("policy", "o", "cycle_policy", "Policy", "switch the approval policy: manual -> auto -> threshold"),
     KeySpec("stop", "x", "stop", "Stop", "stop the run after the current experiment"),
 )
@@ -38,14 +40,17 @@ NAVIGATION = (
     KeySpec("quit", "q", "quit_app", "Quit", "quit: asks whether to stop the run or leave it running headless"),
 )
 REVIEW = (
-    KeySpec("filter_status", "f", "filter_status", "Status filter", "cycle the status filter: all, keep, discard, fail, ..."),
-    KeySpec("filter_kernel", "k", "filter_kernel", "Kernel filter", "cycle the kernel filter"),
+    KeySpec("filter_status", "f", "filter_status", "Status filter", "cycle the status filter: all, keep, discard, fail, ...",
+            short="Status"),
+    KeySpec("filter_kernel", "k", "filter_kernel", "Kernel filter", "cycle the kernel filter", short="Kernel"),
     KeySpec("revert", "u", "revert", "Revert", "revert the selected kept experiment (the engine makes a new commit and row)"),
     KeySpec("view", "t", "next_view", "View", "switch the detail pane: diff, harness report, agent reasoning"),
     KeySpec("close_review", "escape", "close", "Back", "leave review"),
 )
 ALL = STEERING + NAVIGATION + REVIEW
 IDS = {spec.id for spec in ALL}
+RESUME = "Resume"  # the pause key's label while a pause is asked for or in force
+SHORT = {spec.id: spec.short for spec in ALL if spec.short}
 
 
 def keymap(user_keys: dict[str, str]) -> dict[str, str]:

@@ -9,13 +9,16 @@ from autokernel_tui.tui import engine_link
 
 
 def run_live(workspace: Path, settings, client, attached: bool, headless_args: list[str] | tuple = (),
-             resume_command: str | None = None) -> int:
-    """``resume_command``: what the exit hint tells the user to type to resume a stopped run (the
+             notes: list[str] | tuple = (), resume_command: str | None = None) -> int:
+    """``notes``: said once when the screen opens (the demo says what it runs). An in-process run's
+    harness settings are this process's, so the header can say when the harness runs in quick mode.
+    ``resume_command``: what the exit hint tells the user to type to resume a stopped run (the
     demo's is ``autokernel-tui demo -C <its folder>``); by default the app on this workspace."""
     from autokernel_tui.tui.app import AutokernelApp
     from autokernel_tui.tui.screens.quit_screen import DETACH, HANGUP, HEADLESS, STOP
 
-    app = AutokernelApp(workspace, client=client, attached=attached, user_keys=settings.keys)
+    app = AutokernelApp(workspace, client=client, attached=attached, user_keys=settings.keys, notes=list(notes),
+                        harness_quick=None if attached else bool(settings.harness.quick))
     try:
         choice = app.run()
     except OSError:  # the terminal went away while drawing: treat it as a hang-up
@@ -24,9 +27,11 @@ def run_live(workspace: Path, settings, client, attached: bool, headless_args: l
         # The SSH session died: keep the night's run going rather than losing it.
         choice = DETACH if attached else HEADLESS
     if choice == STOP:
+        _say("stopping: the experiment under way finishes and is recorded first (on the CPU that can take minutes)…")
         engine_link.stop_and_close(client)
         _say(f"run stopped after its current experiment; resume with: {resume_command or _app_on(workspace)}")
     elif choice == HEADLESS:
+        _say("handing over: the experiment under way finishes here first, then the run continues headless…")
         engine_link.stop_and_close(client)
         pid = engine_link.spawn_headless(workspace, extra_args=headless_args)
         _say(f"run continues headless (pid {pid}); watch it with: autokernel-tui attach {workspace}")

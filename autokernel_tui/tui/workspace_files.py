@@ -72,8 +72,17 @@ def catch_up_events(events: list[dict], experiment: int) -> list[dict]:
     for i, event in enumerate(events):
         if event.get("type") == "experiment_started" and int(event.get("n") or 0) == experiment:
             start = i
-    replay = {"experiment_started", "agent", "proposal", "committed", "verdict"}
+    replay = {"experiment_started", "baseline", "agent", "proposal", "committed", "verdict"}
     return [e for e in events[start:] if e.get("type") in replay]
+
+
+def measured_starts(workspace: Path, tag: str) -> set[str]:
+    """Tasks whose starting kernel this run has measured (the engine saves reports/start-<task>.json)."""
+    folder = paths.run_dir(workspace, tag) / paths.REPORTS_DIR
+    try:
+        return {p.name[len("start-"):-len(".json")] for p in folder.glob("start-*.json")}
+    except OSError:
+        return set()
 
 
 def engine_pid(workspace: Path) -> int | None:

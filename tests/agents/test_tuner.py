@@ -189,3 +189,39 @@ def test_frozen_knobs_are_never_moved(synth):
                         "description": p.description})
     with pytest.raises(NothingToPropose):
         tuner.propose(AgentContext(task=synth, incumbent_source=src, history=history), lambda e: None)
+
+
+def _first_moves(task, report, n=4, seed=0):
+    """The tuner's first n proposals on a starter, each discarded as slower (what noise does to a move
+    the Triton interpreter cannot see)."""
+    src = task.kernel_path.read_text()
+    history, moves = [], []
+    for i in range(n):
+        ctx = AgentContext(task=task, incumbent_source=src, incumbent_report=report, history=list(history),
+                           experiment=i + 1)
+        p = TunerAgent(seed=seed).propose(ctx, lambda e: None)
+        moves.append(p.description)
+        history.append({"experiment": i + 1, "status": "discard", "speedup_vs_baseline": "0.0030",
+                        "speedup_vs_incumbent": "0.95", "source": p.source, "description": p.description})
+    return moves
+
+
+CPU_REPORT = {"timing_meaningful": False, "summary": {"speedup_vs_baseline": 0.0033}}
+GPU_REPORT = {"timing_meaningful": True, "summary": {"speedup_vs_baseline": 0.93}}
+
+
+@pytest.mark.parametrize("starter", ["rmsnorm", "softmax"])
+def test_on_the_cpu_interpreter_code_path_thresholds_come_first(starter):
+    """Issue 25: the demo's first four rmsnorm moves (ROWS_INT32, NUM_WARPS twice, RESIDENT_MAX_KB up)
+    could not change the interpreter's time; the threshold moves that did came fifth. Under the
+    interpreter the unexplored thresholds are tried first; on a GPU the order is as it was."""
+    from autokernel_tui.tasks.spec import load_spec, starters_dir
+
+    task = load_spec(starters_dir() / starter)
+    moves = _first_moves(task, CPU_REPORT)
+    assert all(m.split()[0] in ("MAX_FUSED_N", "RESIDENT_MAX_KB") for m in moves), moves
+    assert any(m in ("RESIDENT_MAX_KB 32 -> 0", "MAX_FUSED_N 16384 -> 32768") for m in moves[:3]), moves
+    gpu = _first_moves(task, GPU_REPORT, n=1)
+    assert gpu == _first_moves(task, None, n=1)  # no report or a GPU one: the prior does not apply
+    if starter == "rmsnorm":
+        assert gpu == ["ROWS_INT32 1 -> 0"]  # as in the demo before (its report said CPU; nothing used that)

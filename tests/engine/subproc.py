@@ -47,7 +47,8 @@ def git(ws, *args, check=True):
 def check_consistent(ws, tag, final=False, base_ref="main", journal_lost=()):
     """The invariants that must hold at ANY moment, even with one experiment still open:
     rows numbered 1..n once each, one result event per row, the branch holding exactly the
-    kept commits (plus at most the open candidate), every other commit at its ref.
+    kept commits (plus, at most, the open experiment once its keep is journaled: the branch
+    never holds a candidate that was not kept), every commit at its ref.
     ``journal_lost``: experiments whose events a test deleted (rebuilt from git: no start event)."""
     from autokernel_tui.ledger.events import read_events
     from autokernel_tui.ledger.results import read_rows
@@ -68,9 +69,10 @@ def check_consistent(ws, tag, final=False, base_ref="main", journal_lost=()):
     if chain != kept:
         assert not final and chain[:-1] == kept, f"branch {chain} vs kept rows {kept}"
         assert git(ws, "log", "-1", "--format=%s", chain[-1]).startswith(f"exp {len(rows) + 1}:")
+        decided = {e["n"] for e in events if e["type"] == "decision" and e["action"] in ("keep", "revert")}
+        assert len(rows) + 1 in decided, "the branch holds a candidate that was never kept"
     for r in rows:
-        if r["status"] not in ("keep", "reverted") and r["commit"]:
+        if r["commit"]:  # every experiment's commit is at its ref (kept ones on the branch too)
             assert git(ws, "rev-parse", f"refs/autokernel/{tag}/exp-{r['experiment']}") == r["commit"]
-        if r["commit"]:
             assert git(ws, "log", "-1", "--format=%s", r["commit"]).startswith(f"exp {r['experiment']}:")
     return rows

@@ -100,8 +100,10 @@ def test_the_last_events_reach_clients_when_the_server_closes(tmp_path):
     server = ControlServer(engine, tmp_path / "c.sock").start()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(str(tmp_path / "c.sock"))
+    from autokernel_tui.engine.control import read_token
+    conn.sendall(json.dumps({"id": 0, "cmd": "hello", "token": read_token(tmp_path / "c.sock")}).encode() + b"\n")
     end = time.time() + 5
-    while not server.clients and time.time() < end:
+    while not (server.clients and server.clients[0].authenticated) and time.time() < end:
         time.sleep(0.01)
     received = []
 
@@ -109,7 +111,7 @@ def test_the_last_events_reach_clients_when_the_server_closes(tmp_path):
         data = b""
         while chunk := conn.recv(1 << 16):
             data += chunk
-        received.extend(json.loads(x)["event"] for x in data.decode().splitlines())
+        received.extend(m["event"] for m in map(json.loads, data.decode().splitlines()) if "event" in m)
 
     reader = threading.Thread(target=read)
     reader.start()

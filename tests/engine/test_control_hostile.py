@@ -37,10 +37,20 @@ class FakeEngine:
         return {"ok": True, "state": "running"}
 
 
-def connect(path, timeout=5.0):
+def connect(path, timeout=5.0, auth=True):
+    """A raw connection; with ``auth``, already past the token (its reply read)."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)
     s.connect(str(path))
+    if auth:
+        s.sendall(json.dumps({"id": 0, "cmd": "hello", "token": control.read_token(path)}).encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        assert json.loads(data)["ok"] is True, data
     return s
 
 
@@ -147,7 +157,7 @@ def test_clients_beyond_the_limit_are_refused_politely(server, tmp_path):
     for s in held:  # each is served
         s.sendall(b'{"id": 1, "cmd": "snapshot"}\n')
         assert lines_from(s, 1)[0]["ok"] is True
-    extra = connect(srv.path)
+    extra = connect(srv.path, auth=False)
     (refusal,) = lines_from(extra, 1)
     assert refusal["ok"] is False and "already serves 3 clients" in refusal["error"]
     assert extra.recv(10) == b""
@@ -222,7 +232,7 @@ def test_a_real_engine_under_a_low_fd_limit_survives_400_clients(workspace):
         for _ in range(400):
             while True:
                 try:
-                    socks.append(connect(path, timeout=2.0))
+                    socks.append(connect(path, timeout=2.0, auth=False))
                     break
                 except (BlockingIOError, socket.timeout, ConnectionRefusedError):
                     if time.time() > deadline:
@@ -259,3 +269,19 @@ def test_a_real_engine_under_a_low_fd_limit_survives_400_clients(workspace):
     errors = [e["message"] for e in read_events(workspace / ".autokernel/runs/fd/events.jsonl") if e["type"] == "error"]
     assert errors == [], errors
     assert "Too many open files" not in output and "free space" not in output, output[-2000:]
+
+
+def test_a_client_without_the_token_is_refused_and_hears_nothing(server):
+    # Without bwrap a candidate runs as the same user, and Landlock does not mediate connecting to a
+    # Unix socket: the token (a file it cannot read) is what keeps it from steering the engine.
+    srv, engine = server
+    engine.commands.clear()
+    for line in (b'{"id": 1, "cmd": "set_policy", "policy": "auto"}\n',
+                 b'{"id": 1, "cmd": "set_policy", "policy": "auto", "token": "guess"}\n'):
+        sock = connect(srv.path, auth=False)
+        sock.sendall(line)
+        (reply,) = lines_from(sock, 1)
+        assert reply["ok"] is False and "not authenticated" in reply["error"]
+        assert sock.recv(10) == b""  # and hung up on
+    assert engine.commands == []
+    assert oct(control.token_path(srv.path).stat().st_mode & 0o777) == "0o600"

@@ -106,6 +106,44 @@ def test_manual_gate_human_approves_and_vetoes_and_timeout_discards(workspace, s
     assert git(workspace, "rev-parse", "refs/autokernel/t/exp-2").strip()
 
 
+def test_the_branch_holds_kept_experiments_only_while_one_awaits_approval(workspace, settings):
+    """A candidate awaiting approval lives at its ref, off the branch: the branch tip is the last kept
+    experiment (what `verify`, `git log` or a merge would take), the worktree holds the candidate for
+    the harness; approve advances the branch to it, veto leaves the branch where it was."""
+    settings.run.policy = "manual"
+    settings.run.max_experiments = 3
+    settings.run.approval_timeout_s = 60
+    engine = Engine(workspace, settings, tag="t", agent=ScriptedAgent([90, 80, 70]), harness=FakeHarness())
+    base = git(workspace, "rev-parse", "HEAD").strip()
+    worktree_kernel = workspace / ".autokernel/worktrees/t/kernels/rmsnorm/kernel.py"
+    answers = {1: "approve", 2: "veto", 3: "approve"}
+    seen = {}
+
+    def on_event(ev):
+        if ev["type"] == "awaiting_approval":  # the engine waits for us: look at git now
+            n = ev["n"]
+            seen[n] = {"tip": git(workspace, "rev-parse", "autokernel/t").strip(),
+                       "ref": git(workspace, "rev-parse", f"refs/autokernel/t/exp-{n}").strip(),
+                       "pending": engine.snapshot()["pending"]["n"],
+                       "worktree": latency_of(worktree_kernel.read_text())}
+            threading.Thread(target=lambda: engine.command(answers[n], n=n)).start()
+
+    engine.subscribe(on_event)
+    engine.run()
+    engine.close()
+    rows = read_rows(run_dir(workspace) / "results.tsv", typed=True)
+    assert [r["status"] for r in rows] == ["keep", "vetoed", "keep"]
+    exp1, exp2, exp3 = (r["commit"] for r in rows)
+    assert seen[1] == {"tip": base, "ref": exp1, "pending": 1, "worktree": 90}
+    assert seen[2] == {"tip": exp1, "ref": exp2, "pending": 2, "worktree": 80}  # exp 1 approved: advanced
+    assert seen[3] == {"tip": exp1, "ref": exp3, "pending": 3, "worktree": 70}  # exp 2 vetoed: not on it
+    assert git(workspace, "rev-parse", "autokernel/t").strip() == exp3  # exp 3 approved: advanced
+    assert git(workspace, "rev-list", "--first-parent", f"{base}..autokernel/t").split() == [exp3, exp1]
+    assert git(workspace, "rev-parse", "refs/autokernel/t/exp-2").strip() == exp2  # the vetoed one is kept
+    assert latency_of(worktree_kernel.read_text()) == 70
+    assert git(workspace / ".autokernel/worktrees/t", "status", "--porcelain") == ""
+
+
 def test_threshold_policy_and_set_policy_while_waiting(workspace, settings):
     settings.run.policy = "threshold"
     settings.run.threshold = 1.2
@@ -199,6 +237,33 @@ def test_budget_in_dollars_and_revert(workspace, settings):
                               capture_output=True, text=True).stdout
     assert head_src == exp1_src and latency_of(head_src) == 90  # exactly exp 1's kernel again
     assert git(workspace, "rev-parse", "autokernel/t~1").strip() == kept2
+
+
+def test_a_revert_is_known_by_its_trailer_not_its_description(workspace, settings):
+    """Which experiment a revert undid is its commit's Autokernel-Reverts trailer: a description
+    edited by hand changes nothing (a second revert is refused, the kernel's speedup stays taken
+    back out); a revert whose commit cannot be read is still read by its description."""
+    settings.run.max_experiments = 2
+    engine = Engine(workspace, settings, tag="t", agent=ScriptedAgent([90, 80]), harness=FakeHarness())
+    engine.run()
+    assert engine.command("revert", n=2)["ok"] is True
+    assert engine.orch.tasks["rmsnorm"].speedup == pytest.approx(100 / 90, rel=1e-4)
+    engine.close()
+    path = run_dir(workspace) / "results.tsv"
+    path.write_text(path.read_text().replace("revert exp 2: latency 80us", "undo the 80 us kernel"))
+    assert "Autokernel-Reverts: " + read_rows(path, typed=True)[1]["commit"] in \
+        git(workspace, "log", "-1", "--format=%B", "autokernel/t")
+
+    engine = Engine(workspace, settings, tag="t", agent=ScriptedAgent([90]), harness=FakeHarness())
+    try:
+        assert engine.results.rows[2]["description"] == "undo the 80 us kernel"
+        refused = engine.command("revert", n=2)
+        assert refused["ok"] is False and "already reverted" in refused["error"]
+        assert engine.orch.tasks["rmsnorm"].speedup == pytest.approx(100 / 90, rel=1e-4)  # replayed the same
+        old = {"experiment": 9, "commit": "", "status": "reverted", "description": "revert exp 1: latency 90us"}
+        assert engine.reverts.target(old) == 1
+    finally:
+        engine.close()
 
 
 def test_disk_full_pauses_and_resume_records_the_experiment_once(workspace, settings, monkeypatch):
@@ -304,16 +369,19 @@ def test_an_os_error_says_what_it_is(code, says):
     assert ("free space" in text) == (code in (errno.ENOSPC, errno.EDQUOT))
 
 
-def test_a_git_helper_killed_mid_experiment_is_named_and_nothing_is_lost(workspace, settings):
+def test_a_git_helper_killed_mid_experiment_is_named_and_nothing_is_lost(workspace, settings, monkeypatch):
     # Issue 25: the terminal's Ctrl-C killed GitPython's cat-file helpers, the next object read failed
-    # with EPIPE, and the engine said "free space". The helpers now run in their own session; one
-    # killed any other way is still named for what it is, and resuming records the experiment once.
-    settings.run.max_experiments = 2
-    engine = Engine(workspace, settings, tag="t", agent=ScriptedAgent([90, 80]), harness=None)
+    # with EPIPE, and the engine said "free space". The helpers now run in their own session, and an
+    # experiment no longer reads objects through them (each git step is a process of its own): one
+    # killed any other way costs nothing. A git step that still dies with EPIPE is named for what it
+    # is, and resuming records the experiment once.
+    settings.run.max_experiments = 3
+    engine = Engine(workspace, settings, tag="t", agent=ScriptedAgent([90, 80, 70]), harness=None)
 
     class KillsGitHelpers(FakeHarness):
         def evaluate(self, *args, **kwargs):
             if len(self.calls) == 1:  # experiment 1's evaluation (the first call measured the baseline)
+                engine.repo.tip()  # make sure the persistent helpers are running, then kill them
                 for repo in (engine.repo.repo, engine.repo.wt):
                     for helper in (repo.git.cat_file_header, repo.git.cat_file_all):
                         if helper is not None:
@@ -322,16 +390,27 @@ def test_a_git_helper_killed_mid_experiment_is_named_and_nothing_is_lost(workspa
             return super().evaluate(*args, **kwargs)
 
     engine._harness = KillsGitHelpers()
+    amend = engine.repo.amend_candidate
+
+    def dies_once(n, *args):
+        if n == 2:
+            monkeypatch.setattr(engine.repo, "amend_candidate", amend)
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+        return amend(n, *args)
+
+    monkeypatch.setattr(engine.repo, "amend_candidate", dies_once)
     engine.start()
     wait_for(lambda: engine.state == "paused")
     errors = [e["message"] for e in read_events(run_dir(workspace) / "events.jsonl") if e["type"] == "error"]
     assert len(errors) == 1 and "free space" not in errors[0], errors
-    assert "has died ([Errno 32] Broken pipe)" in errors[0] and errors[0].startswith("experiment "), errors
+    assert "has died ([Errno 32] Broken pipe)" in errors[0] and errors[0].startswith("experiment 2 "), errors
+    assert statuses(workspace) == ["keep"]  # experiment 1 finished although its git helpers were killed
     engine.command("resume")
     engine.join(10)
     engine.close()
     rows = read_rows(run_dir(workspace) / "results.tsv", typed=True)
-    assert [r["experiment"] for r in rows] == [1, 2]
+    assert [(r["experiment"], r["status"]) for r in rows] == [(1, "keep"), (2, "discard"), (3, "keep")]
+    assert git(workspace, "rev-parse", "refs/autokernel/t/exp-2").strip() == rows[1]["commit"]
     results = [e["row"]["experiment"] for e in read_events(run_dir(workspace) / "events.jsonl")
                if e["type"] == "result"]
-    assert results == [1, 2]
+    assert results == [1, 2, 3]

@@ -6,28 +6,31 @@ from autokernel_tui.engine.gate import decide
 from autokernel_tui.engine.loop import Engine
 from autokernel_tui.engine.orchestrator import EXHAUSTED, PLATEAU, Orchestrator
 from autokernel_tui.errors import ConfigError
+from autokernel_tui.harness.report import Comparison, Report
 from autokernel_tui.ledger.events import read_events
 from autokernel_tui.ledger.results import read_rows
 from enginefakes import FakeHarness, ScriptedAgent
 
-PASS = {"status": "PASS", "reason": ""}
+PASS = Report(status="PASS")
+FAIL = Report(status="FAIL", reason="max err 3e-1")
 
 
-def cmp(speedup, low, faster=True):
-    return {"speedup": speedup, "ci_low": low, "ci_high": speedup * 1.05, "faster": faster}
+def cmp(speedup, low, faster=True, **kw):
+    return Comparison(speedup=speedup, ci_low=low, ci_high=speedup * 1.05, faster=faster, n_samples=20,
+                      method="test", **kw)
 
 
 def test_gate_policies():
-    assert decide("auto", {"status": "FAIL", "reason": "max err 3e-1"}, None, 1.05).action == "discard"
-    assert "max err" in decide("manual", {"status": "FAIL", "reason": "max err 3e-1"}, None, 1.05).reason
+    assert decide("auto", FAIL, None, 1.05).action == "discard"
+    assert "max err" in decide("manual", FAIL, None, 1.05).reason
     assert decide("manual", PASS, cmp(0.99, 0.95, faster=False), 1.05).action == "discard"  # never asked
     assert decide("manual", PASS, cmp(1.5, 1.4), 1.05).action == "ask"
     assert decide("auto", PASS, cmp(1.5, 1.4), 1.05).action == "keep"
     assert decide("threshold", PASS, cmp(1.5, 1.4), 1.2).action == "keep"
     assert decide("threshold", PASS, cmp(1.1, 1.02), 1.2).action == "ask"
     assert decide("auto", PASS, None, 1.05).action == "discard"
-    refuted = dict(cmp(0.99, 0.97, faster=False), screen={"speedup": 1.02, "ci_low": 1.011, "ci_high": 1.03},
-                   reason="faster in the first comparison (1.020x [1.011, 1.030]) but not in the confirming one")
+    refuted = cmp(0.99, 0.97, faster=False, screen={"speedup": 1.02, "ci_low": 1.011, "ci_high": 1.03},
+                  reason="faster in the first comparison (1.020x [1.011, 1.030]) but not in the confirming one")
     verdict = decide("manual", PASS, refuted, 1.05)  # a refuted "faster" is never put to a human
     assert verdict.action == "discard" and verdict.reason.startswith("not confirmed: faster in the first")
 

@@ -23,7 +23,7 @@ def test_sigkill_anywhere_then_resume(workspace):
     git(workspace, "branch", "-M", "main")
     rng = random.Random(4)
     env = engine_env(AUTOKERNEL_TEST_SCRIPT=SCRIPT)
-    points = ["agent", "committed", "evaluated", "decided", "ref-kept", "torn-row", "row-written",
+    points = ["agent", "committed", "evaluated", "decided", "advanced", "ref-kept", "torn-row", "row-written",
               "committed", "decided", "agent"]
     killed = []
     for point in points:

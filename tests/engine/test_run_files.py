@@ -68,15 +68,65 @@ def test_rows_and_journal_both_lost_are_rebuilt_from_git(workspace):
     proc = run(workspace, 6)
     rows = check_consistent(workspace, TAG, final=True, journal_lost=(2, 3, 4))
     assert [r["experiment"] for r in rows] == [1, 2, 3, 4, 5, 6]
-    assert [r["status"] for r in rows[:4]] == ["keep", "discard", "discard", "fail"]
-    # exp 3 was the branch tip with no decision on record: parked at its ref, nothing lost.
+    assert [r["status"] for r in rows[:4]] == ["keep", "discard", "keep", "fail"]
+    # exp 3 is on the branch: the branch advances only on a keep, so it was kept (no decision needed).
     assert git(workspace, "rev-parse", f"refs/autokernel/{TAG}/exp-3") == kept3 == rows[2]["commit"]
+    assert git(workspace, "merge-base", "--is-ancestor", kept3, f"autokernel/{TAG}", check=False) == ""
     after = refs(workspace)
     assert all(after[name] == sha for name, sha in refs_before.items())
     assert rows[1]["commit"] == refs_before[f"refs/autokernel/{TAG}/exp-2"]
     assert rows[3]["latency_us"] is None and rows[1]["latency_us"] == 95  # from reports/exp-N.json
-    assert "experiment 3's commit" in proc.stderr
-    assert "rebuilt the rows of experiments 2, 3, 4 from git, reports/ (2: discard, 3: discard, 4: fail)" in proc.stderr
+    assert "experiment 3's commit" not in proc.stderr  # nothing was moved off the branch
+    assert "rebuilt the rows of experiments 2, 3, 4 from git, reports/ (2: discard, 3: keep, 4: fail)" in proc.stderr
+
+
+def test_an_old_run_with_its_candidate_on_the_branch_is_finished_and_repaired(workspace, settings):
+    """Runs from before candidates lived off the branch committed each candidate on the branch and
+    wrote its ref only when discarding. Opened now: an undecided tip the journal knows (the open
+    experiment) is discarded, one it does not know is rebuilt from git; both end at their refs with
+    the branch moved back, and numbering goes on above them."""
+    from autokernel_tui.engine.loop import Engine
+    from enginefakes import FakeHarness, ScriptedAgent, with_markers
+
+    git(workspace, "branch", "-M", "main")
+    run(workspace, 2)  # 1 keep, 2 discard
+    wt = workspace / ".autokernel" / "worktrees" / TAG
+    kernel = wt / "kernels" / "rmsnorm" / "kernel.py"
+    tip_before = git(workspace, "rev-parse", f"autokernel/{TAG}")
+
+    def old_commit(n, latency):  # as the old engine committed a candidate: on the branch, no ref
+        kernel.write_text(with_markers(kernel.read_text(), latency))
+        git(wt, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-am",
+            f"exp {n}: latency {latency}us\n\nAutokernel-Task: rmsnorm\nAutokernel-Experiment: {n}\n"
+            f"Autokernel-Status: PASS\nAutokernel-Run: {TAG}")
+        return git(wt, "rev-parse", "HEAD")
+
+    lost = old_commit(3, 85)  # undecided, and no trace in the journal: rebuilt from git
+    engine = Engine(workspace, settings, tag=TAG, agent=ScriptedAgent([70]), harness=FakeHarness())
+    try:
+        assert [(r["experiment"], r["status"]) for r in engine.results.rows][2:] == [(3, "discard")]
+        assert engine.results.rows[2]["commit"] == engine.repo.ref_sha(3) == lost
+        assert any("experiment 3's commit" in m for m in engine.repairs)
+    finally:
+        engine.close()
+    assert git(workspace, "rev-parse", f"autokernel/{TAG}") == tip_before
+
+    events = run_dir(workspace) / "events.jsonl"
+    with open(events, "a") as fh:
+        fh.write(json.dumps({"t": 1.0, "type": "experiment_started", "run": TAG, "n": 4, "task": "rmsnorm"}) + "\n")
+    open4 = old_commit(4, 75)  # the experiment the old engine died in, its candidate on the branch tip
+    engine = Engine(workspace, settings, tag=TAG, agent=ScriptedAgent([70]), harness=FakeHarness())
+    try:
+        row = engine.results.rows[3]
+        assert (row["experiment"], row["status"], row["commit"]) == (4, "crash", open4)
+        assert row["description"].startswith("interrupted")
+        assert engine.repo.ref_sha(4) == open4
+        assert engine.record.next_n() == 5
+    finally:
+        engine.close()
+    assert git(workspace, "rev-parse", f"autokernel/{TAG}") == tip_before
+    assert git(wt, "status", "--porcelain") == ""
+    check_consistent(workspace, TAG, final=True, journal_lost=(3,))
 
 
 def test_a_deleted_row_in_the_middle_comes_back_in_order(workspace):

@@ -5,13 +5,11 @@ inputs, eager baseline within its own tolerance). Run on the GPU machine:
     AUTOKERNEL_TEST_CUDA=1 python -m pytest -m gpu tests/gpu/test_starters_gpu.py -q
 """
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import starters_check as sc  # noqa: E402
+from benchmarks import starters_check as sc  # noqa: E402
 
 from autokernel_tui.tasks.spec import find_tasks  # noqa: E402
 

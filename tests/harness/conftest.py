@@ -81,3 +81,55 @@ def harness(tmp_path_factory):
     h = Harness(timeout_s=120, device="cpu")
     yield h
     h.close()
+
+
+BACKWARD_GOOD = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_bwd(X, W, DY, DX, DWP, N, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    m = cols < N
+    x = tl.load(X + row * N + cols, mask=m, other=0.0).to(tl.float32)
+    w = tl.load(W + cols, mask=m, other=0.0).to(tl.float32)
+    dy = tl.load(DY + row * N + cols, mask=m, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+    c = tl.sum(x * w * dy, axis=0) / N
+    dx = rstd * (w * dy) - x * (rstd * rstd * rstd) * c
+    tl.store(DX + row * N + cols, dx.to(DX.dtype.element_ty), mask=m)
+    tl.store(DWP + row * N + cols, x * rstd * dy, mask=m)
+
+
+@triton.jit
+def _colsum(P, DW, M, N, BLOCK: tl.constexpr):
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = cols < N
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for r in range(0, M):
+        acc += tl.load(P + r * N + cols, mask=m, other=0.0)
+    tl.store(DW + cols, acc.to(DW.dtype.element_ty), mask=m)
+
+
+def kernel_fn(x, weight, eps, grad_out):
+    m, n = x.shape
+    dx = torch.empty_like(x)
+    partial = torch.empty((m, n), device=x.device, dtype=torch.float32)
+    _rms_bwd[(m,)](x, weight, grad_out, dx, partial, n, eps, BLOCK=triton.next_power_of_2(n))
+    dw = torch.empty_like(weight)
+    _colsum[(triton.cdiv(n, 64),)](partial, dw, m, n, BLOCK=64)
+    return dx, dw
+'''
+
+
+def make_backward_task(dest: Path) -> Path:
+    """rmsnorm's backward (gradients of x and weight) at the tiny shapes: a backward task."""
+    make_tiny_task(dest)
+    text = (dest / "task.toml").read_text()
+    text = text.replace('name = "rmsnorm"', 'name = "rmsnorm_bwd"', 1)
+    (dest / "task.toml").write_text('kind = "backward"\ngrad_inputs = [0, 1]\n' + text)
+    (dest / "kernel.py").write_text(BACKWARD_GOOD)
+    return dest

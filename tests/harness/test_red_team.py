@@ -59,10 +59,21 @@ def world(tmp_path_factory):
     home = root / "home"
     (home / ".ssh").mkdir(parents=True)
     (home / ".ssh" / "id_rsa").write_text("-----BEGIN OPENSSH PRIVATE KEY----- " + SECRET + "\n")
-    sock_path = ws / ".autokernel" / "control.sock"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(sock_path))
-    listener.listen(8)
+    # The engine's real control channel, over an engine that records what reaches it.
+    from autokernel_tui.engine.control import ControlServer
+
+    class Engine:
+        commands: list = []
+
+        def subscribe(self, fn):
+            return lambda: None
+
+        def command(self, cmd, **kw):
+            self.commands.append((cmd, kw))
+            return {"ok": True}
+
+    engine = Engine()
+    control = ControlServer(engine, ws / ".autokernel" / "control.sock").start()
     tcp = socket.socket()
     tcp.bind(("127.0.0.1", 0))
     tcp.listen(8)
@@ -79,12 +90,11 @@ def world(tmp_path_factory):
             conn.close()
 
     stop = threading.Event()
-    for s, what in ((listener, "control socket"), (tcp, "tcp")):
-        threading.Thread(target=accept, args=(s, what), daemon=True).start()
-    yield {"root": root, "ws": ws, "home": home, "sock": sock_path, "port": tcp.getsockname()[1],
-           "contacts": contacts}
+    threading.Thread(target=accept, args=(tcp, "tcp"), daemon=True).start()
+    yield {"root": root, "ws": ws, "home": home, "sock": control.path, "port": tcp.getsockname()[1],
+           "contacts": contacts, "engine": engine}
     stop.set()
-    listener.close()
+    control.close()
     tcp.close()
 
 
@@ -122,6 +132,7 @@ def guarded(world, red_harness, tiny_task):
     watched = [world["ws"], world["home"], tiny_task]
     before = {str(p): _tree_digest(p) for p in watched}
     contacts_before = len(world["contacts"])
+    commands_before = len(world["engine"].commands)
 
     def evaluate(source: str, compare_with: str | None = None):
         result = (red_harness.compare(tiny_task, source, compare_with, quick=True) if compare_with
@@ -133,7 +144,8 @@ def guarded(world, red_harness, tiny_task):
     yield evaluate
     for p in watched:
         assert _tree_digest(p) == before[str(p)], f"{p} changed"
-    assert world["contacts"][contacts_before:] == [], "the candidate reached a socket outside its sandbox"
+    assert world["contacts"][contacts_before:] == [], "the candidate reached a TCP port outside its sandbox"
+    assert world["engine"].commands[commands_before:] == [], "the candidate steered the engine"
 
 
 def hostile(body: str) -> str:
@@ -344,7 +356,9 @@ for family, address in [(socket.AF_UNIX, "{world["sock"]}"), (socket.AF_INET, ("
         print("refused", type(exc).__name__)
 ''')
     report = guarded(src)
-    assert "CONNECTED" not in report.stderr_tail and "refused" in report.stderr_tail
+    # With bwrap neither is even reachable; with Landlock alone the Unix socket is, but the engine
+    # answers nothing without the token (the fixture asserts no command reached it).
+    assert "CONNECTED ('127.0.0.1'" not in report.stderr_tail and "refused" in report.stderr_tail
 
 
 def test_killing_the_judge_and_siblings_costs_only_this_candidate(guarded, red_harness, tiny_task):

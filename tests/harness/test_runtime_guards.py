@@ -195,3 +195,12 @@ def kernel_fn(x, weight, eps):
 '''
     report = harness.evaluate(tiny_task, kernel_source=src, quick=True)
     assert report.status == "REJECTED" and report.stage == "timing"
+
+
+def test_calls_timed_as_called_back_to_back(contestant, launch, tiny_task):
+    spec = load_spec(tiny_task)
+    shape, dtype = spec.shapes_for("cpu")[0], spec.dtypes[0]
+    recipes = [{"dims": dict(shape.dims), "dtype": dtype, "base_seed": 7, "steps": [["perturb", i]]} for i in range(3)]
+    contestant.fn = lambda x, w, eps: launch(x, w, eps, torch.empty_like(x))
+    reply = contestant.time_as_called({"recipes": recipes, "where": "t"})
+    assert reply["as_called_us"] > 0

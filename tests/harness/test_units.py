@@ -146,3 +146,18 @@ def test_the_judges_clock_refuses_hidden_work_and_skipped_steps():
     with pytest.raises(Verdict) as info:
         excess_check(forged, candidate_pid=1)
     assert info.value.status == "REJECTED" and "hidden" in info.value.reason
+
+
+def test_a_disturbed_shape_is_counted_but_never_averaged_into_a_speedup():
+    from autokernel_tui.harness.report import ShapeResult
+    from autokernel_tui.harness.worker.stages import summarize
+
+    def row(name, med, base, disturbed=""):
+        return ShapeResult(shape=name, dims={}, dtype="float16", passed=True, median_us=med, baseline_us=base,
+                           speedup_vs_baseline=base / med, disturbed=disturbed)
+    rows = [row("a", 10.0, 12.0), row("b", 20.0, 24.0), row("c", 40.0, 4.0, "p20-p80 spread 3.3x after a retake")]
+    s = summarize(rows)
+    assert s.disturbed_shapes == 1 and abs(s.speedup_vs_baseline - 1.2) < 1e-9  # c's 0.1x is not a regression
+    assert s.worst_shape == "a float16" or s.worst_shape == "b float16"
+    everything_disturbed = summarize([row("c", 40.0, 4.0, "wide")])
+    assert everything_disturbed.disturbed_shapes == 1  # still summarized, and says so

@@ -26,8 +26,7 @@ from pathlib import Path
 
 os.environ.pop("TRITON_INTERPRET", None)
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO))  # a script: the repository's packages (autokernel_tui, benchmarks) first
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -35,7 +34,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource, compile as triton_compile, make_backend  # noqa: E402
 from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402
 
-import starters_check as sc  # noqa: E402
+from benchmarks import starters_check as sc  # noqa: E402
 from autokernel_tui.tasks.spec import load_spec  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
@@ -107,7 +106,7 @@ def compile_tasks(tasks: list[str] | None, dtypes: list[str] | None, knobs: dict
     try:
         for task_dir in sc.task_dirs(None, tasks):
             spec = load_spec(task_dir)
-            ref = sc.load_module(task_dir / "reference.py", "sm90")
+            ref = sc.load_reference(task_dir, "sm90")
             ker = sc.load_module(task_dir / "kernel.py", "sm90")
             for name, value in (knobs or {}).items():
                 setattr(ker, name, value)

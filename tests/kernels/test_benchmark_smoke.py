@@ -5,6 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
+from autokernel_tui.harness.worker import timing
+from benchmarks import kernel_quality as kq, quality_tables as qt
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -42,12 +47,50 @@ def test_kernel_quality_smoke(tmp_path):
     # The per-task x dtype summary is the last table printed.
     tail = proc.stdout[proc.stdout.index("Summary:"):]
     assert "worst shape" in tail and "matmul          float32" in tail
+    # The harness's timer and checker, one meaning of "compile".
+    assert data["method"]["timer"].startswith("harness worker.timing.time_fresh")
+    assert "correctness.compare" in data["method"]["check"] and "default mode" in data["method"]["compile"]
+    assert all(r["compile_mode"] == "default" for r in data["rows"])
+    assert all(t["n"] == timing.CPU_REPS for r in data["rows"] for t in r["times"].values())
+
+
+def test_kernel_quality_refuses_another_compile_mode(tmp_path):
+    proc = _run("kernel_quality.py", "--smoke", "--compute-compile-mode", "max-autotune", tmp_path=tmp_path)
+    assert proc.returncode == 2 and "as the harness compiles it" in proc.stderr
+
+
+def test_kernel_quality_times_every_call_on_fresh_inputs_the_same_for_every_path():
+    """Timer is timing.time_fresh; input_stream gives each call the judge's perturbed inputs, in the
+    same sequence for each path of a row."""
+    from autokernel_tui.harness.worker.inputs import InputBuilder
+
+    ref = kq.sc.load_module(REPO / "kernels" / "rmsnorm" / "reference.py", "fresh")
+    builder = InputBuilder(ref, "cpu", cache_bytes=0)
+    dims = {"M": 4, "N": 32}
+    seen = {"a": [], "b": []}
+    timer = kq.Timer("cpu")
+    for path in seen:
+        result = timer(lambda x, w, eps, _p=path: seen[_p].append(x.clone()) or x,
+                       kq.input_stream(builder, dims, "float32"), rep_bytes=1024)
+        assert result["n"] == timing.CPU_REPS and result["p20_us"] <= result["median_us"] <= result["p80_us"]
+    a, b = seen["a"], seen["b"]
+    assert len(a) == 2 + timing.CPU_REPS  # two warm-up calls on one set, then one set per timed call
+    timed = a[2:]
+    assert all(not torch.equal(x, y) for i, x in enumerate(timed) for y in timed[i + 1:])
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert kq.time_fresh is timing.time_fresh and kq.compile_reference is timing.compile_reference
+
+
+def test_benchmarks_have_no_timer_of_their_own():
+    """DESIGN rule 6: one timer. No script in benchmarks/ creates CUDA events, reads their elapsed time
+    or calls triton's do_bench: they time through autokernel_tui.harness.worker.timing."""
+    for path in sorted((REPO / "benchmarks").glob("*.py")):
+        text = path.read_text()
+        for needle in ("cuda.Event(", "elapsed_time(", "do_bench"):
+            assert needle not in text, f"{path.name} has its own timer ({needle})"
 
 
 def test_percent_of_roofline_never_above_100():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import kernel_quality as kq
-
     roof = {"bandwidth_gbps": 1000.0, "matmul_tflops_bfloat16": 100.0}
     row = {"bound": "memory", "dtype": "bfloat16", "bytes": 2e9, "flops": 1, "notes": [],
            "times": {"starter": {"median_us": 1000.0}, "eager": {"median_us": 4000.0}}}
@@ -113,9 +156,6 @@ def test_knob_sweep_refuses_an_unknown_knob(tmp_path):
 
 
 def test_quality_tables_merge_takes_each_task_from_its_latest_run():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import quality_tables as qt
-
     def run(task_shapes):
         rows = [{"task": t, "dtype": "bfloat16", "shape": s} for t, s in task_shapes]
         return {"rows": rows, "summary_by_dtype": [{"task": t, "dtype": "bfloat16"} for t in dict(task_shapes)]}
@@ -128,9 +168,6 @@ def test_quality_tables_merge_takes_each_task_from_its_latest_run():
 
 
 def test_quality_tables_targets_show_met_values_too():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import quality_tables as qt
-
     def row(shape, mb, pct, vs_compile):
         return {"task": "rmsnorm", "dtype": "bfloat16", "shape": shape, "bound": "memory", "bytes": mb * 2**20,
                 "scored": "starter", "times": {"starter": {"roofline_pct": pct}}, "speedup_vs_compile": vs_compile}
@@ -145,9 +182,6 @@ def test_quality_tables_targets_show_met_values_too():
 def test_quality_tables_reads_the_runs_recorded_before_the_rename(capsys):
     """benchmarks/results/ keep kernel_quality JSON written with pct_roofline (percent then too): the
     tables docs/benchmarks.md cites still print, with the same numbers."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import quality_tables as qt
-
     path = REPO / "benchmarks" / "results" / "h200-run6" / "run6k" / "kernel_quality.json"
     raw = json.loads(path.read_text())
     assert "geomean_pct_roofline" in raw["summary_by_dtype"][0]  # recorded under the old name

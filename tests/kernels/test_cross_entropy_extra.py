@@ -6,7 +6,6 @@ all-ignored batch."""
 
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,7 @@ import torch
 import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
-import starters_check as sc  # noqa: E402
+from benchmarks import starters_check as sc  # noqa: E402
 
 from autokernel_tui.tasks.spec import Shape, load_spec  # noqa: E402
 

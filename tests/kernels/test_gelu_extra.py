@@ -3,15 +3,13 @@ ends of the tuner's range with a ragged last block, and clear errors."""
 
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
-import starters_check as sc  # noqa: E402
+from benchmarks import starters_check as sc  # noqa: E402
 
 from autokernel_tui.tasks.spec import Shape  # noqa: E402
 

@@ -9,14 +9,12 @@ reference) when they do not. RESIDENT_PART_KB is shrunk here so that rows of a f
 thousand elements take every arrangement of parts the GPU shapes take.
 """
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import starters_check as sc  # noqa: E402
+from benchmarks import starters_check as sc  # noqa: E402
 
 from autokernel_tui.tasks.spec import load_spec  # noqa: E402
 

@@ -5,14 +5,12 @@ GPU script and tests/gpu run exactly the same ones at full shapes."""
 
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import starters_check as sc  # noqa: E402
+from benchmarks import starters_check as sc  # noqa: E402
 
 from autokernel_tui.tasks.spec import find_tasks, load_spec  # noqa: E402
 
@@ -25,7 +23,7 @@ def _cases():
         for dtype in spec.dtypes:
             for shape in spec.test_shapes:
                 yield pytest.param(spec.path, dtype, shape, None, id=f"{spec.name}-{dtype}-{shape.name}")
-            ref = sc.load_module(spec.path / "reference.py", "test")
+            ref = sc.load_reference(spec.path, "test")
             for adv in getattr(ref, "ADVERSARIAL", {}):
                 for shape in sc.adversarial_shapes(spec.test_shapes):
                     yield pytest.param(spec.path, dtype, shape, adv, id=f"{spec.name}-{dtype}-{shape.name}+{adv}")
@@ -47,7 +45,7 @@ def test_kernel_matches_reference(task_dir, dtype, shape, adversarial):
 def test_task_is_well_formed(spec):
     spec = load_spec(spec.path)  # parses and validates task.toml
     assert spec.shapes and spec.test_shapes and spec.dtypes
-    ref = sc.load_module(spec.path / "reference.py", "test")
+    ref = sc.load_reference(spec.path, "test")
     for fn in ("make_inputs", "reference", "flops", "bytes_moved"):
         assert callable(getattr(ref, fn, None)), f"reference.py lacks {fn}()"
     assert getattr(ref, "ADVERSARIAL", None), "reference.py needs at least one adversarial transform"
@@ -141,14 +139,72 @@ def test_tf32_matmul_fails_the_fp32_tolerance():
     assert not verdict["passed"]
 
 
-def test_poisoned_allocations_restore_torch():
-    original = torch.empty
-    with sc.poisoned_allocations():
-        assert torch.empty is not original
+def test_poisoned_allocations_are_the_harness_recorder():
+    """sc.poisoned_allocations is guards.OpRecorder(poison=True): fresh allocations NaN (ints: the
+    largest value), compute ops named, and nothing left installed afterwards."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    with sc.poisoned_allocations() as recorder:
         assert torch.isnan(torch.empty(4)).all()
         assert torch.isnan(torch.empty_like(torch.ones(2, 2))).all()
-        assert (torch.empty(3, dtype=torch.int32) == torch.iinfo(torch.int32).min).all()
-    assert torch.empty is original
+        assert (torch.empty(3, dtype=torch.int32) == torch.iinfo(torch.int32).max).all()
+        torch.ones(2).sum()
+    assert "aten::sum" in recorder.forbidden() and "aten::empty" not in recorder.forbidden()
+    assert _get_current_dispatch_mode() is None
+
+
+def _rmsnorm_case(kernel_fn, dtype="float32"):
+    spec = load_spec(REPO / "kernels" / "rmsnorm")
+    ref = sc.load_module(spec.path / "reference.py", "test")
+    inputs = sc.build_inputs(ref, spec.test_shapes[0].dims, dtype, "cpu", 0)
+    return sc.check_call(kernel_fn, ref, inputs, spec.tolerances[dtype]), inputs, ref
+
+
+def test_check_call_is_the_harness_checker():
+    """Each way a kernel_fn can cheat or slip that the harness refuses, check_call refuses too."""
+    ker = sc.load_module(REPO / "kernels" / "rmsnorm" / "kernel.py", "test")
+    ok, inputs, ref = _rmsnorm_case(ker.kernel_fn)
+    assert ok["passed"] and ok["rel_l2_err"] < 1e-6, ok
+
+    def unwritten(x, w, eps):
+        out = torch.empty_like(x)
+        out[:-1] = ker.kernel_fn(x, w, eps)[:-1]  # the last row never written
+        return out
+
+    verdict, _, _ = _rmsnorm_case(unwritten)
+    assert not verdict["passed"] and "non-finite where the reference is finite" in verdict["why"]
+
+    verdict, _, _ = _rmsnorm_case(lambda x, w, eps: ref.reference(x, w, eps))
+    assert not verdict["passed"] and "a PyTorch compute op" in verdict["why"]
+
+    def in_place(x, w, eps):
+        out = ker.kernel_fn(x, w, eps)
+        x.data.zero_()
+        return out
+
+    verdict, _, _ = _rmsnorm_case(in_place)
+    assert not verdict["passed"] and "modified input 0" in verdict["why"]
+
+    verdict, _, _ = _rmsnorm_case(lambda x, w, eps: x)
+    assert not verdict["passed"] and "aliases input 0" in verdict["why"]
+
+    verdict, _, _ = _rmsnorm_case(lambda x, w, eps: ker.kernel_fn(x, w, eps).half())
+    assert not verdict["passed"] and "lower precision" in verdict["why"]
+
+
+def test_inputs_are_the_judges():
+    """The same recipe through the harness's InputBuilder: make_inputs at the seed, then the task's
+    adversarial transform seeded seed + 1."""
+    from autokernel_tui.harness.worker.inputs import InputBuilder
+
+    spec = load_spec(REPO / "kernels" / "softmax")
+    ref = sc.load_module(spec.path / "reference.py", "test")
+    dims = spec.test_shapes[0].dims
+    adv = next(iter(ref.ADVERSARIAL))
+    ours = sc.build_inputs(ref, dims, "float16", "cpu", 3, adv)
+    judge = InputBuilder(ref, "cpu", 1 << 20).build({"dims": dict(dims), "dtype": "float16", "base_seed": 3,
+                                                     "steps": [["transform", adv, 4]]})
+    assert all(torch.equal(a, b) for a, b in zip(ours, judge))
 
 
 def test_interpreter_is_on():

@@ -1,7 +1,7 @@
 """A GPU-shaped trace through capture and the Amdahl ranking, as torch 2.11 records it.
 
 The kernel names and per-call times are trimmed from a real H200 run of the LLaMA-style
-model (benchmarks/results/h200-run1/profile-llama-infer.json). That run showed two
+model (54becbf:benchmarks/results/h200-run1/profile-llama-infer.json, in git history). That run showed two
 faults this file pins down: torch 2.11's events carry no ``linked_correlation_id``, so no
 kernel found its launching op (no shapes, every roofline floor 0, every gain 1.000x); and
 the GPU-timeline copies of our ``record_function`` labels were counted as kernels (twice

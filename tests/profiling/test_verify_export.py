@@ -215,3 +215,67 @@ def test_patched_linear_follows_weight_updates():
         assert torch.allclose(lin(x), x @ lin[0].original.weight.t() + lin[0].original.bias)
         lin[0].original.weight.mul_(2.0)  # an optimizer step changes the weight in place
         assert torch.allclose(lin(x), x @ lin[0].original.weight.t() + lin[0].original.bias)
+
+
+def test_kernels_as_custom_ops_compile_with_the_model_and_the_fastest_correct_mode_is_named(tmp_path):
+    # Issue 21: a patched model runs under torch.compile, each kernel a custom op inside the graph.
+    import copy
+
+    import torch
+    import torch.nn as nn
+
+    from autokernel_tui.profiling.verify import compare_modes
+
+    model = nn.Sequential(nn.LayerNorm(64), nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 64)).eval()
+    x = torch.randn(4, 8, 64)
+    with torch.no_grad():
+        reference = model(x)
+    kernels = _kernels("layernorm", "gelu", "matmul")
+    r = compare_modes(copy.deepcopy(model), kernels, None, (x,), reference, 1e-4, "cpu",
+                      ("eager", "compile+kernels", "cudagraphs"), iters=2, warmup=1)
+    modes = r["modes"]
+    assert modes["compile+kernels"]["correct"], modes
+    assert modes["compile+kernels"]["rel_l2_vs_eager"] < 1e-5
+    assert modes["cudagraphs"] == {"skipped": "CUDA graphs need a GPU"}
+    assert modes["compile+kernels"]["speedup_vs_eager"] > 0
+    assert r["ship"] in ("eager", "compile+kernels") and r["ship"] in r["ship_reason"]
+    # A wrong kernel is found in the compiled graph too, and never shipped.
+    wrong = tmp_path / "gelu" / "kernel.py"
+    wrong.parent.mkdir()
+    wrong.write_text("def kernel_fn(x, approximate):\n    return x.clone()  # not gelu\n")
+    r = compare_modes(copy.deepcopy(model), {"gelu": wrong}, None, (x,), reference, 1e-4, "cpu",
+                      ("eager", "compile+kernels"), iters=2, warmup=1)
+    assert r["modes"]["compile+kernels"]["correct"] is False and r["ship"] == "eager"
+    assert "do not make this model faster" in r["ship_reason"]
+
+
+def _backward_task(kernels: Path, source: str) -> None:
+    """kernels/rmsnorm_bwd: a backward task (the tests' Triton rmsnorm backward) beside rmsnorm."""
+    import shutil
+
+    from tests.harness.conftest import make_backward_task
+    make_backward_task(kernels / "rmsnorm_bwd")
+    (kernels / "rmsnorm_bwd" / "kernel.py").write_text(source)
+    shutil.copytree(STARTERS / "rmsnorm", kernels / "rmsnorm")
+
+
+def test_a_patched_model_trains_with_its_own_backward_kernel_and_a_wrong_one_fails(tmp_path):
+    # Issue 20: the loss and every parameter's gradient match the unpatched model's training step.
+    from tests.harness.conftest import BACKWARD_GOOD
+
+    from autokernel_tui.profiling.verify import format_training, verify
+
+    good = tmp_path / "good"
+    _backward_task(good, BACKWARD_GOOD)
+    r = verify("llama-tiny", kernel_paths(good, ["rmsnorm"]), batch=1, seq=8, dtype="float32", device="cpu",
+               train=True, layers=1, iters=1)
+    assert r["correct"], format_training(r)
+    assert r["backward"] == {"rmsnorm": "its own backward kernel"}
+    assert all(p["ok"] for p in r["gradients"]) and len(r["gradients"]) > 3
+    assert "PASS" in format_training(r) and "eager+kernels" in r["steps"]
+
+    bad = tmp_path / "bad"
+    _backward_task(bad, BACKWARD_GOOD.replace("x * rstd * dy, mask=m)", "x * dy, mask=m)"))  # wrong d(weight)
+    r = verify("llama-tiny", kernel_paths(bad, ["rmsnorm"]), batch=1, seq=8, dtype="float32", device="cpu",
+               train=True, layers=1, iters=1)
+    assert not r["correct"] and "norm" in r["worst_gradient"]["name"]

@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 
 from autokernel_tui.config import Settings
-from autokernel_tui.engine.loop import make_row
+from autokernel_tui.engine.runrecord import Spend, make_row
 from autokernel_tui.engine.orchestrator import PLATEAU, Orchestrator
 from autokernel_tui.harness.report import Comparison, Report, ShapeResult, Summary
 from autokernel_tui.ledger import schema
@@ -58,9 +58,12 @@ def checked(problems: list[str], value):
     return value
 
 
-def report(status="PASS", stage="timing", speed=1.18, summary_speed=1.12, task="rmsnorm"):
+def report(status="PASS", stage="timing", speed=1.18, summary_speed=1.12, task="rmsnorm", cpu=False):
     """A harness Report dict, built by the harness's own dataclasses. roofline_pct is percent (0-100),
-    as the harness writes it. A failed report has no timing and no summary, as the harness's."""
+    as the harness writes it. A failed report has no timing and no summary, as the harness's.
+    ``cpu``: as the Triton interpreter reports it (no roofline; speedups vs eager torch ~0.003x)."""
+    if cpu:
+        return cpu_report(status, stage, summary_speed, task)
     timed = status == "PASS"
     shapes = [
         ShapeResult(shape="tiny-odd", dims={"M": 37, "N": 1000}, dtype="bfloat16", passed=timed, max_abs_err=0.01,
@@ -80,6 +83,45 @@ def report(status="PASS", stage="timing", speed=1.18, summary_speed=1.12, task="
     return checked(schema.check_report(rep), rep)
 
 
+def cpu_report(status="PASS", stage="timing", summary_speed=0.0033, task="rmsnorm"):
+    """The CPU interpreter's report: quick mode (one dtype) on the test shapes, timings not meaningful."""
+    timed = status == "PASS"
+    shapes = [ShapeResult(shape=name, dims=dims, dtype="float16", passed=timed, max_abs_err=1e-3, rel_l2_err=1e-4,
+                          **(dict(median_us=us, p20_us=us * 0.95, p80_us=us * 1.05, baseline_us=base,
+                                  speedup_vs_baseline=base / us, gbps=0.001) if timed else {}))
+              for name, dims, us, base in (("tiny-odd", {"M": 37, "N": 1000}, 196223.0, 392.9),
+                                           ("gpt2-row", {"M": 8, "N": 768}, 24143.8, 113.8),
+                                           ("looped", {"M": 3, "N": 20011}, 76645.2, 363.2))]
+    summary = Summary(latency_us=70000.0, speedup_vs_baseline=summary_speed, speedup_vs_compile=None,
+                      roofline_pct=None, worst_shape="tiny-odd float16", worst_speedup=0.002, gbps=0.001,
+                      tflops=1e-6) if timed else None
+    rep = Report(status=status, reason="" if timed else "max_abs_err 3.2 > atol 0.01 at tiny-odd", stage=stage,
+                 task=task, device="CPU (Triton interpreter)", timing_meaningful=False, shapes=shapes,
+                 summary=summary, compile_s=2.4, wall_s=13.9, peak_vram_mib=0.0).to_dict()
+    return checked(schema.check_report(rep), rep)
+
+
+CPU_DEVICE = {"name": "CPU (Triton interpreter)", "timing_meaningful": False}
+
+
+def cpu_experiment(n, status, vs_incumbent, task="rmsnorm", description="RESIDENT_MAX_KB 32 -> 0"):
+    """(row, report, comparison) of a CPU experiment, made by the engine's make_row."""
+    comp = None
+    if vs_incumbent is not None:
+        comp = Comparison(speedup=vs_incumbent, ci_low=vs_incumbent * 0.9, ci_high=vs_incumbent * 1.1,
+                          faster=vs_incumbent > 1.01, n_samples=12,
+                          method="CPU wall clock under the Triton interpreter (not meaningful)").to_dict()
+    if status == "reverted":
+        rep, comp = None, None
+        r = make_row(n, task, f"cpu{n:04d}", status, None, None, None, description)
+    else:
+        rep = cpu_report("PASS" if status not in FAILED else FAILED[status], summary_speed=0.0033 * (vs_incumbent or 1))
+        r = make_row(n, task, f"cpu{n:04d}", status, Report.from_dict(rep),
+                     Comparison.from_dict(comp) if comp else None, Spend(**PROPOSAL), description)
+    r["timestamp"] = f"2026-12-02T01:{n:02d}:00Z"
+    return checked(schema.check_row(r), r), rep, comp
+
+
 # Comparisons against the incumbent (the harness's Comparison): the pending candidate's, and each row's.
 COMPARISON = Comparison(speedup=1.09, ci_low=1.05, ci_high=1.13, faster=True, n_samples=40,
                         method="paired bootstrap of medians").to_dict()
@@ -97,7 +139,8 @@ def experiment(n, status, task="rmsnorm", speed=1.05, description="tune warps", 
         failed = status in FAILED
         rep = report(FAILED.get(status, "PASS"), "smoke" if failed else "timing", summary_speed=speed, task=task)
         comp = None if failed else ROW_COMPARISON
-        r = make_row(n, task, commit or f"abc{n:04d}", status, rep, comp, PROPOSAL, description)
+        r = make_row(n, task, commit or f"abc{n:04d}", status, Report.from_dict(rep),
+                     Comparison.from_dict(comp) if comp else None, Spend(**PROPOSAL), description)
     r["timestamp"] = f"2026-12-02T01:{n:02d}:00Z"  # fixed clock
     return checked(schema.check_row(r), r), rep, comp
 
@@ -165,7 +208,7 @@ def _commit_kernel(root: Path, task: str, n: int) -> str:
     return _git(root, "rev-parse", "HEAD")
 
 
-def make_workspace(root: Path, rows=ROWS, events=None) -> Path:
+def make_workspace(root: Path, rows=ROWS, events=None, cpu=False) -> Path:
     """A git repository with kernels/, one commit per experiment, and one run's files (results, events,
     reports, agent text), like the engine would leave it. Deterministic: fixed dates and contents."""
     root.mkdir(parents=True, exist_ok=True)
@@ -182,8 +225,8 @@ def make_workspace(root: Path, rows=ROWS, events=None) -> Path:
         n = int(r["experiment"])
         failed = r["status"] in FAILED
         rep = report(FAILED.get(r["status"], "PASS"), "smoke" if failed else "timing", task=r["task"],
-                     summary_speed=r["speedup_vs_baseline"])
-        # as the engine saves it (engine.loop: reports/exp-N.json)
+                     summary_speed=r["speedup_vs_baseline"], cpu=cpu)
+        # as the engine saves it (engine.runrecord: reports/exp-N.json)
         (run / "reports" / f"exp-{n}.json").write_text(json.dumps(
             {"report": rep, "comparison": None if failed else ROW_COMPARISON}))
         (run / "agent" / f"exp-{n}.md").write_text(f"# exp {n}\n\nTry {r['description']}: fewer passes over x.\n")
@@ -192,7 +235,7 @@ def make_workspace(root: Path, rows=ROWS, events=None) -> Path:
         log.append(checked(schema.check_row(r), r))
     events = events if events is not None else [
         {"t": T0, "type": "run_started", "run": TAG, "resumed": False, "tasks": ["rmsnorm", "softmax"],
-         "policy": "manual", "device": DEVICE, "branch": f"autokernel/{TAG}", "pid": 4242},
+         "policy": "manual", "device": CPU_DEVICE if cpu else DEVICE, "branch": f"autokernel/{TAG}", "pid": 4242},
         {"t": T0 + 1, "type": "experiment_started", "run": TAG, "n": 7, "task": "rmsnorm"},
         {"t": T0 + 2, "type": "agent", "run": TAG, "n": 7, "kind": "thinking",
          "text": "The looped path reloads x twice; a larger block keeps the row in registers. "},

@@ -15,7 +15,7 @@ from rich.console import Console
 from autokernel_tui.engine.client import LocalClient
 from autokernel_tui.tui.app import REVIEW, AutokernelApp
 from autokernel_tui.tui.widgets.approval_panel import approval_renderable
-from autokernel_tui.tui.widgets.results_table import COLUMNS
+from autokernel_tui.tui.widgets.results_table import BY_KEY, cell
 from tests.tui.fakes import screen_text
 from tests.fakes.gpu_run import make_gpu_like_run, stop_run
 from tests.tui.test_snapshots import _quiet
@@ -31,8 +31,7 @@ def gpu_run(tmp_path):
 
 
 def _roof_cell(row: dict) -> str:
-    make = next(make for key, _, make in COLUMNS if key == "roofline_pct")
-    return make(row).plain
+    return cell(BY_KEY["roofline_pct"], row).plain
 
 
 def test_a_percent_is_never_shown_as_a_fraction():
@@ -58,7 +57,7 @@ def test_the_engines_numbers_reach_the_screen_in_percent(gpu_run):
     """What the engine recorded (results.tsv, the pending report) is what the panes show."""
     workspace, engine = gpu_run
     pending = engine.snapshot()["pending"]
-    start = [s["roofline_pct"] for s in engine._read_json(engine.run_dir / "reports" / "start-rmsnorm.json")["shapes"]]
+    start = [s.roofline_pct for s in engine.record.start_report("rmsnorm").shapes]
     assert start == [10.47, 83.18]  # the starter, as the H200 harness reports it: percent
     pct = [s["roofline_pct"] for s in pending["report"]["shapes"]]
     assert all(1 < p <= 100 for p in pct)

@@ -87,7 +87,9 @@ async def test_revert_goes_through_the_live_engine(workspace):
         await settle(pilot)
         assert client.sent == []
         assert any("only a kept experiment" in n.message for n in app._notifications)
-        await pilot.press("up", "u")  # exp 1: kept
+        await pilot.press("up", "u")  # exp 1: kept; the revert asks first (tests/tui/test_newcomer_run.py)
+        await settle(pilot)
+        await pilot.press("y")
         await settle(pilot)
         assert client.sent == [("revert", {"run": "night-1", "n": 1})]
 
@@ -99,6 +101,8 @@ async def test_revert_without_engine_goes_through_the_engine_offline(workspace):
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("u")
+        await settle(pilot)
+        await pilot.press("y")
         await settle(pilot, 0.3)
         notes = [(n.title, n.message) for n in app._notifications if n.title in ("Reverted", "Revert failed")]
         assert notes == [("Revert failed", "revert night-1 exp 1: WorkspaceError: branch autokernel/night-1 does not exist")]

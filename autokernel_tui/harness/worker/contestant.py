@@ -34,7 +34,8 @@ from autokernel_tui.harness.worker.correctness import as_tuple, check_inputs_unc
     snapshot_inputs
 from autokernel_tui.harness.worker.errors import Verdict, one_line
 from autokernel_tui.harness.worker.loading import load_module
-from autokernel_tui.harness.worker.timing import L2Flusher, time_reps, warm_up
+from autokernel_tui.harness.worker.reference import load_reference
+from autokernel_tui.harness.worker.timing import L2Flusher, time_as_called, time_reps, warm_up
 
 BASE_CACHE_BYTES = {"cuda": 24 << 30, "cpu": 512 << 20}
 FILE_SIZE_LIMIT = 8 << 30
@@ -93,7 +94,7 @@ class Contestant:
         self.scratch = scratch
         if self.cuda:
             self.flusher = L2Flusher(torch.device("cuda"))
-        ref = load_module(task_dir / "reference.py", "reference")
+        ref = load_reference(task_dir)
         self.builder = inputs_mod.InputBuilder(ref, self.device, BASE_CACHE_BYTES[self.device])
         self.launches.install()
         self.snapshot = guards.IdentitySnapshot()
@@ -151,6 +152,8 @@ class Contestant:
         self.last = outs
         if not msg.get("keep_inputs"):
             self.sets.pop(key, None)
+        if msg.get("fingerprint_seed") is not None:  # the judge wants only fingerprints of these outputs
+            return {"elapsed_s": elapsed, "fingerprints": inputs_mod.fingerprints(outs, int(msg["fingerprint_seed"]))}
         return {"elapsed_s": elapsed, "outputs": transfer.export(outs, self.scratch, "last")}
 
     @staticmethod
@@ -194,7 +197,16 @@ class Contestant:
         if self.launches.count - launches < len(sets) + 1:
             raise Verdict("REJECTED", "timing", f"{where} (timed run): some timed calls launched no Triton kernel")
         self.batch = [as_tuple(o) for o in outs + more]
-        return {"times_us": before.times_us + after.times_us}
+        return {"times_us": before.times_us + after.times_us, "host_us": before.host_us + after.host_us}
+
+    def time_as_called(self, msg: dict) -> dict:
+        """Back-to-back calls, as an eager model makes them (informational: never decides a keep)."""
+        sets = [self.builder.build(r) for r in msg["recipes"]]
+        try:
+            per_call = time_as_called(self.fn, sets)
+        except BaseException as exc:  # noqa: BLE001
+            raise candidate_error(exc, f"{msg['where']} (as called)", "timing") from None
+        return {"as_called_us": per_call}
 
     def fingerprint_batch(self, msg: dict) -> dict:
         seed = int(msg["seed"])
@@ -209,7 +221,8 @@ class Contestant:
             self.sets.clear()
         return {}
 
-    HANDLERS = {"assign": assign, "call": call, "refill": refill, "time": time, "fingerprint_batch": fingerprint_batch,
+    HANDLERS = {"assign": assign, "call": call, "refill": refill, "time": time, "time_as_called": time_as_called,
+                "fingerprint_batch": fingerprint_batch,
                 "fetch_rep": fetch_rep, "drop": drop}
 
     # Loop --------------------------------------------------------------------------------

@@ -8,7 +8,9 @@ wall clock around the interpreted call; those numbers are labelled not
 meaningful upstream.
 
 The contestant times a candidate with ``time_reps``; the judge times the eager
-reference and ``torch.compile`` of it with the same function.
+reference and ``torch.compile`` of it (``compile_reference``) with ``time_fresh``,
+which sizes the run and builds fresh inputs around the same ``time_reps``. The
+scripts in ``benchmarks/`` call these functions and nothing else to time.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 
 from autokernel_tui.harness import stats
+from autokernel_tui.harness.worker.errors import one_line
 
 GPU_MIN_REPS = 10
 GPU_MAX_REPS = 40
@@ -45,6 +48,9 @@ HOST_LEAD_CYCLES = 200_000
 @dataclass
 class Samples:
     times_us: list[float]
+    # Host time of each call (launching it, the GPU kept busy meanwhile): what an eager model pays
+    # per call on the CPU side. Empty on the CPU, where the call is the whole interpreted run.
+    host_us: list[float] = field(default_factory=list)
 
     @property
     def median(self) -> float:
@@ -118,11 +124,97 @@ def time_reps(fn: Callable, input_sets: Sequence[tuple], flush: L2Flusher | None
             times.append((time.perf_counter() - t0) * 1e6)
         return Samples(times), outputs
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in input_sets]
+    host = []
     with no_gc():
         for inputs, (start, end) in zip(input_sets, events):
             flush()
             start.record()
+            t0 = time.perf_counter()
             outputs.append(fn(*inputs))
+            host.append((time.perf_counter() - t0) * 1e6)
             end.record()
     torch.cuda.synchronize()
-    return Samples([s.elapsed_time(e) * 1000.0 for s, e in events]), outputs
+    return Samples([s.elapsed_time(e) * 1000.0 for s, e in events], host), outputs
+
+
+def time_as_called(fn: Callable, input_sets: Sequence[tuple]) -> float:
+    """Microseconds per call when the calls run back to back, as an eager model makes them: no
+    spin, no flush, the host's launch cost and the GPU's time overlapping as they will (the wall
+    clock from before the first launch to the GPU finishing the last, over the number of calls)."""
+    cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in input_sets[0])
+    if cuda:
+        torch.cuda.synchronize()
+    with no_gc():
+        t0 = time.perf_counter()
+        for inputs in input_sets:
+            fn(*inputs)
+        if cuda:
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - t0
+    return elapsed * 1e6 / len(input_sets)
+
+
+def time_fresh(fn: Callable, fresh: Callable[[], tuple], flush: L2Flusher | None, reps: int | None = None,
+               batch_size: Callable[[int], int] | None = None) -> Samples:
+    """Time a trusted function as the judge times its baselines: ``warm_up`` on one input set,
+    then (unless ``reps`` is given) one probe rep whose time sizes the run with ``reps_for``
+    (``CPU_REPS`` on the CPU), then batches of ``time_reps``, each rep on its own fresh set.
+
+    ``fresh()`` returns a new input set on every call; ``batch_size(reps)`` bounds how many sets
+    (and their outputs) are alive at once (default: all of them).
+    """
+    warm_up(fn, fresh())
+    if reps is None:
+        if flush is None:
+            reps = CPU_REPS
+        else:
+            probe, _ = time_reps(fn, [fresh()], flush)
+            reps = reps_for(probe.median)
+    size = max(1, batch_size(reps)) if batch_size is not None else reps
+    times: list[float] = []
+    host: list[float] = []
+    while len(times) < reps:
+        sets = [fresh() for _ in range(min(size, reps - len(times)))]
+        samples, outs = time_reps(fn, sets, flush)
+        del outs
+        times += samples.times_us
+        host += samples.host_us
+    return Samples(times, host)
+
+
+@dataclass
+class Compiled:
+    fn: Callable | None  # None when there is nothing honest to time (``note`` says why)
+    note: str  # "compiled", or why not
+    seconds: float  # the first call: dynamo, Inductor and any autotuning
+
+
+def compile_reference(reference: Callable, sample: tuple) -> Compiled:
+    """``torch.compile(reference, dynamic=False)`` in the default mode, as the judge compiles a
+    task's reference for "vs torch.compile": a fresh function per call, dynamo's cache and
+    recompile limits raised, and its graph counter checked after a first call on ``sample``, so a
+    silent fallback to eager is reported and never timed as compiled."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+    cfg = torch._dynamo.config
+    for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
+                 "accumulated_recompile_limit"):
+        if hasattr(cfg, name):
+            setattr(cfg, name, max(int(getattr(cfg, name)), 4096))
+
+    def reference_for_compile(*args):
+        return reference(*args)
+
+    compiled = torch.compile(reference_for_compile, dynamic=False)
+    before = counters["stats"]["unique_graphs"]
+    t0 = time.perf_counter()
+    try:
+        compiled(*sample)
+        if any(isinstance(t, torch.Tensor) and t.is_cuda for t in sample):
+            torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - a reference dynamo cannot compile: report, don't fail
+        return Compiled(None, one_line(f"torch.compile failed: {exc}"), time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
+    if counters["stats"]["unique_graphs"] <= before:
+        return Compiled(None, "torch.compile fell back to eager (no graph compiled)", seconds)
+    return Compiled(compiled, "compiled", seconds)

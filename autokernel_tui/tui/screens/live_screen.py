@@ -21,8 +21,9 @@ from textual.widgets import Footer, Static
 
 from autokernel_tui.config import POLICIES
 from autokernel_tui.tui import keys, workspace_files
-from autokernel_tui.tui.live_state import APPROVAL, DIFF, HEADER, KERNELS, REASONING, RESULTS, LiveState
+from autokernel_tui.tui.live_state import APPROVAL, DIFF, HEADER, KERNELS, REASONING, RESULTS, LiveState, Notice
 from autokernel_tui.tui.messages import CommandDone, EngineEvent
+from autokernel_tui.tui.screens.fitted import FittedFooter
 from autokernel_tui.tui.widgets.approval_panel import ApprovalPanel
 from autokernel_tui.tui.widgets.diff_view import DiffView
 from autokernel_tui.tui.widgets.kernel_table import KernelTable
@@ -55,7 +56,8 @@ def bindings(specs) -> list[Binding]:
     return [Binding(s.key, s.action, s.description, show=s.show, id=s.id) for s in specs]
 
 
-class LiveScreen(Screen):
+class LiveScreen(FittedFooter, Screen):
+    PALETTE_WHEN_NARROW = False  # ten keys: ctrl+p is in help and the palette lists every key anyway
     BINDINGS = bindings(keys.STEERING) + bindings(keys.NAVIGATION)
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
 
@@ -89,8 +91,10 @@ class LiveScreen(Screen):
         self.query_one("#diff").border_title = "kernel.py: candidate vs incumbent"
         self.query_one("#approval").border_title = "awaiting your approval"
         self.state = LiveState.from_snapshot(self.client.snapshot())
+        self.state.quick = getattr(self.app, "harness_quick", None)
         self._catch_up()
         self.state.notices.extend(self.state.repair_notices())  # said once, when the screen opens
+        self.state.notices.extend(Notice("information", "autokernel-tui", note) for note in getattr(self.app, "notes", []))
         # Subscribe after the catch-up: events are pushed, never replayed.
         self.client.subscribe(self._from_engine_thread)
         self._redraw({HEADER, KERNELS, REASONING, DIFF, RESULTS, APPROVAL})
@@ -102,12 +106,18 @@ class LiveScreen(Screen):
         """Results from results.tsv; the current experiment's stream from the tail of events.jsonl."""
         if not self.state.run:
             return
-        self.state.new_rows = workspace_files.read_results(workspace_files.results_path(self.workspace, self.state.run))
+        self.state.start_measured |= workspace_files.measured_starts(self.workspace, self.state.run)
+        self.state.add_rows(workspace_files.read_results(workspace_files.results_path(self.workspace, self.state.run)))
         events = workspace_files.tail_events(workspace_files.events_path(self.workspace, self.state.run))
-        pending = self.state.pending
+        pending, state = self.state.pending, self.state.state
         for event in workspace_files.catch_up_events(events, self.state.experiment):
             self.state.apply(event)
         self.state.pending = pending  # the snapshot is the authority on what awaits approval
+        self.state.state = state
+        if state not in ("running", "awaiting_approval"):
+            self.state.activity = None  # nothing is under way
+        if state == "stopped" and events:
+            self.state.ended_at = events[-1].get("t")  # the clock stopped with the session's last event
         self.state.notices.clear()
 
     def _from_engine_thread(self, event: dict) -> None:
@@ -125,7 +135,14 @@ class LiveScreen(Screen):
         if HEADER in parts:
             self._tick()
         if KERNELS in parts:
-            self.query_one(KernelTable).show(state.kernels, state.task)
+            self.query_one(KernelTable).show(state.kernels, state.task, state.meaningful)
+            cpu = state.meaningful is False
+            self.query_one(KernelTable).border_title = ("kernels by Amdahl share (CPU: vs starter)"
+                                                        if cpu else "kernels by Amdahl share")
+        if RESULTS in parts:
+            cpu = state.meaningful is False
+            self.query_one(ResultsTable).use_vs_start(cpu)
+            self.query_one(ResultsTable).border_title = "results.tsv · vs base n/a on CPU" if cpu else "results.tsv"
         if RESULTS in parts and state.new_rows:
             rows, state.new_rows = state.new_rows, []
             self.query_one(ResultsTable).add_results(rows)
@@ -143,7 +160,7 @@ class LiveScreen(Screen):
             self._show_approval()
         for notice in state.notices:
             self.notify(notice.message, title=notice.title, severity=notice.severity,
-                        timeout=30 if notice.severity == "error" else 10)
+                        timeout=30 if notice.severity == "error" or notice.title == "autokernel-tui" else 10)
         state.notices.clear()
 
     @property
@@ -155,7 +172,7 @@ class LiveScreen(Screen):
         for selector in ("#approval-banner", "#approval", "#diff", "#reasoning"):
             self.query_one(selector).set_class(pending is not None, "-awaiting")
         self._sync_left_pane()
-        self.query_one(ApprovalPanel).show(pending)
+        self.query_one(ApprovalPanel).show(pending, self.state.chain(str((pending or {}).get("task") or "")))
         banner = self.query_one("#approval-banner", Static)
         if pending is None:
             banner.update("")
@@ -179,12 +196,19 @@ class LiveScreen(Screen):
 
     def on_resize(self) -> None:
         self._sync_left_pane()  # after Screen._on_resize has set the breakpoint class
+        self.fit_footer()
+
+    def binding_description(self, binding_id: str, description: str, narrow: bool = False) -> str:
+        """Pause reads "Resume" while a pause is asked for or in force."""
+        if binding_id == "pause" and self.state.pausing:
+            return keys.RESUME
+        return super().binding_description(binding_id, description, narrow)
 
     @on(EngineEvent)
     def _on_engine_event(self, message: EngineEvent) -> None:
         parts = self.state.apply(message.event)
-        if APPROVAL in parts:
-            self.refresh_bindings()
+        if APPROVAL in parts or message.event.get("type") in ("state", "session_ended", "run_finished"):
+            self.refresh_bindings()  # Pause / Resume, Approve / Veto enabled
         self._redraw(parts - {REASONING})  # streaming text is drawn by the frame timer
 
     # --- steering ------------------------------------------------------------------
@@ -202,6 +226,11 @@ class LiveScreen(Screen):
         if message.error or message.reply.get("ok") is False:
             reason = message.error or message.reply.get("error") or message.reply.get("message") or "refused"
             self.notify(f"{message.command}: {reason}", title="Command failed", severity="error", timeout=15)
+            if message.command == "pause":
+                self.state.request_pause(False)
+            elif message.command == "stop":
+                self.state.stop_requested = False
+            self._acknowledged()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("approve", "veto"):
@@ -210,10 +239,20 @@ class LiveScreen(Screen):
             return self.attached
         return True
 
+    def _acknowledged(self) -> None:
+        """A key was pressed: the header and the footer say so now, not when the engine gets there."""
+        self._tick()
+        self.refresh_bindings()
+
     def action_toggle_pause(self) -> None:
-        command = "resume" if self.state.state == "paused" else "pause"
-        self.send(command)
-        self.notify("resuming" if command == "resume" else "pausing after the current step", timeout=3)
+        resume = self.state.pausing  # asked for, or in force: p takes it back
+        self.state.request_pause(not resume)
+        self.send("resume" if resume else "pause")
+        if resume:
+            self.notify("resuming" if self.state.state == "paused" else "pause cancelled: the run goes on", timeout=3)
+        else:
+            self.notify("pausing after this experiment…", timeout=4)
+        self._acknowledged()
 
     def action_approve(self) -> None:
         if self.state.pending:
@@ -234,8 +273,13 @@ class LiveScreen(Screen):
         self.notify(f"policy: {new}", timeout=3)
 
     def action_stop(self) -> None:
+        if self.state.state == "stopped":
+            self.notify("the run is already stopped", timeout=3)
+            return
+        self.state.request_stop()
         self.send("stop")
-        self.notify("the run stops after the current experiment", timeout=5)
+        self.notify("stopping after this experiment…", timeout=5)
+        self._acknowledged()
 
     def action_sort(self) -> None:
         label = self.query_one(ResultsTable).sort_by_cursor_column()

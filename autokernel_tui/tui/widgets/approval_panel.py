@@ -36,6 +36,9 @@ def _spread(shape: dict) -> str:
 
 
 def shapes_table(report: dict) -> Table:
+    """Per shape: checks, time, spread, the baseline's time and the speedup over it (n/a on the CPU:
+    the Triton interpreter against eager torch compares nothing a GPU would run)."""
+    meaningful = report.get("timing_meaningful") is not False
     table = Table(box=None, pad_edge=False, header_style="bold dim", expand=False)
     for label, justify in (("shape", "left"), ("dtype", "left"), ("ok", "center"), ("median", "right"),
                            ("±", "right"), ("baseline", "right"), ("speedup", "right"), ("roof", "right")):
@@ -48,13 +51,16 @@ def shapes_table(report: dict) -> Table:
             _spread(s),
             fmt.micros(s.get("baseline_us")),
             Text(fmt.speedup(s.get("speedup_vs_baseline")),
-                 "#5fd75f" if (fmt.to_float(s.get("speedup_vs_baseline")) or 0) >= 1 else "#ff8700"),
+                 "#5fd75f" if (fmt.to_float(s.get("speedup_vs_baseline")) or 0) >= 1 else "#ff8700")
+            if meaningful else Text("n/a", "dim"),
             fmt.percent(s.get("roofline_pct")),
         )
     return table
 
 
-def approval_renderable(pending: dict) -> Group:
+def approval_renderable(pending: dict, vs_start: float | None = None) -> Group:
+    """``vs_start``: the kernel's speedup over the starter before this candidate (LiveState), shown
+    times the candidate's speedup vs incumbent where vs baseline means nothing (the CPU)."""
     report = pending.get("report") or {}
     comparison = pending.get("comparison") or {}
     summary = report.get("summary") or {}
@@ -67,16 +73,26 @@ def approval_renderable(pending: dict) -> Group:
         head.append(f" CI {fmt.interval(comparison.get('ci_low'), comparison.get('ci_high'))}", "")
         head.append(f" ({comparison.get('n_samples', '?')} samples, {comparison.get('method', '')})", "dim")
     lines = [head]
-    if summary:
+    if summary and report.get("timing_meaningful") is False:
+        line = Text()
+        line.append("vs baseline ", "dim")
+        line.append("n/a (CPU)", "bold")
+        speed = fmt.to_float(comparison.get("speedup"))
+        if vs_start and speed:
+            line.append("  vs starter kernel ", "dim")
+            line.append(fmt.speedup(vs_start * speed), "bold")
+            line.append(" if kept", "dim")
+        lines.append(line)
+    elif summary:
         line = Text()
         line.append("vs baseline ", "dim")
         line.append(fmt.speedup(summary.get("speedup_vs_baseline")), "bold")
         line.append("  vs torch.compile ", "dim")
         line.append(fmt.speedup(summary.get("speedup_vs_compile")))
-        line.append("  worst ", "dim")
-        line.append(f"{summary.get('worst_shape', '-')} {fmt.speedup(summary.get('worst_speedup'))}")
         line.append("  roofline ", "dim")
         line.append(fmt.percent(summary.get("roofline_pct")))
+        line.append("  worst ", "dim")
+        line.append(f"{summary.get('worst_shape', '-')} {fmt.speedup(summary.get('worst_speedup'))}")
         lines.append(line)
     if report.get("timing_meaningful") is False:
         lines.append(Text("CPU: Triton interpreter, timings not meaningful", "#d78700"))
@@ -93,5 +109,5 @@ class ApprovalPanel(VerticalScroll):
     def compose(self):
         yield self._body
 
-    def show(self, pending: dict | None) -> None:
-        self._body.update(approval_renderable(pending) if pending else Text(""))
+    def show(self, pending: dict | None, vs_start: float | None = None) -> None:
+        self._body.update(approval_renderable(pending, vs_start) if pending else Text(""))

@@ -1,0 +1,116 @@
+"""A task's reference, as the judge and the contestants use it (worker side: torch + stdlib).
+
+A forward task's ``reference.py`` is used as it is. A backward task (``kind = "backward"`` in
+task.toml) has the same ``reference.py`` (its forward op, inputs, adversarial transforms; the FLOP
+and byte counts of its backward as ``backward_flops``/``backward_bytes_moved``, else ``flops``/
+``bytes_moved``; in kernels/ the ``<task>_bwd/reference.py`` is a link to the forward's) plus ``grad_inputs``, the indices of the inputs whose
+gradients the kernel returns; ``BackwardReference`` turns it into what the harness checks and
+times:
+
+* ``make_inputs`` adds ``grad_out`` (the gradient flowing into the op's output, random, drawn from
+  the same seed) after the forward inputs, so a candidate's ``kernel_fn(*inputs, grad_out)``
+  returns the gradients of the ``grad_inputs``;
+* ``reference`` is autograd of the forward reference (``reference_precise``: in float64);
+* ``backward_only(forward)`` gives what the baselines time: the backward alone of eager autograd,
+  or of ``torch.compile``'s generated backward, on a graph whose forward ran before the clock.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+import torch
+
+from autokernel_tui.harness.worker.loading import load_module
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+def load_reference(task_dir: Path) -> Any:
+    """The task's reference module, wrapped for a backward task."""
+    module = load_module(Path(task_dir) / "reference.py", "reference")
+    data = tomllib.loads((Path(task_dir) / "task.toml").read_text(encoding="utf-8"))
+    if data.get("kind", "forward") == "backward":
+        return BackwardReference(module, tuple(int(i) for i in data.get("grad_inputs", ())))
+    return module
+
+
+def _leaf(t: Any, requires: bool, double: bool = False) -> Any:
+    if not isinstance(t, torch.Tensor):
+        return t
+    t = t.detach().double() if double and t.is_floating_point() else t.detach()
+    return t.requires_grad_(True) if requires else t
+
+
+class BackwardReference:
+    """A backward task's reference (see the module docstring)."""
+
+    def __init__(self, module: ModuleType, grad_inputs: tuple[int, ...]) -> None:
+        if not grad_inputs:
+            raise ValueError("a backward task names its grad_inputs in task.toml")
+        self.module = module
+        self.grad_inputs = grad_inputs
+        self.ADVERSARIAL = {name: self._keep_grad_out(fn)
+                            for name, fn in (getattr(module, "ADVERSARIAL", {}) or {}).items()}
+
+    @staticmethod
+    def _keep_grad_out(transform: Callable) -> Callable:
+        def apply(inputs: tuple, gen: torch.Generator) -> tuple:
+            return (*transform(inputs[:-1], gen), inputs[-1])
+        return apply
+
+    def make_inputs(self, shape: dict, dtype: torch.dtype, device: str, seed: int) -> tuple:
+        fwd = tuple(self.module.make_inputs(shape, dtype, device, seed))
+        out = self.module.reference(*fwd)
+        g = torch.Generator(device=device).manual_seed(seed ^ 0x5EED)
+        grad_out = torch.randn(out.shape, generator=g, device=device, dtype=torch.float32).to(out.dtype)
+        return (*fwd, grad_out)
+
+    def _grads(self, fn: Callable, inputs: tuple, double: bool) -> tuple:
+        *fwd, grad_out = inputs
+        leaves = [_leaf(t, i in self.grad_inputs, double) for i, t in enumerate(fwd)]
+        with torch.enable_grad():
+            out = fn(*leaves)
+            g = grad_out.double() if double else grad_out
+            return tuple(torch.autograd.grad(out, [leaves[i] for i in self.grad_inputs], g))
+
+    def reference(self, *inputs: Any) -> tuple:
+        """Eager autograd of the forward reference, in the input dtype: (grad of each grad input)."""
+        return self._grads(self.module.reference, inputs, double=False)
+
+    def reference_precise(self, *inputs: Any) -> tuple:
+        precise = getattr(self.module, "reference_precise", None) or self.module.reference
+        return self._grads(precise, inputs, double=True)
+
+    def backward_only(self, forward: Callable | None = None) -> tuple[Callable[[tuple], tuple], Callable[..., Any]]:
+        """(prepare, run): ``prepare(inputs)`` runs the forward (the eager reference, or ``forward``,
+        e.g. its torch.compile) off the clock and returns what ``run(*prepared)`` needs to run only
+        the backward (autograd's, or the compiled graph's generated one)."""
+        forward = forward or self.module.reference
+
+        def prepare(inputs: tuple) -> tuple:
+            *fwd, grad_out = inputs
+            leaves = [_leaf(t, i in self.grad_inputs) for i, t in enumerate(fwd)]
+            with torch.enable_grad():
+                out = forward(*leaves)
+            return (out, grad_out, *[leaves[i] for i in self.grad_inputs])
+
+        def run(out: torch.Tensor, grad_out: torch.Tensor, *leaves: torch.Tensor) -> tuple:
+            # retain_graph: a warm-up may run the backward of one graph twice; the work is the same
+            return torch.autograd.grad(out, leaves, grad_out, retain_graph=True)
+
+        return prepare, run
+
+    # The backward's own work: ``backward_flops``/``backward_bytes_moved`` where the op's reference
+    # defines them (one reference.py serves the forward task and, linked, its ``<task>_bwd`` task).
+    def flops(self, shape: dict) -> int:
+        return getattr(self.module, "backward_flops", self.module.flops)(shape)
+
+    def bytes_moved(self, shape: dict, dtype: torch.dtype) -> int:
+        return getattr(self.module, "backward_bytes_moved", self.module.bytes_moved)(shape, dtype)

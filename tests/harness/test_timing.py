@@ -1,0 +1,52 @@
+"""The one timer's helpers that the judge and benchmarks/ share (CPU: the wall-clock path)."""
+
+import pytest
+import torch
+
+from autokernel_tui.harness.worker import timing
+
+
+def test_time_fresh_builds_a_fresh_set_for_every_call_and_batches_them():
+    built, seen = [], []
+
+    def fresh():
+        built.append(torch.full((4,), float(len(built))))
+        return (built[-1],)
+
+    def fn(x):
+        seen.append(x)
+        return x + 1
+
+    samples = timing.time_fresh(fn, fresh, None, batch_size=lambda n: 2)
+    # Warm-up (2 calls on one set), then CPU_REPS timed calls, each on a set of its own.
+    assert len(samples.times_us) == timing.CPU_REPS and all(t >= 0 for t in samples.times_us)
+    assert len(built) == 1 + timing.CPU_REPS
+    timed = seen[2:]
+    assert len(timed) == timing.CPU_REPS and len({id(x) for x in timed}) == timing.CPU_REPS
+    assert [float(x[0]) for x in timed] == [1.0, 2.0, 3.0]
+
+
+def test_time_fresh_takes_an_explicit_rep_count():
+    samples = timing.time_fresh(lambda x: x * 2, lambda: (torch.ones(3),), None, reps=7)
+    assert len(samples.times_us) == 7
+    p20, med, p80 = samples.pcts()
+    assert p20 <= med <= p80
+
+
+def test_compile_reference_reports_a_fallback_and_a_failure_instead_of_timing_them():
+    fell_back = timing.compile_reference(lambda x: x, (torch.ones(4),))  # no op: dynamo builds no graph
+    assert fell_back.fn is None and "fell back to eager" in fell_back.note
+
+    def broken(x):
+        raise RuntimeError("no such op\nsecond line")
+
+    failed = timing.compile_reference(broken, (torch.ones(4),))
+    assert failed.fn is None and failed.note.startswith("torch.compile failed: no such op")
+    assert "\n" not in failed.note
+
+
+@pytest.mark.slow
+def test_compile_reference_compiles_in_the_default_mode():
+    compiled = timing.compile_reference(lambda x: x * 2 + 1, (torch.ones(4),))  # Inductor's C++ on the CPU
+    assert compiled.note == "compiled" and compiled.seconds > 0
+    assert torch.equal(compiled.fn(torch.ones(4)), torch.full((4,), 3.0))
