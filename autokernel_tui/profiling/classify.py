@@ -198,5 +198,11 @@ def classify_detail(kernel: str, ancestors: list[str] = (), causal: bool | None 
 
 
 def starter_task(family: str) -> str | None:
-    """The starter task that implements this family, if there is one."""
-    return family if family in STARTER_FAMILIES else None
+    """The starter task that implements this family, if there is one: a forward family's own, and
+    for ``<family>_backward`` the ``<task>_bwd`` backward task beside it."""
+    if family in STARTER_FAMILIES:
+        return family
+    forward = family.removesuffix("_backward")
+    if forward != family and forward in STARTER_FAMILIES and forward != "matmul":
+        return f"{forward}_bwd"
+    return None

@@ -135,6 +135,11 @@ def extract_tasks(profile: dict, dest_kernels_dir: Path, top: int = 5, skipped: 
             skip(family, f"the model runs {dtype}; the {task} starter supports {', '.join(starter.dtypes)}")
             continue
         shapes = task_shapes(family, set(starter.shapes[0].dims), dtype, label)
+        if not shapes and starter.kind == "backward":
+            # A backward op's own arguments (saved stats, grad_out) do not name the forward's dims:
+            # it runs at the shapes of its forward, which the same profile recorded.
+            forward = next((f for f in profile["families"] if f.get("family") == family["family"].removesuffix("_backward")), {})
+            shapes = task_shapes(forward, set(starter.shapes[0].dims), dtype, label)
         if not shapes:
             skip(family, f"none of its {dtype} shapes has the {task} starter's dimensions "
                          f"({', '.join(starter.shapes[0].dims)})")

@@ -42,6 +42,22 @@ def bytes_moved(shape: dict, dtype: torch.dtype) -> int:
     return (4 * m * n + n) * (torch.finfo(dtype).bits // 8)  # x, residual in; out, new residual out; weight
 
 
+def backward_flops(shape: dict) -> int:
+    """The add_rmsnorm_bwd task's work (its reference.py is a link to this file)."""
+    m, n = shape["M"], shape["N"]
+    # add, square + sum (rstd recomputed), h * rstd, dy * w, g * hhat + sum, (g - hhat * c) * rstd,
+    # + grad_h, dw += dy * hhat
+    return 13 * m * n
+
+
+def backward_bytes_moved(shape: dict, dtype: torch.dtype) -> int:
+    """Fewest bytes of the backward: read x, residual, grad_y (of the normed output) and grad_h (of the
+    new residual); write the gradient of x + residual once (grad_x and grad_residual are equal: one
+    tensor serves both); read weight, write grad_weight. No saved statistics (rstd is recomputed)."""
+    m, n = shape["M"], shape["N"]
+    return (5 * m * n + 2 * n) * (torch.finfo(dtype).bits // 8)
+
+
 def _large(inputs, g):
     # Squares overflow fp16 when accumulated in the input dtype.
     x, r, w, eps = inputs

@@ -48,6 +48,19 @@ def bytes_moved(shape: dict, dtype: torch.dtype) -> int:
     return m * v * size + m * 8 + size  # read logits once, read int64 targets, write the scalar loss
 
 
+def backward_flops(shape: dict) -> int:
+    # The backward as the cross_entropy_bwd task runs it (logits and targets in, dlogits out): the
+    # forward's logsumexp recomputed (4 per logit), then per logit subtract, exp, scale (3).
+    return 7 * shape["M"] * shape["V"]
+
+
+def backward_bytes_moved(shape: dict, dtype: torch.dtype) -> int:
+    size = torch.finfo(dtype).bits // 8
+    m, v = shape["M"], shape["V"]
+    # Read the logits once, the int64 targets and the scalar grad_out; write dlogits.
+    return 2 * m * v * size + m * 8 + size
+
+
 def _large_offset(inputs, g):
     # Logits around +100: exp() overflows without the running max (fp16 can hold them).
     logits, targets = inputs

@@ -40,6 +40,19 @@ def bytes_moved(shape: dict, dtype: torch.dtype) -> int:
     return 2 * shape["M"] * shape["N"] * size  # read x, write y
 
 
+def backward_flops(shape: dict) -> int:
+    # dx = dy * gelu'(x). erf: Phi(x) (scale, erf, add, halve: 4) + x * exp(-x^2/2) / sqrt(2 pi)
+    # (square, exp, two multiplies: 4) + add, times dy: 10. tanh: z = k(x + a x^3) (4), s = sigmoid(2z)
+    # (3), s + x * 2s(1-s) * k(1 + 3a x^2) (8), times dy: 16.
+    per_element = 16 if shape.get("approximate") == "tanh" else 10
+    return per_element * shape["M"] * shape["N"]
+
+
+def backward_bytes_moved(shape: dict, dtype: torch.dtype) -> int:
+    size = torch.finfo(dtype).bits // 8
+    return 3 * shape["M"] * shape["N"] * size  # read x and dy, write dx
+
+
 def _large(inputs, g):
     # |x| up to ~100: x^3 overflows fp16 and exp(+-2z) overflows fp32 if not handled.
     x, approximate = inputs

@@ -42,6 +42,22 @@ def bytes_moved(shape: dict, dtype: torch.dtype) -> int:
     return (2 * m * n + 2 * n) * (torch.finfo(dtype).bits // 8)  # x in, y out, weight and bias
 
 
+def backward_flops(shape: dict) -> int:
+    """The layernorm_bwd task's work (its reference.py is a link to this file)."""
+    m, n = shape["M"], shape["N"]
+    # sum, centre, square + sum (mean and rstd recomputed), xhat, dy * w, g * xhat + sum, sum g,
+    # dx = (g - xhat * c1 - c2) * rstd, dw += dy * xhat, db += dy
+    return 16 * m * n
+
+
+def backward_bytes_moved(shape: dict, dtype: torch.dtype) -> int:
+    """Fewest bytes of the backward: read x and grad_out, write grad_x; read weight, write grad_weight
+    and grad_bias (bias itself is not needed). No saved statistics (the task gets the forward's
+    inputs: mean and rstd are recomputed from x); a kernel's fp32 partial sums are its own overhead."""
+    m, n = shape["M"], shape["N"]
+    return (3 * m * n + 3 * n) * (torch.finfo(dtype).bits // 8)
+
+
 def _offset(inputs, g):
     # Rows far from zero: E[x^2] - E[x]^2 cancels catastrophically, a centred variance does not.
     x, w, b, eps = inputs

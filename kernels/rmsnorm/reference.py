@@ -39,6 +39,22 @@ def bytes_moved(shape: dict, dtype: torch.dtype) -> int:
     return (2 * m * n + n) * size  # read x, write y, read weight
 
 
+def backward_flops(shape: dict) -> int:
+    """The rmsnorm_bwd task's work (its reference.py is a link to this file)."""
+    m, n = shape["M"], shape["N"]
+    # square + sum (rstd recomputed), x * rstd, dy * w, g * xhat + sum, dx = (g - xhat * c) * rstd,
+    # dw += dy * xhat
+    return 11 * m * n
+
+
+def backward_bytes_moved(shape: dict, dtype: torch.dtype) -> int:
+    """Fewest bytes of the backward: read x and grad_out, write grad_x; read weight, write grad_weight.
+    No saved statistics (the task gets the forward's inputs: rstd is recomputed from x); the fp32
+    dweight partials a kernel may spill are its own overhead, not counted."""
+    m, n = shape["M"], shape["N"]
+    return (3 * m * n + 2 * n) * (torch.finfo(dtype).bits // 8)
+
+
 def _large(inputs, g):
     # x^2 overflows fp16 when squared in fp16: catches accumulation in the input dtype.
     x, w, eps = inputs

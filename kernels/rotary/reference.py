@@ -59,6 +59,17 @@ def bytes_moved(shape: dict, dtype: torch.dtype) -> int:
     return (2 * b * s * h * d + s * d) * size  # read x, write out, read cos and sin once
 
 
+def backward_flops(shape: dict) -> int:
+    # The transposed rotation: dx1 = dy1*cos + dy2*sin, dx2 = dy2*cos - dy1*sin (cos/sin are constants).
+    return 3 * shape["B"] * shape["S"] * shape["H"] * shape["D"]
+
+
+def backward_bytes_moved(shape: dict, dtype: torch.dtype) -> int:
+    size = torch.finfo(dtype).bits // 8
+    b, s, h, d = shape["B"], shape["S"], shape["H"], shape["D"]
+    return (2 * b * s * h * d + s * d) * size  # read dy, write dx, read cos and sin once (x is not needed)
+
+
 def _far_positions(inputs, g):
     # Positions around 500k (long-context decode): angles change fast between neighbours.
     x, cos, sin = inputs

@@ -36,6 +36,19 @@ def bytes_moved(shape: dict, dtype: torch.dtype) -> int:
     return 2 * m * n * (torch.finfo(dtype).bits // 8)  # read x once, write y once
 
 
+def backward_flops(shape: dict) -> int:
+    # The softmax_bwd task is given x, not y: the kernel recomputes y from x per row (max, subtract,
+    # exp, sum, scale: 5), then dx = y * (dy - sum(dy * y)) (multiply, sum, subtract, multiply: 4).
+    m, n = shape["M"], shape["N"]
+    return 9 * m * n
+
+
+def backward_bytes_moved(shape: dict, dtype: torch.dtype) -> int:
+    # Read x (y is recomputed from it, never stored), read dy, write dx: each once.
+    m, n = shape["M"], shape["N"]
+    return 3 * m * n * (torch.finfo(dtype).bits // 8)
+
+
 def _offset(inputs, g):
     # Rows around +-1000: exp without subtracting the max overflows.
     (x,) = inputs

@@ -35,6 +35,17 @@ def bytes_moved(shape: dict, dtype: torch.dtype) -> int:
     return 3 * shape["M"] * shape["N"] * size  # read gate and up, write out
 
 
+def backward_flops(shape: dict) -> int:
+    # s = sigmoid(gate) (negate, exp, add, divide: 4); d_up = dy * gate * s (2);
+    # d_gate = dy * up * s * (1 + gate * (1 - s)) (6).
+    return 12 * shape["M"] * shape["N"]
+
+
+def backward_bytes_moved(shape: dict, dtype: torch.dtype) -> int:
+    size = torch.finfo(dtype).bits // 8
+    return 5 * shape["M"] * shape["N"] * size  # read gate, up and dy, write d_gate and d_up
+
+
 def _large(inputs, g):
     # |gate| up to ~100: exp(-gate) overflows fp16/fp32 if computed naively in the input dtype.
     gate, up = inputs

@@ -34,11 +34,21 @@ def test_all_starters_present():
     assert {"matmul", "softmax", "layernorm", "rmsnorm", "add_rmsnorm"} <= names
 
 
+# (task, dtype) whose eager baseline on the CPU is no yardstick for its tolerance, with why: the
+# kernel is still checked; only eager's own verdict is not asserted.
+CPU_EAGER_WAIVED = {
+    (task, dtype): "CPU layer_norm saves the mean in the input dtype and sums dweight/dbias in it "
+                   "(dweight rel_l2 7e-2 in bf16 on plain inputs, 0.3 on rows offset by hundreds); CUDA keeps fp32"
+    for task in ("layernorm_bwd",) for dtype in ("float16", "bfloat16")
+}
+
+
 @pytest.mark.parametrize("task_dir,dtype,shape,adversarial", list(_cases()))
 def test_kernel_matches_reference(task_dir, dtype, shape, adversarial):
     row = sc.check_case(task_dir, dtype, shape, "cpu", seed=0, adversarial=adversarial, tag="test")
     assert row["kernel"]["passed"], f"kernel: {row['kernel']['why']}"
-    assert row["baseline"]["passed"], f"eager baseline fails its own tolerance: {row['baseline']['why']}"
+    if (row["task"], dtype) not in CPU_EAGER_WAIVED:
+        assert row["baseline"]["passed"], f"eager baseline fails its own tolerance: {row['baseline']['why']}"
 
 
 @pytest.mark.parametrize("spec", TASKS, ids=[s.name for s in TASKS])

@@ -132,7 +132,8 @@ def test_bidirectional_attention_has_no_causal_starter():
     assert classify("flash_fwd_kernel", ["aten::scaled_dot_product_attention"], causal=False) == "attention_bidirectional"
     assert starter_task("attention_bidirectional") is None
     assert starter_task("flash_attention") == "flash_attention"
-    assert starter_task("layernorm_backward") is None
+    assert starter_task("layernorm_backward") == "layernorm_bwd"  # the backward task beside the starter
+    assert starter_task("matmul_backward") is None
 
 
 def test_labels_carry_their_dims():

@@ -81,3 +81,21 @@ def test_init_from_profile_creates_a_committed_workspace(llama_profile, tmp_path
     ws = init_workspace(tmp_path / "ws", from_profile=pfile, top=3)
     tasks = taskspec.find_tasks(ws / "kernels")
     assert len(tasks) == 3 and all(t.profile.get("model") == "llama-tiny" for t in tasks)
+
+
+def test_a_training_profile_gives_backward_tasks_at_their_forwards_shapes(tmp_path):
+    """Issue 20, item 4: `init --from-profile` of a training profile extracts backward tasks."""
+    profile = run_profile("llama-tiny", dtype="bfloat16", device="cpu", steps=1, train=True)
+    fams = {f["family"]: f for f in profile["families"]}
+    assert fams["flash_attention_backward"]["task"] == "flash_attention_bwd"
+    assert fams["swiglu_backward"]["task"] == "swiglu_bwd"
+    created = {p.name: p for p in extract_tasks(profile, tmp_path / "kernels", top=30)}
+    assert {"flash_attention_bwd", "swiglu_bwd", "cross_entropy_bwd"} <= set(created), sorted(created)
+    for name, forward in (("flash_attention_bwd", "flash_attention"), ("swiglu_bwd", "swiglu")):
+        bwd = taskspec.load_spec(created[name])
+        assert bwd.kind == "backward"
+        # a backward op's own arguments do not name the dims: it runs at its forward's, as recorded
+        assert [s.dims for s in bwd.shapes] == [s.dims for s in taskspec.load_spec(created[forward]).shapes]
+        assert (created[name] / "reference.py").read_text() == \
+            (taskspec.starters_dir() / forward / "reference.py").read_text()
+        assert not (created[name] / "reference.py").is_symlink()

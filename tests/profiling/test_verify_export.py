@@ -279,3 +279,15 @@ def test_a_patched_model_trains_with_its_own_backward_kernel_and_a_wrong_one_fai
     r = verify("llama-tiny", kernel_paths(bad, ["rmsnorm"]), batch=1, seq=8, dtype="float32", device="cpu",
                train=True, layers=1, iters=1)
     assert not r["correct"] and "norm" in r["worst_gradient"]["name"]
+
+
+def test_llama_trains_on_the_shipped_backward_starters():
+    # Issue 20, item 3: every patched family differentiated by the <task>_bwd starter beside it.
+    from autokernel_tui.profiling.verify import format_training, verify
+
+    families = ["rmsnorm", "swiglu", "flash_attention", "rotary"]
+    r = verify("llama-tiny", kernel_paths(starters_dir(), families), batch=1, seq=8, dtype="float32", device="cpu",
+               train=True, layers=1, iters=1)
+    assert r["correct"], format_training(r)
+    assert r["backward"] == {f: "its own backward kernel" for f in families}
+    assert all(p["ok"] for p in r["gradients"]) and len(r["gradients"]) > 5

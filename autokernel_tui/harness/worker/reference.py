@@ -9,7 +9,9 @@ times:
 
 * ``make_inputs`` adds ``grad_out`` (the gradient flowing into the op's output, random, drawn from
   the same seed) after the forward inputs, so a candidate's ``kernel_fn(*inputs, grad_out)``
-  returns the gradients of the ``grad_inputs``;
+  returns the gradients of the ``grad_inputs``; an op whose reference returns a tuple gets one
+  ``grad_out`` per output, in order (``kernel_fn(*inputs, *grad_outs)``: add_rmsnorm's
+  ``(y, new_residual)`` takes ``grad_y, grad_new_residual``);
 * ``reference`` is autograd of the forward reference (``reference_precise``: in float64);
 * ``backward_only(forward)`` gives what the baselines time: the backward alone of eager autograd,
   or of ``torch.compile``'s generated backward, on a graph whose forward ran before the clock.
@@ -56,29 +58,44 @@ class BackwardReference:
             raise ValueError("a backward task names its grad_inputs in task.toml")
         self.module = module
         self.grad_inputs = grad_inputs
-        self.ADVERSARIAL = {name: self._keep_grad_out(fn)
-                            for name, fn in (getattr(module, "ADVERSARIAL", {}) or {}).items()}
+        self.n_grad_outs = 1  # the reference's output count, known once make_inputs has run
+        # The forward's transforms, or BACKWARD_ADVERSARIAL where the reference defines it (inputs
+        # that test a forward well can make its gradient ill-conditioned: a saturated softmax).
+        transforms = getattr(module, "BACKWARD_ADVERSARIAL", None)
+        if transforms is None:
+            transforms = getattr(module, "ADVERSARIAL", {}) or {}
+        self.ADVERSARIAL = {name: self._keep_grad_out(fn) for name, fn in transforms.items()}
 
-    @staticmethod
-    def _keep_grad_out(transform: Callable) -> Callable:
+    def _keep_grad_out(self, transform: Callable) -> Callable:
         def apply(inputs: tuple, gen: torch.Generator) -> tuple:
-            return (*transform(inputs[:-1], gen), inputs[-1])
+            fwd, grads = self.split(inputs)
+            return (*transform(fwd, gen), *grads)
         return apply
+
+    def split(self, inputs: tuple) -> tuple[tuple, tuple]:
+        """(the forward inputs, the grad_outs) of a backward task's inputs."""
+        inputs = tuple(inputs)
+        k = len(inputs) - self.n_grad_outs
+        return inputs[:k], inputs[k:]
 
     def make_inputs(self, shape: dict, dtype: torch.dtype, device: str, seed: int) -> tuple:
         fwd = tuple(self.module.make_inputs(shape, dtype, device, seed))
         out = self.module.reference(*fwd)
+        outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        self.n_grad_outs = len(outs)
         g = torch.Generator(device=device).manual_seed(seed ^ 0x5EED)
-        grad_out = torch.randn(out.shape, generator=g, device=device, dtype=torch.float32).to(out.dtype)
-        return (*fwd, grad_out)
+        grad_outs = tuple(torch.randn(o.shape, generator=g, device=device, dtype=torch.float32).to(o.dtype)
+                          for o in outs)
+        return (*fwd, *grad_outs)
 
     def _grads(self, fn: Callable, inputs: tuple, double: bool) -> tuple:
-        *fwd, grad_out = inputs
+        fwd, grad_outs = self.split(inputs)
         leaves = [_leaf(t, i in self.grad_inputs, double) for i, t in enumerate(fwd)]
         with torch.enable_grad():
             out = fn(*leaves)
-            g = grad_out.double() if double else grad_out
-            return tuple(torch.autograd.grad(out, [leaves[i] for i in self.grad_inputs], g))
+            outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+            gs = tuple(g.double() if double else g for g in grad_outs)
+            return tuple(torch.autograd.grad(outs, [leaves[i] for i in self.grad_inputs], gs))
 
     def reference(self, *inputs: Any) -> tuple:
         """Eager autograd of the forward reference, in the input dtype: (grad of each grad input)."""
@@ -95,15 +112,16 @@ class BackwardReference:
         forward = forward or self.module.reference
 
         def prepare(inputs: tuple) -> tuple:
-            *fwd, grad_out = inputs
+            fwd, grad_outs = self.split(inputs)
             leaves = [_leaf(t, i in self.grad_inputs) for i, t in enumerate(fwd)]
             with torch.enable_grad():
                 out = forward(*leaves)
-            return (out, grad_out, *[leaves[i] for i in self.grad_inputs])
+            outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+            return (outs, grad_outs, *[leaves[i] for i in self.grad_inputs])
 
-        def run(out: torch.Tensor, grad_out: torch.Tensor, *leaves: torch.Tensor) -> tuple:
+        def run(outs: tuple, grad_outs: tuple, *leaves: torch.Tensor) -> tuple:
             # retain_graph: a warm-up may run the backward of one graph twice; the work is the same
-            return torch.autograd.grad(out, leaves, grad_out, retain_graph=True)
+            return torch.autograd.grad(outs, leaves, grad_outs, retain_graph=True)
 
         return prepare, run
 

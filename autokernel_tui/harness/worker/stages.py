@@ -398,7 +398,7 @@ class Evaluation:
         sample = self.builder.build(self.recipe(shape, dtype))
         backward = hasattr(self.ref, "backward_only")
         forward = self.ref.module.reference if backward else self.ref.reference
-        compiled = compile_reference(forward, sample[:-1] if backward else sample)
+        compiled = compile_reference(forward, self.ref.split(sample)[0] if backward else sample)
         if compiled.fn is None:
             return {"compile_us": None, "compile_note": compiled.note}
         samples = self.time_reference(self.baseline_fn(compiled.fn), shape, dtype)

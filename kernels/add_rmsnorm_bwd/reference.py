@@ -1,0 +1,1 @@
+../add_rmsnorm/reference.py

@@ -1,0 +1,1 @@
+../flash_attention/reference.py

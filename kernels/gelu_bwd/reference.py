@@ -1,0 +1,1 @@
+../gelu/reference.py

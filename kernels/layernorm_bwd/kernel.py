@@ -1,0 +1,206 @@
+"""LayerNorm backward in Triton: the one file an agent edits.
+
+kernel_fn(x, weight, bias, eps, grad_out) -> (grad_x, grad_weight, grad_bias). A backward task
+gets the forward's inputs, not its saved statistics, so each row's mean and rstd are
+recomputed in fp32 from x (sums over a row already in registers; no extra memory traffic):
+
+    xhat = (x - mean) * rstd,   g = dy * w
+    c1 = sum(g * xhat) / N,   c2 = sum(g) / N                    (per row)
+    dx = rstd * (g - xhat * c1 - c2)
+    dw = sum over rows of dy * xhat,   db = sum over rows of dy    (per column)
+
+dw and db without atomics (deterministic, bit for bit): each program of the main kernel owns a
+contiguous block of rows, sums their dy * xhat and dy in fp32, and writes one row of each of
+two fp32 [programs, N] partial buffers; a second small kernel sums both buffers' columns. The
+grid is sized to the GPU (PROGRAMS_PER_SM programs per SM). Two main paths, by row width:
+  * rows (N <= MAX_FUSED_N): BLOCK_M rows at a time in registers (x and dy read once, dx
+    written once); mean, then the variance of the centred values (never E[x^2] - E[x]^2,
+    which cancels when rows sit far from zero); dw and db accumulate in registers;
+  * looped (wider rows): one row at a time in chunks of LOOP_BLOCK_N. Pass 1 sums
+    deviations d = x - shift from the first chunk's mean (small even for rows far from
+    zero, as the forward does): sum d, sum d^2, sum g, sum g * d, which give mean, rstd and
+    sum(g * xhat) = rstd * (sum(g * d) - mean_d * sum(g)); pass 2 re-reads the row's chunks
+    (from L2, last-read first) and writes dx. A wide row's dw and db do not fit in registers:
+    they accumulate in the program's own rows of the partial buffers (read-modify-write of
+    L2-resident lines by the same program: still deterministic).
+Launch parameters are decided once per (shape, dtype, device) and cached: a call costs a
+dict lookup, four allocations and two launches.
+Levers left: the forward's 16-byte alignment heads for odd widths (here odd rows load
+element by element), evict hints, a resident path between the rows and looped paths.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+# Tunable knobs: module-level constants the offline tuner rewrites.
+ROW_BLOCK_ELEMS = 2048  # rows path: elements a program holds per step (rows x padded row width)
+NUM_WARPS = 4  # rows path: warps per ROW_BLOCK_ELEMS; a row wider than that gets proportionally more
+MAX_FUSED_N = 16384  # widest row the rows path holds in registers
+PROGRAMS_PER_SM = 4  # main-kernel programs per SM: more overlap, but more dw partial rows to reduce
+LOOP_BLOCK_N = 4096  # chunk width of the looped path
+LOOP_NUM_WARPS = 8
+LOOP_PASS2_REVERSED = 1  # the looped path's second pass walks the row backwards (1) or forwards (0)
+REDUCE_BLOCK_N = 64  # dw reduction: columns per program
+REDUCE_BLOCK_P = 64  # dw reduction: partial rows summed per step
+REDUCE_NUM_WARPS = 4
+
+# The interpreter (CPU) runs programs one after another at a fixed cost each: few, wide ones.
+CPU_SMS = 4  # a few main-kernel programs, so the tests still cover several row blocks
+CPU_REDUCE_BLOCK_N = 2048
+
+
+@triton.jit
+def _layernorm_bwd_rows(X, W, DY, DX, DWP, DBP, M, N, stride_x, stride_dy, stride_dx, eps, BLOCKS_PER_PROG,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+    acc_w = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)  # this program's dw and db, summed once at the end
+    acc_b = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    first = pid * BLOCKS_PER_PROG
+    for blk in range(first, first + BLOCKS_PER_PROG):
+        rows = (blk * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+        mask = (rows < M)[:, None] & cmask[None, :]
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        mean = tl.sum(x, axis=1) / N
+        d = tl.where(mask, x - mean[:, None], 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / N + eps)
+        xhat = d * rstd[:, None]
+        g = dy * w[None, :]
+        c1 = tl.sum(g * xhat, axis=1) / N
+        c2 = tl.sum(g, axis=1) / N
+        dx = (g - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+        tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        acc_w += dy * xhat
+        acc_b += dy
+    base = pid.to(tl.int64) * N
+    tl.store(DWP + base + cols, tl.sum(acc_w, axis=0), mask=cmask)
+    tl.store(DBP + base + cols, tl.sum(acc_b, axis=0), mask=cmask)
+
+
+@triton.jit
+def _layernorm_bwd_looped(X, W, DY, DX, DWP, DBP, M, N, stride_x, stride_dy, stride_dx, eps, ROWS_PER_PROG,
+                          BLOCK_N: tl.constexpr, REVERSED: tl.constexpr):
+    pid = tl.program_id(0)
+    ar = tl.arange(0, BLOCK_N)
+    dwp = DWP + pid.to(tl.int64) * N
+    dbp = DBP + pid.to(tl.int64) * N
+    n_chunks = tl.cdiv(N, BLOCK_N)
+    row0 = pid * ROWS_PER_PROG
+    for i in range(0, tl.minimum(ROWS_PER_PROG, M - row0)):
+        row = (row0 + i).to(tl.int64)
+        x_row = X + row * stride_x
+        dy_row = DY + row * stride_dy
+        dx_row = DX + row * stride_dx
+        x0 = tl.load(x_row + ar, mask=ar < N, other=0.0).to(tl.float32)
+        shift = tl.sum(x0, axis=0) / tl.minimum(N, BLOCK_N)
+        s1 = tl.zeros([BLOCK_N], dtype=tl.float32)
+        s2 = tl.zeros([BLOCK_N], dtype=tl.float32)
+        sg = tl.zeros([BLOCK_N], dtype=tl.float32)
+        sgd = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for start in range(0, N, BLOCK_N):
+            cols = start + ar
+            m = cols < N
+            x = tl.load(x_row + cols, mask=m, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            dy = tl.load(dy_row + cols, mask=m, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            w = tl.load(W + cols, mask=m, other=0.0).to(tl.float32)
+            d = tl.where(m, x - shift, 0.0)
+            g = dy * w
+            s1 += d
+            s2 += d * d
+            sg += g
+            sgd += g * d
+        mean_d = tl.sum(s1, axis=0) / N
+        var = tl.maximum(tl.sum(s2, axis=0) / N - mean_d * mean_d, 0.0)
+        rstd = 1.0 / tl.sqrt(var + eps)
+        mean = shift + mean_d
+        c2 = tl.sum(sg, axis=0) / N
+        c1 = rstd * (tl.sum(sgd, axis=0) / N - mean_d * c2)  # sum(g * xhat) / N
+        for j in range(0, n_chunks):
+            chunk = j
+            if REVERSED:  # first re-read the chunks pass 1 read last: the likeliest still in L2
+                chunk = n_chunks - 1 - j
+            cols = chunk * BLOCK_N + ar
+            m = cols < N
+            x = tl.load(x_row + cols, mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            dy = tl.load(dy_row + cols, mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            w = tl.load(W + cols, mask=m, other=0.0).to(tl.float32)
+            xhat = (x - mean) * rstd
+            tl.store(dx_row + cols, ((dy * w - xhat * c1 - c2) * rstd).to(DX.dtype.element_ty), mask=m)
+            first = m & (i > 0)  # the program's first row starts the sums
+            tl.store(dwp + cols, tl.load(dwp + cols, mask=first, other=0.0) + dy * xhat, mask=m)
+            tl.store(dbp + cols, tl.load(dbp + cols, mask=first, other=0.0) + dy, mask=m)
+
+
+@triton.jit
+def _column_sums(P, OUT, Q, OUT_Q, n_parts, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+    """OUT[c] = sum over p of P[p, c], OUT_Q likewise of Q, in fp32 and a fixed order (deterministic)."""
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=tl.float32)
+    acc_q = tl.zeros([BLOCK_P, BLOCK_N], dtype=tl.float32)
+    for p0 in range(0, n_parts, BLOCK_P):
+        parts = p0 + tl.arange(0, BLOCK_P)
+        mask = (parts < n_parts)[:, None] & cmask[None, :]
+        offs = parts[:, None].to(tl.int64) * N + cols[None, :]
+        acc += tl.load(P + offs, mask=mask, other=0.0)
+        acc_q += tl.load(Q + offs, mask=mask, other=0.0)
+    tl.store(OUT + cols, tl.sum(acc, axis=0).to(OUT.dtype.element_ty), mask=cmask)
+    tl.store(OUT_Q + cols, tl.sum(acc_q, axis=0).to(OUT_Q.dtype.element_ty), mask=cmask)
+
+
+# (m, n, dtype, device) -> launch plan: decided once, so a call is a dict lookup away from its launches
+_PLANS: dict = {}
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return CPU_SMS
+
+
+def _plan(m: int, n: int, device: torch.device) -> tuple:
+    """(looped, programs, per_program, block_m, block_n, warps, reduce_block_n): per_program counts
+    row blocks (rows path) or rows (looped path)."""
+    target = max(1, _num_sms(device) * PROGRAMS_PER_SM)
+    reduce_n = REDUCE_BLOCK_N if device.type == "cuda" else CPU_REDUCE_BLOCK_N
+    if n <= MAX_FUSED_N:
+        block_n = triton.next_power_of_2(n)
+        block_m = max(1, min(ROW_BLOCK_ELEMS // block_n, triton.next_power_of_2(m)))
+        blocks = triton.cdiv(m, block_m)
+        per = triton.cdiv(blocks, min(blocks, target))
+        warps = min(32, NUM_WARPS * max(1, block_n // ROW_BLOCK_ELEMS))
+        return False, triton.cdiv(blocks, per), per, block_m, block_n, warps, reduce_n
+    per = triton.cdiv(m, min(m, target))
+    return True, triton.cdiv(m, per), per, 1, LOOP_BLOCK_N, LOOP_NUM_WARPS, reduce_n
+
+
+def kernel_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, grad_out: torch.Tensor):
+    n = x.shape[-1]
+    x2 = x.reshape(-1, n)
+    dy = grad_out.reshape(-1, n)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    if dy.stride(-1) != 1:
+        dy = dy.contiguous()
+    m = x2.shape[0]
+    key = (m, n, x.dtype, x.device)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = _plan(m, n, x.device)
+    looped, programs, per, block_m, block_n, warps, reduce_n = plan
+    dx = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    partials = torch.empty((2, programs, n), dtype=torch.float32, device=x.device)
+    dw = torch.empty((n,), dtype=weight.dtype, device=x.device)
+    db = torch.empty((n,), dtype=bias.dtype, device=x.device)
+    args = (x2, weight, dy, dx, partials[0], partials[1], m, n, x2.stride(0), dy.stride(0), dx.stride(0), eps, per)
+    if looped:
+        _layernorm_bwd_looped[(programs,)](*args, BLOCK_N=block_n, REVERSED=LOOP_PASS2_REVERSED, num_warps=warps)
+    else:
+        _layernorm_bwd_rows[(programs,)](*args, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)
+    _column_sums[(triton.cdiv(n, reduce_n),)](partials[0], dw, partials[1], db, programs, n, BLOCK_P=REDUCE_BLOCK_P,
+                                              BLOCK_N=reduce_n, num_warps=REDUCE_NUM_WARPS)
+    return dx.view(x.shape), dw, db

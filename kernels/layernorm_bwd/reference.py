@@ -1,0 +1,1 @@
+../layernorm/reference.py

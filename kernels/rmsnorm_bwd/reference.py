@@ -1,0 +1,1 @@
+../rmsnorm/reference.py

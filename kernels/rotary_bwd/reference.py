@@ -1,0 +1,1 @@
+../rotary/reference.py

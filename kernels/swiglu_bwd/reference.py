@@ -1,0 +1,1 @@
+../swiglu/reference.py

@@ -1,0 +1,115 @@
+"""Edge cases of the backward norm starters (rmsnorm_bwd, layernorm_bwd, add_rmsnorm_bwd) that the
+generic starter check misses: dweight summed over many row blocks with a remainder, rows wider than
+one block (the looped path, both pass-2 orders), a wrong dweight caught, bitwise determinism, the
+two gradients of a tuple-returning forward, and the linked reference copied as content."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import starters_check as sc
+
+from autokernel_tui.ledger.workspace import _copy_starters
+from autokernel_tui.tasks.spec import load_spec
+
+REPO = Path(__file__).resolve().parents[2]
+TASKS = ("rmsnorm_bwd", "layernorm_bwd", "add_rmsnorm_bwd")
+_tag = iter(range(1 << 30))
+
+
+def _kernel(task: str, **knobs):
+    """A fresh import of the task's kernel.py (its own plan cache) with knobs overridden."""
+    ker = sc.load_module(REPO / "kernels" / task / "kernel.py", f"edge{next(_tag)}")
+    for name, value in knobs.items():
+        assert hasattr(ker, name), name
+        setattr(ker, name, value)
+    return ker
+
+
+def _check(task: str, ker, dims: dict, dtype: str = "float32", adversarial: str | None = None) -> dict:
+    ref = sc.load_reference(REPO / "kernels" / task, "edge")
+    inputs = sc.build_inputs(ref, dims, dtype, "cpu", 0, adversarial)
+    return sc.check_call(ker.kernel_fn, ref, inputs, load_spec(REPO / "kernels" / task).tolerances[dtype])
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_weight_grad_over_many_row_blocks_with_a_remainder(task):
+    # 37 rows in blocks of 2 (19 blocks, the last half empty), 3 blocks per program: 7 programs, the
+    # last with one block; each program's partial row summed by the column-sum kernel in 2 steps.
+    ker = _kernel(task, ROW_BLOCK_ELEMS=128, CPU_SMS=2, PROGRAMS_PER_SM=4, REDUCE_BLOCK_P=4, CPU_REDUCE_BLOCK_N=32)
+    assert ker._plan(37, 64, torch.device("cpu"))[:5] == (False, 7, 3, 2, 64)
+    verdict = _check(task, ker, {"M": 37, "N": 64})
+    assert verdict["passed"], verdict["why"]
+
+
+@pytest.mark.parametrize("reversed_", [0, 1])
+@pytest.mark.parametrize("task", TASKS)
+def test_rows_wider_than_a_block_take_the_looped_path(task, reversed_):
+    # 100-wide rows in chunks of 32 (the last partial); 7 rows, 4 per program: the second program's
+    # partial dweight row starts from its first row (3 rows) as the first one's does (4 rows).
+    ker = _kernel(task, MAX_FUSED_N=64, LOOP_BLOCK_N=32, CPU_SMS=1, PROGRAMS_PER_SM=2,
+                  LOOP_PASS2_REVERSED=reversed_)
+    assert ker._plan(7, 100, torch.device("cpu"))[:3] == (True, 2, 4)
+    for adversarial in (None, "large"):
+        verdict = _check(task, ker, {"M": 7, "N": 100}, adversarial=adversarial)
+        assert verdict["passed"], (adversarial, verdict["why"])
+
+
+def test_layernorm_looped_path_holds_rows_far_from_zero():
+    ker = _kernel("layernorm_bwd", MAX_FUSED_N=64, LOOP_BLOCK_N=32, CPU_SMS=1, PROGRAMS_PER_SM=2)
+    verdict = _check("layernorm_bwd", ker, {"M": 7, "N": 100}, adversarial="offset")
+    assert verdict["passed"], verdict["why"]
+
+
+@pytest.mark.parametrize("old,new", [("acc += dy * xhat", "acc += dy * x"),  # rows path
+                                     ("prev + dy * x * rstd", "prev + dy * x")])  # looped path
+def test_a_wrong_weight_grad_is_caught(tmp_path, old, new):
+    dst = tmp_path / "rmsnorm_bwd"
+    shutil.copytree(REPO / "kernels" / "rmsnorm_bwd", dst)  # the linked reference.py copied as content
+    src = (dst / "kernel.py").read_text()
+    assert old in src
+    (dst / "kernel.py").write_text(src.replace(old, new))
+    shape = load_spec(dst).test_shapes[0 if "xhat" in old else -1]
+    row = sc.check_case(dst, "float32", shape, "cpu", tag=f"wrong{next(_tag)}")
+    assert not row["kernel"]["passed"] and row["kernel"]["why"].startswith("output 1"), row["kernel"]
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_gradients_are_bitwise_deterministic(task):
+    ker = _kernel(task, ROW_BLOCK_ELEMS=128, CPU_SMS=2)
+    ref = sc.load_reference(REPO / "kernels" / task, "edge")
+    inputs = sc.build_inputs(ref, {"M": 37, "N": 64}, "bfloat16", "cpu", 0)
+    a, b = ker.kernel_fn(*inputs), ker.kernel_fn(*inputs)
+    assert all(torch.equal(x.view(torch.int16), y.view(torch.int16)) for x, y in zip(a, b))
+
+
+def test_add_rmsnorm_takes_a_gradient_per_output():
+    """(out, new_residual): the inputs end with grad_out and grad_new_residual; an adversarial
+    transform keeps both; autograd and the timed backward see both."""
+    ref = sc.load_reference(REPO / "kernels" / "add_rmsnorm_bwd", "edge")
+    inputs = sc.build_inputs(ref, {"M": 5, "N": 48}, "float32", "cpu", 0)
+    assert len(inputs) == 6 and inputs[3] == ref.module.EPS
+    fwd, grads = ref.split(inputs)
+    assert len(fwd) == 4 and len(grads) == 2 and not torch.equal(grads[0], grads[1])
+    moved = ref.ADVERSARIAL["large"](inputs, torch.Generator().manual_seed(1))
+    assert moved[4] is inputs[4] and moved[5] is inputs[5] and not torch.equal(moved[0], inputs[0])
+    dx, dr, dw = ref.reference_precise(*inputs)
+    assert torch.equal(dx, dr)
+    # grad_new_residual flows straight into both input gradients
+    x, r, w, eps, gy, gh = inputs
+    base = ref.reference_precise(x, r, w, eps, gy, torch.zeros_like(gh))
+    assert torch.allclose(dx - base[0], gh.double()) and torch.equal(dw, base[2])
+    prepare, run = ref.backward_only()
+    timed = run(*prepare(inputs))
+    assert all(torch.allclose(t.double(), p, atol=1e-5) for t, p in zip(timed, (dx, dr, dw)))
+
+
+def test_a_workspace_gets_the_linked_reference_as_a_file(tmp_path):
+    (dest,) = _copy_starters(["layernorm_bwd"], tmp_path)
+    ref = dest / "reference.py"
+    assert (REPO / "kernels" / "layernorm_bwd" / "reference.py").is_symlink() and not ref.is_symlink()
+    assert ref.read_bytes() == (REPO / "kernels" / "layernorm" / "reference.py").read_bytes()
