@@ -1,9 +1,13 @@
 """Command-line entry point: ``autokernel-tui [COMMAND] ...``.
 
-Each subcommand lives in its own small module exposing ``add_arguments(parser)``
-and ``main(args) -> int``. Those modules import nothing heavy at import time, so
-``--help`` is instant and the harness-only commands (bench, profile) run on a
-box with just torch and triton.
+Each subcommand lives in its own small module of ``autokernel_tui/commands/`` exposing
+``add_arguments(parser)`` and ``main(args) -> int``. Those modules import nothing heavy at
+import time, so ``--help`` is instant and the harness-only commands (bench, profile) run on
+a box with just torch and triton.
+
+A first word that is not a command opens the app on that folder (the default command).
+A word that is no folder here but close to a command's name (``stauts``) is a typo: an
+error naming the command, never an app on a new folder of that name.
 """
 
 from __future__ import annotations
@@ -17,19 +21,19 @@ from autokernel_tui.errors import AutokernelError
 
 # name -> (module, one-line help). Order is the order shown in --help.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "tui": ("autokernel_tui.tui.cli", "open the app on the workspace here (the default)"),
-    "demo": ("autokernel_tui.tui.demo_cli", "create a demo workspace and open the app on it"),
-    "init": ("autokernel_tui.engine.init_cli", "create a workspace from starters or a profile"),
-    "run": ("autokernel_tui.engine.run_cli", "run the optimization loop (--headless for no UI)"),
-    "status": ("autokernel_tui.engine.status_cli", "print the state of the run in a workspace"),
-    "attach": ("autokernel_tui.tui.attach_cli", "attach the app to a headless run"),
-    "review": ("autokernel_tui.tui.review_cli", "browse every experiment of every run"),
-    "serve": ("autokernel_tui.tui.serve_cli", "show the app in a browser (localhost, behind a random token)"),
-    "profile": ("autokernel_tui.profiling.cli", "profile a model and rank its ops by Amdahl's law"),
-    "bench": ("autokernel_tui.harness.cli", "check and time one task's kernel.py"),
-    "verify": ("autokernel_tui.profiling.verify_cli", "put kept kernels into the model and time it end to end"),
-    "export": ("autokernel_tui.profiling.export_cli", "write kept kernels as a standalone package"),
-    "report": ("autokernel_tui.report.cli", "write a run's morning report (one HTML or Markdown file)"),
+    "tui": ("autokernel_tui.commands.app", "open the app on the workspace here (the default)"),
+    "demo": ("autokernel_tui.commands.demo", "create a demo workspace and open the app on it"),
+    "init": ("autokernel_tui.commands.init", "create a workspace from starters or a profile"),
+    "run": ("autokernel_tui.commands.run", "run the optimization loop (--headless for no UI)"),
+    "status": ("autokernel_tui.commands.status", "print the state of the run in a workspace"),
+    "attach": ("autokernel_tui.commands.attach", "attach the app to a headless run"),
+    "review": ("autokernel_tui.commands.review", "browse every experiment of every run"),
+    "serve": ("autokernel_tui.commands.serve", "show the app in a browser (localhost, behind a random token)"),
+    "profile": ("autokernel_tui.commands.profile", "profile a model and rank its ops by Amdahl's law"),
+    "bench": ("autokernel_tui.commands.bench", "check and time one task's kernel.py"),
+    "verify": ("autokernel_tui.commands.verify", "put kept kernels into the model and time it end to end"),
+    "export": ("autokernel_tui.commands.export", "write kept kernels as a standalone package"),
+    "report": ("autokernel_tui.commands.report", "write a run's morning report (one HTML or Markdown file)"),
 }
 DEFAULT_COMMAND = "tui"
 
@@ -61,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     known = set(parser._subparsers._group_actions[0].choices) if parser._subparsers else set()  # type: ignore[union-attr]
     if not argv or (argv[0] not in known and argv[0] not in ("-h", "--help", "--version")):
+        typo = mistyped_command(argv[0], known) if argv else None
+        if typo:
+            print(f"autokernel-tui: error: {typo}", file=sys.stderr)
+            return 2
         argv = [DEFAULT_COMMAND, *argv]
     args = parser.parse_args(argv)
     try:
@@ -70,6 +78,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def mistyped_command(word: str, commands) -> str | None:
+    """The error for a first word that is no folder here but looks like a command's name, else None."""
+    import difflib
+    import os
+
+    if word.startswith("-") or os.sep in word or os.path.exists(word):
+        return None
+    close = difflib.get_close_matches(word, sorted(commands), n=2, cutoff=0.6)
+    if not close:
+        return None
+    names = " or ".join(f"`autokernel-tui {c}`" for c in close)
+    return f"{word!r} is not a command: did you mean {names}? (and there is no folder {word!r} here to open)"
 
 
 if __name__ == "__main__":  # pragma: no cover

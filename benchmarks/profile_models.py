@@ -47,7 +47,7 @@ def main() -> int:
     if not gpu:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported by any kernel file
     from autokernel_tui.profiling.amdahl import format_table
-    from autokernel_tui.profiling.cli import run_profile
+    from autokernel_tui.profiling.pipeline import run_profile
     from autokernel_tui.profiling.export import export_package
     from autokernel_tui.profiling.verify import format_result, kernel_paths, verify
     from autokernel_tui.tasks.spec import starters_dir

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shlex
 import socket
 import threading
 from pathlib import Path
@@ -16,12 +17,13 @@ from typing import Any, Callable
 
 from autokernel_tui.engine.lock import live_pid
 from autokernel_tui.errors import WorkspaceError
+from autokernel_tui.ledger import paths
 
 Callback = Callable[[dict[str, Any]], None]
 
 
 def socket_path(workspace: str | Path) -> Path:
-    return Path(workspace).resolve() / ".autokernel" / "control.sock"
+    return paths.socket_path(workspace)
 
 
 class LocalClient:
@@ -192,5 +194,5 @@ def connect(workspace: str | Path, engine_factory: Callable[[], Any] | None = No
     if live_pid(Path(workspace)) is not None and socket_path(workspace).exists():
         return SocketClient(workspace)
     if engine_factory is None:
-        raise WorkspaceError(f"no engine is running in {workspace} (start one with `autokernel-tui run`)")
+        raise WorkspaceError(f"no engine is running in {workspace} (start one with `autokernel-tui run --headless -C {shlex.quote(str(workspace))}`)")
     return LocalClient(engine_factory())

@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autokernel_tui.ledger import paths
+
 MAX_REQUEST = 64 * 1024  # bytes in one request line; commands are small
 MAX_SKIP = 16 << 20  # an over-long request is read past up to this many bytes, then the client is dropped
 MAX_DEPTH = 8  # levels of [ and { in a request
@@ -61,7 +63,7 @@ COMMANDS: dict[str, dict[str, tuple[str, bool]]] = {
 def token_path(sock_path: Path) -> Path:
     """Where the engine keeps the control channel's token: beside the socket (the real one, when
     the path given is a link to it)."""
-    return Path(sock_path).resolve().with_name("control.token")
+    return Path(sock_path).resolve().with_name(paths.TOKEN_FILE)
 
 
 def read_token(sock_path: Path) -> str:

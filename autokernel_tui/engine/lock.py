@@ -12,10 +12,11 @@ import os
 from pathlib import Path
 
 from autokernel_tui.errors import WorkspaceError
+from autokernel_tui.ledger import paths
 
 
 def lock_path(workspace: Path) -> Path:
-    return Path(workspace) / ".autokernel" / "engine.lock"
+    return paths.lock_path(workspace)
 
 
 class EngineLock:

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from autokernel_tui.config import Settings, load_settings
 from autokernel_tui.engine import budget, journal, parallel, recovery
-from autokernel_tui.engine.backends import Evaluator, load_object, make_agent, make_harness
+from autokernel_tui.engine.backends import Evaluator, make_agent, make_harness
 from autokernel_tui.engine.bus import EventBus
 from autokernel_tui.engine.experiment import AGENT_DOWN, NOTHING_LEFT, Experiment, Lab, Outcome
 from autokernel_tui.engine.gate import ApprovalGate, Pending
@@ -40,11 +40,12 @@ from autokernel_tui.engine.revert import Reverts
 from autokernel_tui.engine.runrecord import RUNS, new_tag, open_run, unfinished_run
 from autokernel_tui.errors import AutokernelError, EngineError, describe_os_error
 from autokernel_tui.harness.report import Report
+from autokernel_tui.ledger import paths
 
 IDLE, RUNNING, PAUSED, AWAITING, STOPPED = "idle", "running", "paused", "awaiting_approval", "stopped"
 
-# Kept importable from here (the run command and the app use them).
-_load_object = load_object
+# Kept importable from here for callers of the engine before the split (the commands import
+# runrecord and backends directly).
 __all__ = ["Engine", "EngineError", "RUNS", "new_tag", "unfinished_run", "IDLE", "RUNNING", "PAUSED", "AWAITING",
            "STOPPED"]
 
@@ -336,7 +337,7 @@ class Engine:
         from autokernel_tui.engine.control import ControlServer
 
         if self.control is None:
-            self.control = ControlServer(self, self.workspace / ".autokernel" / "control.sock").start()
+            self.control = ControlServer(self, paths.socket_path(self.workspace)).start()
         return self.control
 
     def _ensure_backends(self) -> Lab:

@@ -37,6 +37,7 @@ from autokernel_tui.engine import journal
 from autokernel_tui.engine.gate import status_of
 from autokernel_tui.engine.runrecord import Spend, make_row
 from autokernel_tui.harness.report import Comparison, Report, Summary
+from autokernel_tui.ledger import paths
 from autokernel_tui.ledger.gitrepo import parse_trailers
 from autokernel_tui.ledger.schema import read_comparison, read_report, read_saved
 
@@ -146,7 +147,7 @@ def _from_trailers(trailers: dict[str, str]) -> tuple[Report | None, Comparison 
 
 def _read_report(run_dir: Path, n: int) -> tuple[Report | None, Comparison | None]:
     try:
-        saved = json.loads((run_dir / "reports" / f"exp-{n}.json").read_text(encoding="utf-8"))
+        saved = json.loads((paths.report_path(run_dir, n)).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None, None
     return read_saved(saved)

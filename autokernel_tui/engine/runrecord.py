@@ -26,7 +26,7 @@ from typing import Any, Callable, NamedTuple
 from autokernel_tui.config import Settings
 from autokernel_tui.errors import WorkspaceError
 from autokernel_tui.harness.report import Comparison, Report
-from autokernel_tui.ledger import crashpoints
+from autokernel_tui.ledger import crashpoints, paths
 from autokernel_tui.ledger.durable import write_file_atomic
 from autokernel_tui.ledger.events import EventLog, read_events
 from autokernel_tui.ledger.gitrepo import RunRepo, check_tag
@@ -34,7 +34,7 @@ from autokernel_tui.ledger.results import ResultsLog
 from autokernel_tui.ledger.schema import read_report, read_saved
 from autokernel_tui.tasks import spec as taskspec
 
-RUNS = Path(".autokernel") / "runs"
+RUNS = paths.RUNS
 
 
 def new_tag() -> str:
@@ -172,32 +172,32 @@ class RunRecord:
         self.events: EventLog
 
     def open_files(self) -> None:
-        self.results = ResultsLog(self.dir / "results.tsv")
-        self.events = EventLog(self.dir / "events.jsonl", self.tag)
+        self.results = ResultsLog(self.dir / paths.RESULTS_FILE)
+        self.events = EventLog(self.dir / paths.EVENTS_FILE, self.tag)
         self.agent_dir.mkdir(exist_ok=True)
         self.reports_dir.mkdir(exist_ok=True)
 
     # --- paths ------------------------------------------------------------------
     @property
     def meta_path(self) -> Path:
-        return self.dir / "run.json"
+        return self.dir / paths.RUN_META_FILE
 
     @property
     def reports_dir(self) -> Path:
-        return self.dir / "reports"
+        return self.dir / paths.REPORTS_DIR
 
     @property
     def agent_dir(self) -> Path:
-        return self.dir / "agent"
+        return self.dir / paths.AGENT_DIR
 
     def report_path(self, n: int) -> Path:
-        return self.reports_dir / f"exp-{n}.json"
+        return paths.report_path(self.dir, n)
 
     def start_path(self, task: str) -> Path:
-        return self.reports_dir / f"start-{task}.json"
+        return paths.start_report_path(self.dir, task)
 
     def agent_path(self, n: int) -> Path:
-        return self.agent_dir / f"exp-{n}.md"
+        return paths.agent_text_path(self.dir, n)
 
     # --- run.json -----------------------------------------------------------------
     @property
@@ -310,7 +310,7 @@ def open_run(workspace: Path, settings: Settings, tag: str | None, new: bool,
             tag = f"{new_tag()}-{time.time_ns() % 10000:04d}"
     tag = check_tag(tag)
     repo = RunRepo(workspace, tag)
-    meta_path = workspace / RUNS / tag / "run.json"
+    meta_path = paths.run_meta_path(workspace, tag)
     if meta_path.exists():
         if new:
             raise WorkspaceError(f"run {tag} already exists; pick another --tag or leave out --new to resume it")
@@ -328,7 +328,8 @@ def open_run(workspace: Path, settings: Settings, tag: str | None, new: bool,
         # what is on disk is what the branch will hold).
         available = [s.name for s in taskspec.find_tasks(workspace / "kernels")]
         if not available:
-            raise WorkspaceError(f"{workspace}: no task folders under kernels/ (run `autokernel-tui init`)")
+            raise WorkspaceError(f"{workspace}: no task folders under kernels/ "
+                                 f"(add some with `{paths.init_hint(workspace)}`)")
         chosen = list(tasks) if tasks else available
         unknown = [t for t in chosen if t not in available]
         if unknown:

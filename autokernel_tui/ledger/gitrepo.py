@@ -33,12 +33,12 @@ import git
 from git import Actor
 
 from autokernel_tui.errors import WorkspaceError
+from autokernel_tui.ledger import paths
+from autokernel_tui.ledger.paths import KERNELS, STATE_DIR
 
 ACTOR = Actor("autokernel-tui", "autokernel@localhost")
 _FULL_SHA = re.compile(r"^[0-9a-f]{40}(\^|~[0-9]+)?$")
 TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-KERNELS = "kernels"
-STATE_DIR = ".autokernel"
 _GIT_ENV = {
     "GIT_AUTHOR_NAME": ACTOR.name, "GIT_AUTHOR_EMAIL": ACTOR.email,
     "GIT_COMMITTER_NAME": ACTOR.name, "GIT_COMMITTER_EMAIL": ACTOR.email,
@@ -83,7 +83,7 @@ def open_repo(workspace: Path) -> git.Repo:
     try:
         repo = ShieldedRepo(workspace)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise WorkspaceError(f"{workspace}: not a git repository (run `autokernel-tui init {workspace}`)") from None
+        raise WorkspaceError(f"{workspace}: not a git repository (create a workspace there with `{paths.init_hint(workspace)}`)") from None
     if repo.bare:
         raise WorkspaceError(f"{workspace}: a bare repository has no working tree")
     try:
@@ -114,7 +114,7 @@ class RunRepo:
         self.tag = check_tag(tag)
         self.repo = open_repo(self.workspace)
         self.branch = f"autokernel/{tag}"
-        self.worktree = self.workspace / ".autokernel" / "worktrees" / tag
+        self.worktree = paths.worktree_dir(self.workspace, tag)
         self.wt: git.Repo | None = None
         self._shown: dict[tuple[str, str], str] = {}
 

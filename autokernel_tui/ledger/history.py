@@ -20,13 +20,13 @@ from typing import Any
 
 import git
 
-from autokernel_tui.ledger import badinput
+from autokernel_tui.ledger import badinput, paths
 from autokernel_tui.ledger.events import read_events
 from autokernel_tui.ledger.gitrepo import ShieldedRepo
 from autokernel_tui.ledger.results import COLUMNS, read_rows
 from autokernel_tui.ledger.schema import upgrade_event, upgrade_saved
 
-RUNS_DIR = Path(".autokernel") / "runs"
+RUNS_DIR = paths.RUNS
 
 
 @dataclass
@@ -124,7 +124,7 @@ class RunHistory:
 
     def verdict(self, exp: int | ExperimentRecord) -> Verdict | None:
         """The harness's report and comparison for one experiment (None: none recorded, e.g. a revert)."""
-        return read_verdict(self.path / "reports" / f"exp-{self._find(exp).experiment}.json")
+        return read_verdict(paths.report_path(self.path, self._find(exp).experiment))
 
     def report(self, exp: int | ExperimentRecord) -> dict | None:
         """The harness Report (as a dict) of one experiment; not the whole verdict file."""
@@ -137,7 +137,7 @@ class RunHistory:
         return verdict.comparison if verdict else None
 
     def reasoning(self, exp: int | ExperimentRecord) -> str:
-        path = self.path / "agent" / f"exp-{self._find(exp).experiment}.md"
+        path = paths.agent_text_path(self.path, self._find(exp).experiment)
         try:
             return path.read_bytes().decode("utf-8", "replace")
         except OSError:
@@ -146,7 +146,7 @@ class RunHistory:
     def events(self) -> list[dict[str, Any]]:
         """The run's usable events, older field names read as today's; bad lines are skipped and
         reported once (``ledger.badinput``)."""
-        return [upgrade_event(e) for e in read_events(self.path / "events.jsonl", problems=self.problems)]
+        return [upgrade_event(e) for e in read_events(self.path / paths.EVENTS_FILE, problems=self.problems)]
 
 
 def _record(row: dict[str, Any], repo: git.Repo | None, tag: str) -> ExperimentRecord:
@@ -184,20 +184,20 @@ def load_run(workspace: str | Path, tag: str, problems: list[str] | None = None)
     """One run. Bad lines of its files are skipped (a bad number read as empty), each reported
     once as a one-line warning naming the file and line, or appended to ``problems``."""
     workspace = Path(workspace).resolve()
-    path = workspace / RUNS_DIR / tag
-    meta = _meta(path / "run.json", problems)
+    path = paths.run_dir(workspace, tag)
+    meta = _meta(path / paths.RUN_META_FILE, problems)
     try:
         repo: git.Repo | None = ShieldedRepo(workspace)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         repo = None
-    records = [_record(r, repo, tag) for r in read_rows(path / "results.tsv", typed=True, problems=problems)]
+    records = [_record(r, repo, tag) for r in read_rows(path / paths.RESULTS_FILE, typed=True, problems=problems)]
     return RunHistory(tag=tag, path=path, workspace=workspace, meta=meta, experiments=records, problems=problems)
 
 
 def load_runs(workspace: str | Path, problems: list[str] | None = None) -> list[RunHistory]:
     """Every run, oldest first (by creation time recorded in run.json, then name)."""
-    root = Path(workspace).resolve() / RUNS_DIR
+    root = paths.runs_dir(Path(workspace).resolve())
     if not root.is_dir():
         return []
-    runs = [load_run(workspace, p.name, problems) for p in root.iterdir() if (p / "run.json").is_file()]
+    runs = [load_run(workspace, p.name, problems) for p in root.iterdir() if (p / paths.RUN_META_FILE).is_file()]
     return sorted(runs, key=lambda r: (r.meta.get("created_at", 0), r.tag))

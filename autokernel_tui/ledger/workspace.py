@@ -60,7 +60,7 @@ def _read_profile(from_profile: Path) -> dict:
 
 def _extract(profile: dict, from_profile: Path, kernels: Path, top: int) -> list[Path]:
     try:
-        from autokernel_tui.tasks.extract import extract_tasks
+        from autokernel_tui.profiling.extract import extract_tasks
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("autokernel_tui"):
             raise WorkspaceError("--from-profile needs task extraction, which this installation lacks") from None
@@ -114,7 +114,8 @@ def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profil
     repository, and a repository nested in another is rarely what anyone wants; the message
     says how to add the tasks to the outer repository instead. A failed init takes back
     everything it created (folders, the repository, task folders, its exclude line, what it
-    staged), so a retry starts from where the user was.
+    staged), so a retry starts from where the user was. With a profile, what got no task, and
+    why, is written to ``init-skipped.json`` (``profiling.extract.extract_all``; ``skipped_lines`` reads it).
     """
     path = Path(path).resolve()
     if not tasks and not from_profile and not from_kernelbench:
@@ -168,7 +169,7 @@ def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profil
         if profile is not None:
             created += _extract(profile, Path(from_profile), kernels, top)
         if from_kernelbench:
-            from autokernel_tui.tasks.kernelbench import write_tasks
+            from autokernel_tui.profiling.kernelbench import write_tasks
 
             created += write_tasks(list(from_kernelbench), kernels)
         if not created:
@@ -176,7 +177,7 @@ def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profil
         for task_dir in created:
             taskspec.load_spec(task_dir)  # refuse to commit a malformed task
         rel = [str(p.relative_to(path)) for p in created]
-        skipped_list = path / "init-skipped.json"  # what got no task and why (tasks/extract.py): committed too
+        skipped_list = path / "init-skipped.json"  # what got no task and why (profiling/extract.py): committed too
         if skipped_list.is_file():
             undo.add(f"remove {skipped_list}", lambda: skipped_list.unlink(missing_ok=True))
             rel.append(skipped_list.name)

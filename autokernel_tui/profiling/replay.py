@@ -21,7 +21,7 @@ arguments that really ran on this device (the CPU and CUDA paths of SDPA differ)
 for any model that runs eagerly (no graph breaks, no export restrictions on data-dependent
 control flow or Python side effects), and it needs no GPU. What it lacks (Inductor's own
 fusion decisions) the chain rule below approximates; Inductor's generated code, where a
-starter needs it, is ``tasks/inductor_starter``'s job.
+starter needs it, is ``profiling/inductor_starter``'s job.
 
 Only metadata is kept: no tensor data, so the record is small JSON that travels inside the
 profile (``profile["replay"]``). Ops that draw random numbers or need a generator are marked

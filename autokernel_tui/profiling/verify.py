@@ -214,7 +214,7 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
     say = progress or nothing
     est = Estimate()
 
-    from autokernel_tui.profiling.cli import default_dtype
+    from autokernel_tui.profiling.pipeline import default_dtype
     from autokernel_tui.profiling.patch import load_kernels, patch_model
     from autokernel_tui.profiling.zoo import load_model
 
@@ -509,7 +509,7 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
     the step (forward + backward) timed beside eager and, on a GPU, torch.compile."""
     import torch
 
-    from autokernel_tui.profiling.cli import default_dtype
+    from autokernel_tui.profiling.pipeline import default_dtype
     from autokernel_tui.profiling.patch import load_kernels, patch_model
     from autokernel_tui.profiling.zoo import load_model
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from autokernel_tui.errors import WorkspaceError
+from autokernel_tui.ledger import paths
 from autokernel_tui.ledger.history import ExperimentRecord, RunHistory, load_runs
 from autokernel_tui.report.paths import VERIFY_FILE, verify_path  # noqa: F401  (re-exported)
 
@@ -160,7 +162,7 @@ def _task_profile(workspace: Path, tag: str, task: str) -> dict:
     from autokernel_tui.errors import AutokernelError
     from autokernel_tui.tasks.spec import load_spec
 
-    for folder in (workspace / ".autokernel" / "worktrees" / tag / "kernels" / task, workspace / "kernels" / task):
+    for folder in (paths.worktree_dir(workspace, tag) / paths.KERNELS / task, workspace / paths.KERNELS / task):
         try:
             return dict(load_spec(folder).profile or {})
         except (AutokernelError, OSError):
@@ -214,7 +216,7 @@ def pick_run(workspace: str | Path, tag: str | None, problems: list[str] | None 
     ws = Path(workspace).resolve()
     runs = load_runs(ws, problems)
     if not runs:
-        raise WorkspaceError(f"{ws}: no run to report on (start one with `autokernel-tui run --headless`)")
+        raise WorkspaceError(f"{ws}: no run to report on (start one with `autokernel-tui run --headless -C {shlex.quote(str(ws))}`)")
     if tag is None:
         return runs[-1]
     for run in runs:
@@ -256,7 +258,7 @@ def collect(workspace: str | Path, tag: str | None = None, verify_file: str | Pa
         k = KernelSummary(task=task)
         k.experiments = [e for e in experiments if e.record.task == task]
         k.statuses = dict(Counter(e.record.status for e in k.experiments))
-        k.start = _read_start(run.path / "reports" / f"start-{task}.json")
+        k.start = _read_start(paths.start_report_path(run.path, task))
         k.keeps = [e for e in k.experiments if e.kept]
         for e in k.keeps:
             e.diff = run.diff(e.record)

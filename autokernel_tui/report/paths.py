@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-VERIFY_FILE = "verify.json"
+from autokernel_tui.ledger import paths
+
+VERIFY_FILE = paths.VERIFY_FILE
 
 
 def verify_path(workspace: str | Path, tag: str) -> Path:
     """Where a ``verify`` of run ``tag``'s kept kernels is saved (and the report looks for it)."""
-    return Path(workspace).resolve() / ".autokernel" / "runs" / tag / VERIFY_FILE
+    return paths.verify_result_path(Path(workspace).resolve(), tag)

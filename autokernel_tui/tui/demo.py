@@ -1,6 +1,6 @@
 """What `autokernel-tui demo` runs: a throwaway workspace, the offline tuner, manual approval, and the
-harness in quick mode, said on screen. The command (tui/demo_cli.py, moving to commands/) calls
-``run_demo``; the logic lives here so the command stays parsing only.
+harness in quick mode, said on screen. The command (``commands/demo.py``: where the demo lives, the
+hand-over and the exit hint) takes its settings and its notes from here.
 
 Quick mode checks and times the first dtype of each task only (harness ``quick``); on a machine without
 a GPU the harness runs the tasks' small test shapes under the Triton interpreter either way. A full
@@ -13,6 +13,7 @@ full check in the demo too.
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 DEMO_TASKS = ("rmsnorm", "softmax")
@@ -29,29 +30,11 @@ def demo_overrides(env: dict[str, str] | None = None) -> dict[str, dict]:
     return overrides
 
 
-def demo_notes(settings) -> list[str]:
-    """What the demo tells the user when the screen opens."""
+def demo_notes(settings, workspace: str | Path | None = None) -> list[str]:
+    """What the demo tells the user when the screen opens (``workspace``: where the demo lives)."""
     check = ("the harness in quick mode: the first dtype of each task only (on a machine without a GPU, "
              "its small test shapes under the Triton interpreter)" if settings.harness.quick else
              "the harness's full check: every dtype")
     return [f"Demo: the offline tuner proposes, you approve each candidate the harness calls faster; {check}. "
-            "`autokernel-tui` in this folder later runs with your own settings."]
-
-
-def run_demo(directory: str | Path) -> int:
-    """Create the demo workspace if needed, then open the app on it (attached if an engine is live)."""
-    from autokernel_tui.config import load_settings
-    from autokernel_tui.ledger.workspace import init_workspace
-    from autokernel_tui.tui import engine_link, keys, launch, workspace_files
-
-    workspace = Path(directory).resolve()
-    if not workspace_files.is_workspace(workspace):
-        # A demo is a throwaway repository of its own, even inside a project checkout: committing
-        # demo tasks into the user's repository would be worse than nesting one.
-        init_workspace(workspace, tasks=list(DEMO_TASKS), nested=True)
-    settings = load_settings(workspace, demo_overrides())
-    keys.keymap(settings.keys)
-    if workspace_files.engine_is_live(workspace):
-        return launch.run_live(workspace, settings, engine_link.attach(workspace), attached=True)
-    return launch.run_live(workspace, settings, engine_link.start_in_process(workspace, settings), attached=False,
-                           notes=demo_notes(settings))
+            + (f"`autokernel-tui -C {shlex.quote(str(workspace))}` later runs it with your own settings."
+               if workspace is not None else "`autokernel-tui` in this folder later runs with your own settings.")]

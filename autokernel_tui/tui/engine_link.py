@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from autokernel_tui.errors import WorkspaceError
+from autokernel_tui.ledger import paths
 from autokernel_tui.tui import workspace_files
 
 
@@ -26,7 +27,7 @@ def attach(workspace: Path):
 
 def start_in_process(workspace: Path, settings, **engine_kwargs):
     """Start (or resume) the run in this process; the app is its in-process client.
-    ``engine_kwargs``: tag, new, tasks, agent, as `run` parsed them (run_cli.engine_kwargs)."""
+    ``engine_kwargs``: tag, new, tasks, agent, as the run flags give them (commands.common.engine_kwargs)."""
     from autokernel_tui.engine.client import LocalClient
 
     return LocalClient(workspace, settings, **engine_kwargs)
@@ -50,10 +51,10 @@ def stop_and_close(client, wait_s: float = 600.0) -> None:
     client.close()
 
 
-def spawn_headless(workspace: Path, log_name: str = "headless.log", extra_args: list[str] | tuple = ()) -> int:
+def spawn_headless(workspace: Path, log_name: str = paths.HEADLESS_LOG, extra_args: list[str] | tuple = ()) -> int:
     """Start ``autokernel-tui run --headless`` detached from this terminal; it resumes the run.
     ``extra_args``: the `run` flags this session was started with (limits, agent, tasks)."""
-    log = workspace_files.state_dir(workspace) / log_name
+    log = paths.state_dir(workspace) / log_name
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         proc = subprocess.Popen(

@@ -9,9 +9,11 @@ from autokernel_tui.tui import engine_link
 
 
 def run_live(workspace: Path, settings, client, attached: bool, headless_args: list[str] | tuple = (),
-             notes: list[str] | tuple = ()) -> int:
+             notes: list[str] | tuple = (), resume_command: str | None = None) -> int:
     """``notes``: said once when the screen opens (the demo says what it runs). An in-process run's
-    harness settings are this process's, so the header can say when the harness runs in quick mode."""
+    harness settings are this process's, so the header can say when the harness runs in quick mode.
+    ``resume_command``: what the exit hint tells the user to type to resume a stopped run (the
+    demo's is ``autokernel-tui demo -C <its folder>``); by default the app on this workspace."""
     from autokernel_tui.tui.app import AutokernelApp
     from autokernel_tui.tui.screens.quit_screen import DETACH, HANGUP, HEADLESS, STOP
 
@@ -27,7 +29,7 @@ def run_live(workspace: Path, settings, client, attached: bool, headless_args: l
     if choice == STOP:
         _say("stopping: the experiment under way finishes and is recorded first (on the CPU that can take minutes)…")
         engine_link.stop_and_close(client)
-        _say("run stopped after its current experiment; resume with: autokernel-tui")
+        _say(f"run stopped after its current experiment; resume with: {resume_command or _app_on(workspace)}")
     elif choice == HEADLESS:
         _say("handing over: the experiment under way finishes here first, then the run continues headless…")
         engine_link.stop_and_close(client)
@@ -48,6 +50,12 @@ def run_review(workspace: Path, settings, client=None) -> int:
     if client is not None:
         client.close()
     return 0
+
+
+def _app_on(workspace: Path) -> str:
+    import shlex
+
+    return f"autokernel-tui -C {shlex.quote(str(workspace))}"
 
 
 def _say(line: str) -> None:

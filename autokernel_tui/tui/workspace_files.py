@@ -1,4 +1,7 @@
-"""Read-only access to a workspace's run files (the workspace on disk is the truth)."""
+"""Read-only access to a workspace's run files (the workspace on disk is the truth).
+
+Paths come from ``ledger.paths`` and the results columns from ``ledger.results``: one spelling
+of each, the engine's."""
 
 from __future__ import annotations
 
@@ -6,25 +9,10 @@ import json
 import os
 from pathlib import Path
 
+from autokernel_tui.ledger import paths
 from autokernel_tui.ledger import results as _results
+from autokernel_tui.ledger.paths import events_path, is_workspace, results_path, runs_dir, state_dir  # noqa: F401
 from autokernel_tui.ledger.schema import upgrade_event
-
-RESULTS_COLUMNS = _results.COLUMNS  # the ledger's columns: one schema, the engine's
-STATE_DIR = ".autokernel"
-
-
-def state_dir(workspace: Path) -> Path:
-    return Path(workspace) / STATE_DIR
-
-
-def runs_dir(workspace: Path) -> Path:
-    return state_dir(workspace) / "runs"
-
-
-def is_workspace(path: Path) -> bool:
-    """A workspace is a git repository with a kernels/ folder (see ledger.workspace)."""
-    path = Path(path)
-    return (path / ".git").exists() and (path / "kernels").is_dir()
 
 
 def run_tags(workspace: Path) -> list[str]:
@@ -33,7 +21,8 @@ def run_tags(workspace: Path) -> list[str]:
     if not root.is_dir():
         return []
     runs = [p for p in root.iterdir() if p.is_dir()]
-    runs.sort(key=lambda p: ((p / "run.json").stat().st_mtime if (p / "run.json").exists() else p.stat().st_mtime, p.name))
+    meta = paths.RUN_META_FILE
+    runs.sort(key=lambda p: ((p / meta).stat().st_mtime if (p / meta).exists() else p.stat().st_mtime, p.name))
     return [p.name for p in runs]
 
 
@@ -43,14 +32,6 @@ def read_results(path: Path) -> list[dict]:
     today's names, a torn last line is skipped, a line it cannot use is skipped and a bad number
     read as empty. A missing file is no rows."""
     return _results.read_rows(Path(path), typed=True)
-
-
-def results_path(workspace: Path, tag: str) -> Path:
-    return runs_dir(workspace) / tag / "results.tsv"
-
-
-def events_path(workspace: Path, tag: str) -> Path:
-    return runs_dir(workspace) / tag / "events.jsonl"
 
 
 def tail_events(path: Path, max_bytes: int = 2 * 1024 * 1024) -> list[dict]:
@@ -97,7 +78,7 @@ def catch_up_events(events: list[dict], experiment: int) -> list[dict]:
 
 def measured_starts(workspace: Path, tag: str) -> set[str]:
     """Tasks whose starting kernel this run has measured (the engine saves reports/start-<task>.json)."""
-    folder = runs_dir(workspace) / tag / "reports"
+    folder = paths.run_dir(workspace, tag) / paths.REPORTS_DIR
     try:
         return {p.name[len("start-"):-len(".json")] for p in folder.glob("start-*.json")}
     except OSError:
@@ -106,7 +87,7 @@ def measured_starts(workspace: Path, tag: str) -> set[str]:
 
 def engine_pid(workspace: Path) -> int | None:
     """The pid in engine.lock if that process is alive, else None."""
-    lock = state_dir(workspace) / "engine.lock"
+    lock = paths.lock_path(workspace)
     try:
         pid = int(lock.read_text().split()[0])
     except (OSError, ValueError, IndexError):
@@ -127,4 +108,4 @@ def engine_is_live(workspace: Path) -> bool:
         pid = live_pid(Path(workspace))
     except ImportError:
         pid = engine_pid(workspace)
-    return pid is not None and (state_dir(workspace) / "control.sock").exists()
+    return pid is not None and paths.socket_path(workspace).exists()

@@ -118,7 +118,7 @@ def test_runner_side_never_imports_torch():
     import subprocess
     import sys
     code = ("import sys\nimport autokernel_tui.harness.runner, autokernel_tui.harness.report, "
-            "autokernel_tui.harness.cli, autokernel_tui.harness.roofline, autokernel_tui.harness.stats\n"
+            "autokernel_tui.commands.bench, autokernel_tui.harness.roofline, autokernel_tui.harness.stats\n"
             "print('torch' in sys.modules, 'triton' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False False"

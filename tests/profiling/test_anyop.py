@@ -12,7 +12,7 @@ from autokernel_tui.profiling.capture import profile_bundle
 from autokernel_tui.profiling.replay import record_forward
 from autokernel_tui.profiling.zoo import ModelBundle
 from autokernel_tui.tasks import spec as taskspec
-from autokernel_tui.tasks.extract import SKIPPED_FILE, extract_all
+from autokernel_tui.profiling.extract import SKIPPED_FILE, extract_all
 from benchmarks import starters_check as sc
 
 

@@ -6,9 +6,9 @@ import sys
 import pytest
 
 from autokernel_tui.errors import WorkspaceError
-from autokernel_tui.profiling.cli import run_profile
+from autokernel_tui.profiling.pipeline import run_profile
 from autokernel_tui.tasks import spec as taskspec
-from autokernel_tui.tasks.extract import extract_tasks
+from autokernel_tui.profiling.extract import extract_tasks
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -45,7 +45,7 @@ def test_run_without_headless_honours_runs_flags(tmp_path, monkeypatch):
         seen["kwargs"] = engine_kwargs
         return LocalClient(workspace, settings, start=False, serve=False, **engine_kwargs)
 
-    def record(workspace, settings, client, attached, headless_args=()):
+    def record(workspace, settings, client, attached, headless_args=(), resume_command=None):
         seen.update(settings=settings, engine=client.engine, attached=attached, headless_args=list(headless_args))
         client.close()
         return 0

@@ -22,6 +22,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 from textual.widgets.data_table import ColumnKey
 
+from autokernel_tui.ledger import paths
 from autokernel_tui.tui import formatting as fmt
 from autokernel_tui.tui import keys
 from autokernel_tui.tui.diff_render import render_diff
@@ -42,7 +43,7 @@ def _get(record: Any, name: str) -> Any:
 def run_timing_meaningful(run: Any) -> bool | None:
     """Whether a run's timings mean something (a GPU), from its saved harness reports: the starting
     kernels' first, else the first experiment with one. None: no report says."""
-    folder = Path(getattr(run, "path", "") or ".") / "reports"
+    folder = Path(getattr(run, "path", "") or ".") / paths.REPORTS_DIR
     candidates = sorted(folder.glob("start-*.json")) if folder.is_dir() else []
     for path in candidates[:1]:
         try:

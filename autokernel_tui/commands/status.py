@@ -8,25 +8,28 @@ from __future__ import annotations
 
 import argparse
 
+from autokernel_tui.commands import common
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("directory", nargs="?", default=None, help="workspace folder (default: .)")
-    parser.add_argument("-C", dest="workspace", default=None, help="workspace folder (same as DIR)")
+    common.add_workspace_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
 
 def main(args: argparse.Namespace) -> int:
     import json
     from collections import Counter
-    from pathlib import Path
 
     from autokernel_tui.engine.client import SocketClient, socket_path
     from autokernel_tui.engine.lock import live_pid
     from autokernel_tui.errors import WorkspaceError
+    from autokernel_tui.ledger import paths
     from autokernel_tui.ledger.history import load_runs
 
-    ws = Path(args.workspace or args.directory or ".").resolve()
+    ws = common.workspace_of(args)
     pid = live_pid(ws)
+    # Every command suggested here works as typed, from any folder.
+    resume = common.command_line("autokernel-tui", "run", "--headless", "-C", ws)
     out: dict = {"workspace": str(ws), "live": False}
     if pid and socket_path(ws).exists():
         client = SocketClient(ws, timeout_s=5)
@@ -37,9 +40,12 @@ def main(args: argparse.Namespace) -> int:
         out.update(live=True, pid=pid, **{k: snap.get(k) for k in
                                           ("run", "state", "policy", "experiment", "task", "best", "tokens",
                                            "cost_usd", "pending", "experiments")})
+    if not out["live"] and not paths.is_workspace(ws):
+        raise WorkspaceError(f"{ws} is not a workspace; create one with `{paths.init_hint(ws)}` "
+                             "(or try `autokernel-tui demo`)")
     runs = load_runs(ws)
     if not runs and not out["live"]:
-        raise WorkspaceError(f"{ws}: no run yet (start one with `autokernel-tui run --headless`)")
+        raise WorkspaceError(f"{ws}: no run yet (start one with `{resume}`)")
     if runs:
         run = next((r for r in runs if r.tag == out.get("run")), runs[-1])
         out.setdefault("run", run.tag)
@@ -47,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
         out["statuses"] = dict(Counter(e.status for e in run.experiments))
         out["recent"] = [e.row() for e in run.experiments[-5:]]
         if not out["live"]:
-            out["state"] = "finished" if out["finished"] else "stopped (resume with `autokernel-tui run --headless`)"
+            out["state"] = "finished" if out["finished"] else f"stopped (resume with `{resume}`)"
     if args.json:
         print(json.dumps(out, indent=2, default=str))
         return 0

@@ -1,4 +1,9 @@
-"""``autokernel-tui profile MODEL``: profile a model and rank its op families by Amdahl's law."""
+"""``autokernel-tui profile MODEL``: profile a model and rank its op families by Amdahl's law.
+
+The profiler's native chatter (``gpuGetDeviceCount failed with code 35`` on a machine without a
+GPU, Kineto's stage markers) is kept off the terminal (``profiling.quiet``); anything else on
+stderr still shows.
+"""
 
 from __future__ import annotations
 
@@ -26,41 +31,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=int, default=20, help="rows to print")
 
 
-def default_dtype(dtype: str | None, device: str) -> str:
-    if dtype:
-        return dtype
-    from autokernel_tui.profiling.zoo import resolve_device
-
-    return "bfloat16" if resolve_device(device).startswith("cuda") else "float32"
-
-
-def run_profile(model: str, batch=None, seq=None, dtype=None, train=False, layers=None, device="auto",
-                steps=None, progress=None) -> dict:
-    """Load, profile and rank a model: the profile dict the CLI prints and extraction reads.
-    ``progress(stage, done, total, left_s)``: see ``autokernel_tui.progress``."""
-    from autokernel_tui.profiling.amdahl import rank
-    from autokernel_tui.profiling.capture import profile_bundle
-    from autokernel_tui.profiling.zoo import load_model
-    from autokernel_tui.progress import nothing, step_reporter
-
-    say = progress or nothing
-    say(f"loading {model}")
-    bundle = load_model(model, batch=batch, seq=seq, dtype=default_dtype(dtype, device), device=device,
-                        train=train, layers=layers)
-    profile = rank(profile_bundle(bundle, steps=steps, on_step=step_reporter(say)))
-    profile["model_args"]["device"] = device
-    return profile
-
-
 def main(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
     from autokernel_tui.profiling.amdahl import format_table
-
+    from autokernel_tui.profiling.pipeline import run_profile
+    from autokernel_tui.profiling.quiet import filtered_stderr, terminal_stderr
     from autokernel_tui.progress import Progress
 
-    with Progress(f"profile {args.model}") as progress:
+    # The progress bar goes straight to the terminal; the profiler's native chatter on fd 2 is filtered.
+    with terminal_stderr() as err, Progress(f"profile {args.model}", stream=err) as progress, filtered_stderr():
         profile = run_profile(args.model, args.batch, args.seq, args.dtype, args.train, args.layers, args.device,
                               args.steps, progress=progress)
     print(format_table(profile, limit=args.top))

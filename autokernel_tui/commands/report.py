@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 
+from autokernel_tui.commands import common
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("dir", nargs="?", default=None, metavar="WS", help="workspace folder (default: .)")
-    parser.add_argument("-C", dest="workspace", default=None, help="workspace folder (same as WS)")
+    common.add_workspace_arguments(parser)
     parser.add_argument("--run", metavar="TAG", help="the run to report on (default: the newest run)")
     parser.add_argument("-o", "--output", metavar="FILE",
                         help="where to write it (default: report.html or report.md in the run's folder, "
@@ -24,17 +25,18 @@ def main(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
+    from autokernel_tui.ledger import paths
     from autokernel_tui.report.data import collect
     from autokernel_tui.report.render import html, markdown
 
-    ws = Path(args.workspace or args.dir or ".").resolve()
+    ws = common.workspace_of(args)
     fmt = args.format or ("md" if args.output and args.output.lower().endswith((".md", ".markdown")) else "html")
     report = collect(ws, args.run, args.verify)
     text = markdown(report) if fmt == "md" else html(report)
     if args.output == "-":
         sys.stdout.write(text)
         return 0
-    out = Path(args.output) if args.output else ws / ".autokernel" / "runs" / report.tag / f"report.{fmt}"
+    out = Path(args.output) if args.output else paths.run_dir(ws, report.tag) / f"report.{fmt}"
     out.write_text(text, encoding="utf-8")
     kept = sum(len(k.keeps) for k in report.kernels)
     pred = report.prediction.speedup

@@ -1,6 +1,6 @@
 """A generated task's starter kernel.py, made in a fresh Python process (standard library only).
 
-``tasks/inductor_starter`` compiles the task's reference with torch.compile and patches Inductor's
+``profiling/inductor_starter`` compiles the task's reference with torch.compile and patches Inductor's
 config while it does; on a machine without a GPU it needs the Triton interpreter flag set before
 Triton defines any kernel. A process of its own keeps all of that (and torch itself) out of the
 caller, ``init``, and makes each task's capture independent of the one before.
@@ -23,7 +23,7 @@ import os, sys
 import torch
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
-from autokernel_tui.tasks.inductor_starter import _task_main
+from autokernel_tui.profiling.inductor_starter import _task_main
 sys.exit(_task_main(sys.argv[1]))
 """
 

@@ -1,13 +1,20 @@
-"""`autokernel-tui init [DIR] --task NAME ... | --from-profile FILE [--top N]`."""
+"""`autokernel-tui init [DIR] --task NAME ... | --from-profile FILE [--top N]`.
+
+With ``--from-profile`` it says which of the profile's ranked op families (and recorded calls) it
+made no task for, and why (``init-skipped.json``: no starter and nothing recorded to generate
+from, a dtype, no fitting shape, under the share threshold, beyond ``--top``), so ``--top 5``
+making 4 tasks is never a surprise. ``--from-kernelbench FILE...``: a task per problem file.
+"""
 
 from __future__ import annotations
 
 import argparse
 
+from autokernel_tui.commands import common
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("directory", nargs="?", default=None, help="workspace folder (default: .)")
-    parser.add_argument("-C", dest="workspace", default=None, help="workspace folder (same as DIR)")
+    common.add_workspace_arguments(parser)
     parser.add_argument("--task", action="append", default=[], metavar="NAME",
                         help="copy this starter task (repeat for several); --list shows them")
     parser.add_argument("--from-profile", metavar="FILE", help="create tasks from a profile written by `profile`")
@@ -20,21 +27,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from autokernel_tui.ledger.workspace import init_workspace
     from autokernel_tui.tasks.spec import list_starters
 
     if args.list:
         print("\n".join(list_starters()))
         return 0
-    path = init_workspace(args.workspace or args.directory or ".", tasks=args.task,
-                          from_profile=args.from_profile, top=args.top, nested=args.nested,
-                          from_kernelbench=args.from_kernelbench)
-    tasks = sorted(p.name for p in (path / "kernels").iterdir() if (p / "task.toml").is_file())
-    print(f"workspace ready: {path}")
-    print(f"tasks: {', '.join(tasks)}")
-    from autokernel_tui.tasks.extract import skipped_lines
+    from autokernel_tui.profiling.extract import skipped_lines
 
+    target = Path(args.workspace or args.dir or ".").resolve()
+    path = init_workspace(target, tasks=args.task, from_profile=args.from_profile, top=args.top,
+                          nested=args.nested, from_kernelbench=args.from_kernelbench)
+    print(f"workspace ready: {path}")
+    print(f"tasks: {', '.join(_task_names(path))}")
     for line in skipped_lines(path):  # never a silent skip: what got no task, and why
         print(line)
-    print(f"next: autokernel-tui run --headless -C {path}   (or `autokernel-tui` for the app)")
+    print(f"next: {common.command_line('autokernel-tui', 'run', '--headless', '-C', path)}   "
+          f"(or `{common.command_line('autokernel-tui', '-C', path)}` for the app)")
     return 0
+
+
+def _task_names(workspace) -> list[str]:
+    kernels = workspace / "kernels"
+    return sorted(p.name for p in kernels.iterdir() if (p / "task.toml").is_file()) if kernels.is_dir() else []

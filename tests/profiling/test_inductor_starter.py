@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from autokernel_tui.harness.static_check import check_source
-from autokernel_tui.tasks.inductor_starter import starter_source
+from autokernel_tui.profiling.inductor_starter import starter_source
 
 
 def _gelu_chain(x, w):

@@ -34,6 +34,23 @@ def _num(value) -> str:
     return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
 
 
+# (header, left-aligned?) for each column of the per-shape table.
+SHAPE_COLUMNS = (("shape", True), ("dtype", True), ("median us", False), ("p20-p80 us", False),
+                 ("eager us", False), ("x eager", False), ("x compile", False), ("GB/s", False),
+                 ("TFLOP/s", False), ("%roof", False), ("rel_l2", False))
+
+
+def table(rows: list[list[str]], columns=SHAPE_COLUMNS, indent: str = "  ", gap: str = "  ") -> list[str]:
+    """Rows of cells under their headers, every column as wide as its widest cell: a long shape
+    name or a long number widens its column instead of running into the next one."""
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, (h, _) in enumerate(columns)]
+
+    def line(cells: list[str]) -> str:
+        return indent + gap.join(c.ljust(w) if left else c.rjust(w)
+                                 for c, w, (_, left) in zip(cells, widths, columns)).rstrip()
+    return [line([h for h, _ in columns])] + [line(r) for r in rows]
+
+
 def render(report) -> str:
     """The compact text report (also used by tests)."""
     lines = []
@@ -44,14 +61,11 @@ def render(report) -> str:
         head += f"   [{report.device}{'' if report.timing_meaningful else ': timings not meaningful'}]"
     lines.append(head)
     if report.shapes:
-        lines.append(f"  {'shape':<16}{'dtype':<10}{'median us':>11}{'p20-p80 us':>19}{'eager us':>11}"
-                     f"{'x eager':>9}{'x compile':>10}{'GB/s':>8}{'TFLOP/s':>9}{'%roof':>7}{'rel_l2':>9}")
-        for r in report.shapes:
-            spread = f"{_us(r.p20_us)}-{_us(r.p80_us)}" if r.p20_us is not None else "-"
-            lines.append(f"  {r.shape[:15]:<16}{r.dtype:<10}{_us(r.median_us):>11}{spread:>19}"
-                         f"{_us(r.baseline_us):>11}{_num(r.speedup_vs_baseline):>9}"
-                         f"{_num(r.speedup_vs_compile):>10}{_num(r.gbps):>8}{_num(r.tflops):>9}"
-                         f"{_fmt(r.roofline_pct, '.1f'):>7}{_fmt(r.rel_l2_err, '.1e'):>9}")
+        rows = [[r.shape, r.dtype, _us(r.median_us),
+                 f"{_us(r.p20_us)}-{_us(r.p80_us)}" if r.p20_us is not None else "-",
+                 _us(r.baseline_us), _num(r.speedup_vs_baseline), _num(r.speedup_vs_compile), _num(r.gbps),
+                 _num(r.tflops), _fmt(r.roofline_pct, ".1f"), _fmt(r.rel_l2_err, ".1e")] for r in report.shapes]
+        lines.extend(table(rows))
     s = report.summary
     if s is not None:
         parts = [f"geomean {_us(s.latency_us)} us", f"x{_num(s.speedup_vs_baseline)} vs eager"]

@@ -124,7 +124,7 @@ def _starter_fits(record: dict, unit: dict, family: str) -> bool:
 
 def _units_by_family(profile: dict) -> dict[str, list[dict]]:
     """family -> [{unit, count, cost}] for the recorded calls, distinct signatures, costliest first."""
-    from autokernel_tui.tasks import generate as gen
+    from autokernel_tui.profiling import generate as gen
 
     record = profile.get("replay") or {}
     dtype = profile.get("model_args", {}).get("dtype", "float32")
@@ -146,7 +146,7 @@ def extract_all(profile: dict, dest_kernels_dir: Path, top: int = 5,
     """Tasks for the ranked families: a starter where one fits, else generated tasks from the
     profile's replay record. Returns (created folders, skipped): every family (and every recorded
     call of a chosen family) that got no task is in ``skipped`` with the reason."""
-    from autokernel_tui.tasks import generate as gen
+    from autokernel_tui.profiling import generate as gen
 
     if not isinstance(profile, dict) or "families" not in profile:
         raise WorkspaceError("not a ranked profile: run `autokernel-tui profile MODEL --json FILE` to make one")

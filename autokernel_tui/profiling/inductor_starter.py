@@ -441,7 +441,7 @@ def _signature(inputs) -> tuple:
 
 def _emit(variants, helper_src: list[str], out_spec, description: str) -> str:
     lines = [f'"""{description}', "",
-             "Generated from torch.compile's Inductor code by autokernel_tui.tasks.inductor_starter: the",
+             "Generated from torch.compile's Inductor code by autokernel_tui.profiling.inductor_starter: the",
              "kernels are Inductor's, the knobs are the block sizes, warps and stages Inductor chose.",
              '"""', "",
              "import os", "", "import torch", "import triton", "import triton.language as tl",
@@ -602,7 +602,7 @@ def starter_source(fn: Callable, example_inputs: tuple, device: str = "cuda", *,
 
 
 # ---------------------------------------------------------------------------------------------
-# A task's starter (run by tasks/starter_process.py in a process of its own)
+# A task's starter (run by profiling/starter_process.py in a process of its own)
 
 def _task_main(task_dir: str) -> int:
     """Print a StarterResult (JSON) for the generated task in ``task_dir``: its reference at its shape."""

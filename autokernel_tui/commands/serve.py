@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import argparse
 
+from autokernel_tui.commands import common
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("dir", nargs="?", default=None, metavar="WS", help="workspace folder (default: .)")
-    parser.add_argument("-C", dest="workspace", default=None, help="workspace folder (same as WS)")
+    common.add_workspace_arguments(parser)
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind (default 127.0.0.1: this machine only; use an SSH tunnel to reach it)")
     parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any free port)")
-    parser.add_argument("--policy", choices=("manual", "auto", "threshold"), default=None,
+    parser.add_argument("--policy", choices=common.POLICIES, default=None,
                         help="approval policy for a run a browser session starts")
     parser.add_argument("--agent", choices=("auto", "claude", "openai", "tuner"), default=None,
                         help="agent for a run a browser session starts")
@@ -20,20 +21,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     import sys
-    from pathlib import Path
 
     from autokernel_tui.errors import AutokernelError, WorkspaceError
-    from autokernel_tui.tui import workspace_files
+    from autokernel_tui.ledger import paths
 
     try:
         from autokernel_tui.tui.serve import TokenServer, app_command, describe
     except ImportError as exc:  # textual-serve is a dependency; say so plainly if it is missing
         raise AutokernelError(f"serve needs textual-serve ({exc}): pip install textual-serve") from None
 
-    workspace = Path(args.workspace or args.dir or ".").resolve()
-    if not workspace_files.is_workspace(workspace):
-        raise WorkspaceError(f"{workspace} is not a workspace (create one with: autokernel-tui init or "
-                             "autokernel-tui demo)")
+    workspace = common.workspace_of(args)
+    if not paths.is_workspace(workspace):
+        raise WorkspaceError(f"{workspace} is not a workspace; create one with `{paths.init_hint(workspace)}` "
+                             "(or try `autokernel-tui demo`)")
     if not 0 <= args.port <= 65535:
         raise AutokernelError(f"--port {args.port}: a port is 0 to 65535")
     extra = [flag for name in ("policy", "agent") if getattr(args, name)

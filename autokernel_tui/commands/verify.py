@@ -33,6 +33,7 @@ def main(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from autokernel_tui.profiling.patch import use_interpreter_if_no_gpu
+    from autokernel_tui.profiling.quiet import filtered_stderr, terminal_stderr
 
     use_interpreter_if_no_gpu(args.device)
     from autokernel_tui.profiling.verify import (VerifyError, chosen_kernels, format_result, format_training,
@@ -47,7 +48,8 @@ def main(args: argparse.Namespace) -> int:
     pick = lambda flag, key: flag if flag is not None else (saved.get(key) if model == saved.get("model") else None)  # noqa: E731
     from autokernel_tui.progress import Progress
 
-    with Progress(f"verify {model}") as progress:
+    # The progress bar goes straight to the terminal; the profiler's native chatter on fd 2 is filtered.
+    with terminal_stderr() as err, Progress(f"verify {model}", stream=err) as progress, filtered_stderr():
         result = verify(model, kernels, batch=pick(args.batch, "batch"), seq=pick(args.seq, "seq"),
                         dtype=pick(args.dtype, "dtype"), device=args.device, train=args.train,
                         layers=pick(args.layers, "layers"), iters=args.iters, progress=progress,

@@ -1,6 +1,6 @@
 """`autokernel-tui run [DIR] [--headless] ...`: run (or resume) the optimization loop.
 
-Without ``--headless`` this hands over to the app (``tui.cli``). Headless, the
+Without ``--headless`` this hands over to the app (``commands.app``). Headless, the
 engine runs in this process, serves the control socket for `attach` and treats
 SIGINT (Ctrl-C) and SIGTERM as "stop after the current experiment" (a second one:
 stop now; the next `run` records the interrupted experiment). The engine's git
@@ -14,66 +14,22 @@ it. To outlive the terminal: ``--detach`` (its own session, logging to
 ``.autokernel/runs/<tag>/engine.log``), tmux, or nohup; an engine with no
 controlling terminal (``--detach``, the app's hand-over) or started with SIGHUP
 ignored (nohup) ignores it.
+
+A folder that is not a workspace is refused before anything is written there.
 """
 
 from __future__ import annotations
 
 import argparse
 
-ENV_FLAGS = ("--agent", "--policy", "--max-experiments", "--max-hours", "--max-cost", "--tag", "--task")
+from autokernel_tui.commands import common
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("directory", nargs="?", default=None, help="workspace folder (default: .)")
-    parser.add_argument("-C", dest="workspace", default=None, help="workspace folder (same as DIR)")
+    common.add_workspace_arguments(parser)
     parser.add_argument("--headless", action="store_true", help="no UI; attach later with `autokernel-tui attach`")
     parser.add_argument("--detach", action="store_true", help="with --headless: run in the background")
-    parser.add_argument("--agent", default=None,
-                        help="claude | openai | tuner | auto, or module:factory for a plugin agent")
-    parser.add_argument("--policy", choices=("manual", "auto", "threshold"), default=None)
-    parser.add_argument("--max-experiments", type=int, default=None, metavar="N")
-    parser.add_argument("--max-hours", type=float, default=None, metavar="H")
-    parser.add_argument("--max-cost", type=float, default=None, metavar="USD")
-    parser.add_argument("--parallel", type=int, default=None, metavar="K",
-                        help="agent proposals in flight at once (run.parallel; 0 = auto: 1 on CPU, 4 on GPU)")
-    parser.add_argument("--tag", default=None, help="run name (branch autokernel/<tag>); default: a timestamp")
-    parser.add_argument("--task", action="append", default=None, metavar="NAME", help="restrict to this task")
-    parser.add_argument("--new", action="store_true", help="start a new run even if an unfinished one exists")
-
-
-def _workspace(args: argparse.Namespace):
-    from pathlib import Path
-
-    return Path(args.workspace or args.directory or ".").resolve()
-
-
-def _overrides(args: argparse.Namespace) -> dict:
-    return settings_overrides(args)
-
-
-def settings_overrides(args: argparse.Namespace) -> dict:
-    """The settings `run`'s flags override, for load_settings. Shared with the app's in-process
-    run (tui.cli); flags a namespace lacks count as not given."""
-    policy, agent_spec = getattr(args, "policy", None), getattr(args, "agent", None)
-    max_hours = getattr(args, "max_hours", None)
-    run = {"policy": policy, "max_experiments": getattr(args, "max_experiments", None),
-           "max_wall_s": max_hours * 3600 if max_hours is not None else None,
-           "max_cost_usd": getattr(args, "max_cost", None), "parallel": getattr(args, "parallel", None)}
-    agent = {"kind": agent_spec} if agent_spec and ":" not in agent_spec else {}
-    return {"run": run, "agent": agent}
-
-
-def engine_kwargs(args: argparse.Namespace, settings) -> dict:
-    """Engine(...) keyword arguments from `run`'s flags: run tag, --new, --task, and a plugin
-    agent for ``--agent module:factory``. Shared with the app's in-process run (tui.cli)."""
-    import os
-
-    from autokernel_tui.engine.loop import _load_object
-
-    spec = getattr(args, "agent", None)
-    agent = _load_object(spec)(settings.agent, dict(os.environ)) if spec and ":" in spec else None
-    return {"tag": getattr(args, "tag", None), "new": bool(getattr(args, "new", False)),
-            "tasks": getattr(args, "task", None), "agent": agent}
+    common.add_run_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -83,26 +39,36 @@ def main(args: argparse.Namespace) -> int:
         if args.detach:
             raise WorkspaceError("--detach needs --headless")
         try:
-            from autokernel_tui.tui import cli as tui_cli
+            from autokernel_tui.commands import app
         except ModuleNotFoundError as exc:
             if exc.name and exc.name.startswith("autokernel_tui"):
                 raise WorkspaceError("the app is not installed here; use `run --headless`") from None
             raise
-        args.dir = args.directory  # the app's own flag name for the positional folder
-        return int(tui_cli.main(args) or 0)
+        return int(app.main(args) or 0)
+    ws = common.workspace_of(args)
+    settings = common.load_run_settings(args, ws)  # a bad flag or setting first: one line, nothing written
+    _require_workspace(ws)
     if args.detach:
         return _detach(args)
-    return _headless(args)
+    return _headless(args, ws, settings)
 
 
-def _headless(args: argparse.Namespace) -> int:
+def _require_workspace(ws) -> None:
+    """Refuse a folder that is not a workspace before the engine takes its lock (or anything else
+    is written there): `run` in the wrong folder leaves that folder as it was."""
+    from autokernel_tui.errors import WorkspaceError
+    from autokernel_tui.ledger import paths
+
+    if not paths.is_workspace(ws):
+        what = "does not exist" if not ws.exists() else "is not a workspace (a git repository with kernels/)"
+        raise WorkspaceError(f"{ws} {what}; create one with `{paths.init_hint(ws)}`")
+
+
+def _headless(args: argparse.Namespace, ws, settings) -> int:
     import signal
 
-    from autokernel_tui.config import load_settings
     from autokernel_tui.engine.loop import Engine
 
-    ws = _workspace(args)
-    settings = load_settings(ws, overrides=_overrides(args))
     hangup_stops = hangup_means_stop()
     engines: list = []  # a signal while the run opens is acted on once the engine exists
     handler = _StopOnSignal(engines)
@@ -110,7 +76,7 @@ def _headless(args: argparse.Namespace) -> int:
         signal.signal(signum, handler)
     if not hangup_stops:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    engine = Engine(ws, settings, **engine_kwargs(args, settings))
+    engine = Engine(ws, settings, **common.engine_kwargs(args, settings))
     engines.append(engine)
     for line in engine.repairs:  # what opening the run had to repair (also in events.jsonl)
         say(f"autokernel-tui: repaired: {line}")
@@ -214,34 +180,28 @@ def _printer():
 
 
 def _detach(args: argparse.Namespace) -> int:
-    import os
     import subprocess
     import sys
     import time
 
     from autokernel_tui.engine.client import socket_path
     from autokernel_tui.engine.lock import live_pid
-    from autokernel_tui.engine.loop import new_tag, unfinished_run
+    from autokernel_tui.engine.runrecord import new_tag, unfinished_run
+    from autokernel_tui.ledger import paths
 
-    ws = _workspace(args)
+    ws = common.workspace_of(args)
     pid = live_pid(ws)
     if pid:
         from autokernel_tui.errors import WorkspaceError
 
         raise WorkspaceError(f"another engine (pid {pid}) is running on this workspace")
     tag = args.tag or (None if args.new else unfinished_run(ws)) or new_tag()
-    log_dir = ws / ".autokernel" / "runs" / tag
-    log_dir.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "autokernel_tui", "run", "--headless", "-C", str(ws), "--tag", tag]
-    for flag in ENV_FLAGS[:-2]:
-        value = getattr(args, flag[2:].replace("-", "_"))
-        if value is not None:
-            argv += [flag, str(value)]
-    for t in args.task or []:
-        argv += ["--task", t]
+    log_path = paths.engine_log_path(ws, tag)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "autokernel_tui", "run", "--headless", "-C", str(ws), "--tag", tag,
+            *common.run_argv(args, skip=("--tag",))]
     if args.new:
         argv.append("--new")
-    log_path = log_dir / "engine.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                                 cwd=str(ws))
@@ -253,5 +213,5 @@ def _detach(args: argparse.Namespace) -> int:
             break
         time.sleep(0.1)
     print(f"engine running in the background: pid {proc.pid}, run {tag}, log {log_path}")
-    print(f"attach: autokernel-tui attach {ws}    stop: kill {proc.pid}")
+    print(f"attach: {common.command_line('autokernel-tui', 'attach', ws)}    stop: kill {proc.pid}")
     return 0
