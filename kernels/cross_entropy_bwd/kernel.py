@@ -33,7 +33,7 @@ NUM_STAGES = 1  # software-pipelined chunks of the row loops (1: none)
 COUNT_BLOCK = 1024  # targets per step of the valid-row count
 
 _IGNORE_INDEX = -100  # F.cross_entropy's default (lower-case-prefixed: not a knob)
-_LOG2E = 1.4426950408889634
+_LOG2E = tl.constexpr(1.4426950408889634)  # read inside kernels: a constexpr global
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 # Launch parameters per (M, V, dtype, device, logits row stride): decided once, reused every call.

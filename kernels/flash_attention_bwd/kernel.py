@@ -39,7 +39,8 @@ FWD_WARPS = 4
 FWD_STAGES = 2
 BLOCK_M1 = 32  # dK/dV kernel: query rows per inner step
 BLOCK_N1 = 64  # dK/dV kernel: keys per program (its dK, dV rows)
-DKDV_WARPS = 4
+DKDV_WARPS = 4  # head dim up to 64
+DKDV_WARPS_D128 = 8  # head dim 128: dK and dV accumulators (2 x BLOCK_N1 x 128 fp32) need the threads
 DKDV_STAGES = 2
 BLOCK_M2 = 64  # dQ kernel: query rows per program
 BLOCK_N2 = 32  # dQ kernel: keys per inner step
@@ -310,6 +311,7 @@ def _launch_params(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
             fwd_grid=(triton.cdiv(s, BLOCK_M), b * h),
             dkdv_grid=(triton.cdiv(s, BLOCK_N1), b * kvh),
             dq_grid=(triton.cdiv(s, BLOCK_M2), b * h),
+            dkdv_warps=DKDV_WARPS_D128 if d > 64 else DKDV_WARPS,
         )
     return params
 
@@ -343,7 +345,7 @@ def kernel_fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_out: torch
     _preprocess[p["fwd_grid"]](o, grad_out, delta, h, s, *ds, HEAD_DIM=d, BLOCK_M=BLOCK_M, num_warps=FWD_WARPS)
     _dkdv[p["dkdv_grid"]](q, k, v, grad_out, lse, delta, dk, dv, p["qk_scale"], p["sm_scale"], h, kvh, p["group"], s,
                           *qs, *ks, *vs, *ds, HEAD_DIM=d, BLOCK_M1=BLOCK_M1, BLOCK_N1=BLOCK_N1, FIX_BF16=fix,
-                          STAGES=DKDV_STAGES, num_warps=DKDV_WARPS)
+                          STAGES=DKDV_STAGES, num_warps=p["dkdv_warps"])
     _dq[p["dq_grid"]](q, k, v, grad_out, lse, delta, dq, p["qk_scale"], p["sm_scale"], h, p["group"], s,
                       *qs, *ks, *vs, *ds, HEAD_DIM=d, BLOCK_M2=BLOCK_M2, BLOCK_N2=BLOCK_N2, FIX_BF16=fix,
                       STAGES=DQ_STAGES, num_warps=DQ_WARPS)

@@ -40,7 +40,7 @@ def _check(task: str, ker, dims: dict, dtype: str = "float32", adversarial: str 
 def test_weight_grad_over_many_row_blocks_with_a_remainder(task):
     # 37 rows in blocks of 2 (19 blocks, the last half empty), 3 blocks per program: 7 programs, the
     # last with one block; each program's partial row summed by the column-sum kernel in 2 steps.
-    ker = _kernel(task, ROW_BLOCK_ELEMS=128, CPU_SMS=2, PROGRAMS_PER_SM=4, REDUCE_BLOCK_P=4, CPU_REDUCE_BLOCK_N=32)
+    ker = _kernel(task, ROW_BLOCK_ELEMS=128, CPU_SMS=2, PROGRAMS_PER_SM=4, REDUCE_BLOCK_P=4, REDUCE_BLOCK_N=32)
     assert ker._plan(37, 64, torch.device("cpu"))[:5] == (False, 7, 3, 2, 64)
     verdict = _check(task, ker, {"M": 37, "N": 64})
     assert verdict["passed"], verdict["why"]
