@@ -23,14 +23,14 @@ def test_headless_run_with_real_harness_and_tuner(workspace):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOKERNEL_", "ANTHROPIC", "OPENAI"))}
     env.update(TRITON_INTERPRET="1", AUTOKERNEL_HARNESS_QUICK="1")  # quick: fewer timing rounds on the CPU
     out = subprocess.run([sys.executable, "-m", "autokernel_tui", "run", "--headless", "-C", str(workspace),
-                          "--agent", "tuner", "--policy", "auto", "--max-experiments", "3", "--tag", "cpu"],
-                         env=env, capture_output=True, text=True, timeout=280)
+                          "--agent", "tuner", "--policy", "auto", "--max-experiments", "2", "--tag", "cpu"],
+                         env=env, capture_output=True, text=True, timeout=420)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "finished: experiment budget reached (3)" in out.stdout
+    assert "finished: experiment budget reached (2)" in out.stdout
 
     rd = workspace / ".autokernel" / "runs" / "cpu"
     rows = read_rows(rd / "results.tsv", typed=True)
-    assert [r["experiment"] for r in rows] == [1, 2, 3]
+    assert [r["experiment"] for r in rows] == [1, 2]
     assert all(r["agent"] == "tuner" and r["correctness"] == "PASS" for r in rows), rows
     assert all(r["status"] in ("keep", "discard") for r in rows)
     assert all(r["speedup_vs_incumbent"] and r["ci_low"] <= r["speedup_vs_incumbent"] <= r["ci_high"] for r in rows)
@@ -52,7 +52,7 @@ def test_headless_run_with_real_harness_and_tuner(workspace):
     kinds = [e["type"] for e in events]
     assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
     assert events[0]["device"]["name"] == "CPU (Triton interpreter)"
-    assert kinds.count("experiment_started") == 3 and kinds.count("result") == 3
+    assert kinds.count("experiment_started") == 2 and kinds.count("result") == 2
     assert any(e["type"] == "baseline" and e["report"]["status"] == "PASS" for e in events)
     verdicts = [e for e in events if e["type"] == "verdict"]
     assert all(v["report"]["device"] == "CPU (Triton interpreter)" and v["comparison"]["n_samples"] > 0

@@ -114,8 +114,10 @@ def test_bench_cli_on_a_missing_task_is_a_one_line_error(tmp_path):
 
 
 def test_every_shipped_starter_passes(harness):
+    # Every forward starter, and one backward one: the backward path through the harness is
+    # test_backward's; each *_bwd starter's gradients are checked by tests/kernels/test_starters.py.
     from autokernel_tui.tasks.spec import list_starters, starters_dir
-    for name in list_starters():
+    for name in [n for n in list_starters() if not n.endswith("_bwd")] + ["rmsnorm_bwd"]:
         report = harness.evaluate(starters_dir() / name, quick=True)
         assert report.status == "PASS", f"{name}: {report.reason}"
     assert (RMSNORM / "kernel.py").is_file()
