@@ -348,14 +348,23 @@ class Evaluation:
         c.request({"op": "drop"}, "timing")
         return Samples(times, self.host_us.get(f"{shape.name} {dtype}", []))
 
-    def time_as_called(self, c: ContestantProxy, shape: Shape, dtype: str, row: ShapeResult) -> None:
-        """Both the kernel and the eager reference called back to back, as an eager model calls them."""
+    def as_called_recipes(self, shape: Shape, dtype: str) -> list[dict]:
+        """Input recipes for one as-called figure: AS_CALLED_REPS calls, fewer where memory is short."""
         n = max(2, min(AS_CALLED_REPS, self.batch_size(shape, dtype, AS_CALLED_REPS)))
-        recipes = [self.recipe(shape, dtype) for _ in range(n)]
+        return [self.recipe(shape, dtype) for _ in range(n)]
+
+    @staticmethod
+    def as_called_us(c: ContestantProxy, shape: Shape, dtype: str, recipes: list[dict]) -> float | None:
+        """``c``'s us per call when its calls run back to back (host and device overlapping), if it gave one."""
         reply, _ = c.request({"op": "time_as_called", "recipes": recipes, "where": f"{shape.name} {dtype}"},
                              "timing")
         value = reply.get("as_called_us")
-        row.as_called_us = float(value) if isinstance(value, (int, float)) and value > 0 else None
+        return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+    def time_as_called(self, c: ContestantProxy, shape: Shape, dtype: str, row: ShapeResult) -> None:
+        """Both the kernel and the eager reference called back to back, as an eager model calls them."""
+        recipes = self.as_called_recipes(shape, dtype)
+        row.as_called_us = self.as_called_us(c, shape, dtype, recipes)
         with self.timed("judge: baselines re-timed"):
             prepare, fn = self.baseline_fn()
             row.baseline_as_called_us = time_as_called(fn, [prepare(self.builder.build(r)) for r in recipes])
@@ -491,15 +500,6 @@ class Evaluation:
     def compare(self, candidate_source: str, incumbent_source: str, measure: str = "device") -> dict[str, Any]:
         return compare_run(self, candidate_source, incumbent_source, measure)
 
-    def as_called_samples(self, c: ContestantProxy, shape: Shape, dtype: str, recipes: list[dict]) -> float:
-        """One as-called figure (us per call, back to back, host and device overlapping) of ``c``."""
-        reply, _ = c.request({"op": "time_as_called", "recipes": recipes, "where": f"{shape.name} {dtype}"},
-                             "timing")
-        value = reply.get("as_called_us")
-        if not isinstance(value, (int, float)) or not value > 0:
-            raise Verdict("FAIL", "timing", f"no as-called time at {shape.name} {dtype}")
-        return float(value)
-
 
 def compare_run(ev: Evaluation, candidate_source: str, incumbent_source: str,
                 measure: str = "device") -> dict[str, Any]:
@@ -548,16 +548,18 @@ def compare_run(ev: Evaluation, candidate_source: str, incumbent_source: str,
                     acc += ev.timed_batch(who, shape, dtype, recipes, 0 if (ev.st.cuda or b) else 2, verify)
             row = {"shape": shape.name, "dtype": dtype, "candidate_us": cand_times, "incumbent_us": inc_times}
             if measure == "as_called":
-                n = max(2, min(AS_CALLED_REPS, ev.batch_size(shape, dtype, AS_CALLED_REPS)))
                 cand_called: list[float] = []
                 inc_called: list[float] = []
                 for r in range(AS_CALLED_ROUNDS if ev.st.cuda else 2):
-                    recipes = [ev.recipe(shape, dtype) for _ in range(n)]
+                    recipes = ev.as_called_recipes(shape, dtype)
                     order = [(cand, cand_called), (inc, inc_called)]
                     if r % 2:
                         order.reverse()
                     for who, acc in order:
-                        acc.append(ev.as_called_samples(who, shape, dtype, recipes))
+                        value = ev.as_called_us(who, shape, dtype, recipes)
+                        if value is None:
+                            raise Verdict("FAIL", "timing", f"no as-called time at {shape.name} {dtype}")
+                        acc.append(value)
                 row.update(candidate_as_called_us=cand_called, incumbent_as_called_us=inc_called)
             cand.request({"op": "drop"}, "timing")
             inc.request({"op": "drop"}, "timing")

@@ -58,8 +58,9 @@ def shapes_table(report: dict) -> Table:
     notes = [_note(s) if meaningful else Text("") for s in shapes]
     columns = [("shape", "left"), ("dtype", "left"), ("ok", "center"), ("median", "right"), ("±", "right"),
                ("baseline", "right"), ("speedup", "right"), ("roof", "right")]
+    with_notes = any(n.plain for n in notes)
     columns += [("host", "right")] if with_host else []
-    columns += [("note", "left")] if any(n.plain for n in notes) else []
+    columns += [("note", "left")] if with_notes else []
     table = Table(box=None, pad_edge=False, header_style="bold dim", expand=False)
     for label, justify in columns:
         table.add_column(label, justify=justify, no_wrap=True)
@@ -76,7 +77,7 @@ def shapes_table(report: dict) -> Table:
             fmt.percent(s.get("roofline_pct")),
         ]
         cells += [fmt.micros(s.get("host_us"))] if with_host else []
-        cells += [note] if len(columns) > len(cells) else []
+        cells += [note] if with_notes else []
         table.add_row(*cells)
     return table
 
