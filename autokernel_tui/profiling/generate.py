@@ -415,7 +415,7 @@ def _starter_source(task_dir: Path) -> tuple[str | None, dict, str]:
 
     result = for_task(task_dir)
     # the reason is written into kernel.py's docstring and a string literal: keep it one plain line
-    return result.source, result.knobs, " ".join(result.reason.replace('"', "'").replace("\\", "/").split())
+    return result.source, result.knobs, " ".join((result.reason or "").replace('"', "'").replace("\\", "/").split())
 
 
 def write_kernel(dest: Path, name: str) -> tuple[str | None, str]:

@@ -45,6 +45,8 @@ from unittest import mock
 
 import torch
 
+from autokernel_tui.profiling.starter_process import StarterResult
+
 __all__ = ["StarterResult", "starter_source", "NoStarter"]
 
 NUM_WARPS_SPACE = [1, 2, 4, 8, 16, 32]
@@ -55,19 +57,6 @@ _GRIDS = {"Grid1D": ("x",), "Grid2D": ("x", "y"), "Grid3D": ("x", "y", "z")}
 
 class NoStarter(Exception):
     """Inductor's code for the op cannot become a kernel.py; the message says why."""
-
-
-@dataclass
-class StarterResult:
-    source: str | None                      # kernel.py text, None when no starter could be made
-    knobs: dict[str, list[int]] = field(default_factory=dict)   # task.toml [knobs]
-    reason: str | None = None               # why there is no starter
-    verified: bool = False                  # kernel_fn was run here and matched fn
-    inductor_code: list[str] = field(default_factory=list)      # the captured modules, for debugging
-
-    @property
-    def ok(self) -> bool:
-        return self.source is not None
 
 
 # ---------------------------------------------------------------------------------------------

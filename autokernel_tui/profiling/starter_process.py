@@ -29,31 +29,38 @@ sys.exit(_task_main(sys.argv[1]))
 
 
 @dataclass
-class Starter:
-    source: str | None                                   # kernel.py text, None when none was made
+class StarterResult:
+    """What a starter attempt gave (here and in ``inductor_starter``, which makes it in the child)."""
+
+    source: str | None                      # kernel.py text, None when no starter could be made
     knobs: dict[str, list[int]] = field(default_factory=dict)   # task.toml [knobs]
-    reason: str = ""                                     # why there is none
-    verified: bool = False                               # run where it was made, and matched the reference
+    reason: str | None = None               # why there is no starter
+    verified: bool = False                  # kernel_fn was run where it was made and matched the reference
+    inductor_code: list[str] = field(default_factory=list)      # the captured modules, for debugging
+
+    @property
+    def ok(self) -> bool:
+        return self.source is not None
 
 
-def for_task(task_dir: Path, timeout_s: float = TASK_TIMEOUT_S) -> Starter:
+def for_task(task_dir: Path, timeout_s: float = TASK_TIMEOUT_S) -> StarterResult:
     """The starter of the generated task in ``task_dir`` (its reference at its recorded shape).
     Never raises: a failure is the result's reason."""
     if os.environ.get(DISABLE_ENV) == "0":
-        return Starter(None, reason=f"starters turned off ({DISABLE_ENV}=0)")
+        return StarterResult(None, reason=f"starters turned off ({DISABLE_ENV}=0)")
     try:
         out = subprocess.run([sys.executable, "-c", _BOOT, str(task_dir)], capture_output=True, text=True,
                              timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return Starter(None, reason=f"making the starter took over {timeout_s:.0f} s")
+        return StarterResult(None, reason=f"making the starter took over {timeout_s:.0f} s")
     except OSError as e:
-        return Starter(None, reason=f"could not start Python for the starter: {e}")
+        return StarterResult(None, reason=f"could not start Python for the starter: {e}")
     if out.returncode != 0:
         tail = (out.stderr.strip().splitlines() or ["no error output"])[-1]
-        return Starter(None, reason=f"the starter process failed: {tail[:300]}")
+        return StarterResult(None, reason=f"the starter process failed: {tail[:300]}")
     try:
         data = json.loads(out.stdout)
     except ValueError:
-        return Starter(None, reason="the starter process printed no result")
-    return Starter(data.get("source"), {k: list(v) for k, v in (data.get("knobs") or {}).items()},
-                   data.get("reason") or "", bool(data.get("verified")))
+        return StarterResult(None, reason="the starter process printed no result")
+    return StarterResult(data.get("source"), {k: list(v) for k, v in (data.get("knobs") or {}).items()},
+                   data.get("reason"), bool(data.get("verified")))
