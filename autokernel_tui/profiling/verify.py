@@ -199,7 +199,8 @@ def _family_times(bundle, model, steps: int, on_step=None) -> dict:
 
 def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=None, device="auto", train=False,
            layers=None, iters: int | None = None, warmup: int | None = None, families: list[str] | None = None,
-           profile_steps: int | None = None, modes: tuple[str, ...] | None = None, progress=None) -> dict:
+           profile_steps: int | None = None, modes: tuple[str, ...] | None = None, progress=None,
+           inspect=None) -> dict:
     """Patch ``kernels`` ({family: kernel.py}) into ``model`` and compare it with the original, in
     each of ``modes`` (default: every mode of ``MODES`` on a GPU, eager with and without on the CPU).
 
@@ -324,14 +325,17 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
         "predicted_speedup": predicted, "prediction_gap": gap, "families": per_family,
         "kernels": {f: str(p) for f, p in kernels.items()},
         **compare_modes(original, kernels, families, inputs, out0, tol, bundle.device,
-                        modes or (GPU_MODES if gpu else CPU_MODES), iters, warmup, say, est),
+                        modes or (GPU_MODES if gpu else CPU_MODES), iters, warmup, say, est, inspect),
     }
 
 
 def compare_modes(original, kernels: dict[str, Path], families, inputs, reference_out, tol: float, device: str,
-                  modes: tuple[str, ...], iters: int, warmup: int, progress=None, estimate=None) -> dict:
+                  modes: tuple[str, ...], iters: int, warmup: int, progress=None, estimate=None,
+                  inspect=None) -> dict:
     """The model in each mode, with and without the kernels: outputs checked against eager, times
-    interleaved (so drift falls on all alike), and which one to ship."""
+    interleaved (so drift falls on all alike), and which one to ship. ``inspect(name, model, inputs)``, when
+    given, is called on each mode's built model after its timing and its answer kept under
+    ``modes[name]["inspect"]`` (benchmarks use it for a per-kernel profile of each mode)."""
     import time
 
     import torch
@@ -390,6 +394,8 @@ def compare_modes(original, kernels: dict[str, Path], families, inputs, referenc
     times = _time([built[n] for n in names], inputs, iters, 0, device, on_forward) if names else []
     for n, t in zip(names, times):
         results[n].update(_stats(t))
+        if inspect is not None:
+            results[n]["inspect"] = inspect(n, built[n], inputs)
     base = {k: results.get(k, {}).get("median_us") for k in ("eager", "compile", "cudagraphs")}
     for n in names:
         med = results[n]["median_us"]
