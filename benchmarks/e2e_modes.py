@@ -44,6 +44,8 @@ def kernel_table(model, inputs, steps: int = 3, top: int = 14) -> dict:
     per: dict[str, float] = {}
     for e in prof.events():
         if getattr(e, "device_type", None) is not None and str(e.device_type).endswith("CUDA"):
+            if e.name.startswith("autokernel::"):  # the zoo's and the patch's ranges, not kernels
+                continue
             per[e.name] = per.get(e.name, 0.0) + e.device_time / steps  # microseconds
     ranked = sorted(per.items(), key=lambda kv: -kv[1])
     return {"total_us": sum(per.values()), "kernels": [{"name": n[:90], "us": us} for n, us in ranked[:top]]}
@@ -61,7 +63,7 @@ def main() -> int:
     gpu = torch.cuda.is_available() and not args.quick
     if not gpu:
         os.environ["TRITON_INTERPRET"] = "1"
-    from autokernel_tui.profiling.verify import GPU_MODES, kernel_paths, verify
+    from autokernel_tui.profiling.verify import GPU_MODES, kernel_paths, verify, where
     from autokernel_tui.tasks.spec import starters_dir
 
     shapes = {"gpt2": ("gpt2", 8, 1024, None), "llama": ("llama", 1, 4096, 2)}
@@ -82,7 +84,7 @@ def main() -> int:
                            device="cuda" if gpu else "cpu", layers=layers, iters=args.iters, modes=modes,
                            inspect=lambda name, m, inputs: kernel_table(m, inputs))
             except Exception as exc:  # one failing set must not hide the others
-                r = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+                r = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300], "where": where(exc, 12)}
             r["wall_s"] = time.time() - t1
             out["runs"][f"{key}/{set_name}"] = r
             print(f"{key}/{set_name}: {r.get('error') or r.get('ship_reason')} ({r['wall_s']:.0f} s)", flush=True)
@@ -99,13 +101,13 @@ def summary(out: dict) -> None:
     print(f"=== e2e modes ({out['device']}, torch {out['torch']}, {out['wall_s']:.0f} s) ===")
     for name, r in out["runs"].items():
         if "error" in r:
-            print(f"{name}: ERROR {r['error']}")
+            print(f"{name}: ERROR {r['error']}\n    " + "\n    ".join(r.get("where", [])))
             continue
         print(f"{name}: {r['model']} {r['dtype']} {r['batch']}x{r['seq']}, patched "
               + ", ".join(f"{f} {n}" for f, n in r["patched"].items() if n))
         for mode, m in r["modes"].items():
             if "median_us" not in m:
-                print(f"  {mode:<20} {m.get('error') or m.get('skipped')}")
+                print(f"  {mode:<20} {m.get('error') or m.get('skipped')}  " + " <- ".join(reversed(m.get("where", []))))
                 continue
             vs = "  ".join(f"{m[k]:.3f}x vs {k[11:]}" for k in ("speedup_vs_eager", "speedup_vs_compile") if k in m)
             total = m.get("inspect", {}).get("total_us")

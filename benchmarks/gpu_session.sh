@@ -13,12 +13,13 @@
 #   quality:   kernel quality side by side (starter, eager, torch.compile, same-size copy), all ten
 #   gputests:  every GPU-marked test
 #   e2e:       GPT-2 small and LLaMA-style inference in every mode (eager, compile, CUDA graphs; each
-#              with and without the starters), a per-kernel profile of each mode; launch cost
+#              with and without the starters), a per-kernel profile of each mode; `e2e bwd`: and the
+#              backward starters' gradient checks
 #   launch:    host us per call of every forward starter (issue 21), and the nine backward starters'
 #              gradient checks at full default shapes (issue 20)
 #
 # Usage on the device (carry .whl; for `speed` also .old):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS] | gputests | launch | e2e
+#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS] | gputests | launch | e2e [bwd]
 set -u
 part=${1:?sandbox, speed, starters, quality, gputests, launch or e2e}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -78,8 +79,11 @@ gputests)
     step gpu_tests 500 python3 -m pytest -m gpu tests -q -p no:cacheprovider
     ;;
 e2e)
-    step launch_cost 120 python3 benchmarks/launch_cost.py --json "$R/launch_cost.json"
-    step e2e_modes 450 python3 benchmarks/e2e_modes.py --json "$R/e2e_modes.json"
+    step e2e_modes 400 python3 benchmarks/e2e_modes.py --json "$R/e2e_modes.json"
+    if [ "${2:-}" = bwd ]; then  # and the nine backward starters' gradient checks at full shapes
+        bwd=$(cd kernels && ls -d *_bwd | paste -sd, -)
+        step bwd_check 300 python3 benchmarks/starters_check.py --tasks "$bwd" --json "$R/bwd_check.json"
+    fi
     ;;
 launch)
     step launch_cost 200 python3 benchmarks/launch_cost.py --json "$R/launch_cost.json"

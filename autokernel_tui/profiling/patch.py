@@ -180,14 +180,17 @@ def trainable(fn: Callable, backward: Backward) -> Callable:
 
 # family -> (kernel_fn's parameters with their types, the shape of its output from its inputs)
 _T, _F, _S = torch.Tensor, float, str
+# Every op's output is contiguous: the fakes say so, and the op makes it so (``_packed``), whatever
+# layout a kernel.py allocates (a fake that copied an input's layout with ``empty_like`` disagreed with
+# kernels that allocate packed outputs, and Inductor checks the strides it was promised).
 OP_SIGNATURES: dict[str, tuple[tuple[tuple[str, type], ...], Callable[..., torch.Tensor]]] = {
-    "rmsnorm": ((("x", _T), ("weight", _T), ("eps", _F)), lambda x, w, eps: torch.empty_like(x)),
-    "layernorm": ((("x", _T), ("weight", _T), ("bias", _T), ("eps", _F)), lambda x, w, b, eps: torch.empty_like(x)),
-    "gelu": ((("x", _T), ("approximate", _S)), lambda x, approximate: torch.empty_like(x)),
-    "swiglu": ((("gate", _T), ("up", _T)), lambda g, u: torch.empty_like(g)),
-    "flash_attention": ((("q", _T), ("k", _T), ("v", _T)), lambda q, k, v: torch.empty_like(q)),
-    "rotary": ((("x", _T), ("cos", _T), ("sin", _T)), lambda x, cos, sin: torch.empty_like(x)),
-    "softmax": ((("x", _T),), lambda x: torch.empty_like(x)),
+    "rmsnorm": ((("x", _T), ("weight", _T), ("eps", _F)), lambda x, w, eps: x.new_empty(x.shape)),
+    "layernorm": ((("x", _T), ("weight", _T), ("bias", _T), ("eps", _F)), lambda x, w, b, eps: x.new_empty(x.shape)),
+    "gelu": ((("x", _T), ("approximate", _S)), lambda x, approximate: x.new_empty(x.shape)),
+    "swiglu": ((("gate", _T), ("up", _T)), lambda g, u: g.new_empty(g.shape)),
+    "flash_attention": ((("q", _T), ("k", _T), ("v", _T)), lambda q, k, v: q.new_empty(q.shape)),
+    "rotary": ((("x", _T), ("cos", _T), ("sin", _T)), lambda x, cos, sin: x.new_empty(x.shape)),
+    "softmax": ((("x", _T),), lambda x: x.new_empty(x.shape)),
     "cross_entropy": ((("logits", _T), ("targets", _T)), lambda logits, t: logits.new_empty(())),
     # b arrives as the weight's transpose, a view: the op makes it contiguous (cached per weight version).
     "matmul": ((("a", _T), ("b", _T)), lambda a, b: a.new_empty(a.shape[0], b.shape[1])),
@@ -224,7 +227,8 @@ def as_custom_op(family: str, fn: Callable, backward: Backward | None = None) ->
     impl = _contiguous_b(fn) if family == "matmul" else fn
 
     def op_impl(*args):
-        return impl(*args)
+        out = impl(*args)
+        return out if out.is_contiguous() else out.contiguous()
 
     op_impl.__signature__ = inspect.Signature(
         [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=t) for n, t in params],

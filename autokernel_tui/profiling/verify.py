@@ -376,7 +376,7 @@ def compare_modes(original, kernels: dict[str, Path], families, inputs, referenc
                     est.todo[kind] = max(0.0, est.todo.get(kind, 0.0) - 1)
             out = out.float().clone()
         except Exception as exc:  # a mode that does not run is a finding, not a crash of verify
-            results[name] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+            results[name] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300], "where": where(exc)}
             continue
         err = rel_l2(out, reference_out.float())
         finite = bool(torch.isfinite(out).all())
@@ -405,6 +405,15 @@ def compare_modes(original, kernels: dict[str, Path], families, inputs, referenc
     timed = [n for n in names if results[n].get("correct") and results[n].get("median_us")]
     best = min(timed, key=lambda n: results[n]["median_us"]) if timed else None
     return {"modes": results, "ship": best, "ship_reason": _ship_reason(best, results)}
+
+
+def where(exc: BaseException, frames: int = 4) -> list[str]:
+    """The last frames an exception went through, "file:line in function" (an empty AssertionError
+    from deep inside torch says nothing without them)."""
+    import traceback
+
+    return [f"{Path(f.filename).name}:{f.lineno} in {f.name}"
+            for f in traceback.extract_tb(exc.__traceback__)[-frames:]]
 
 
 def _ship_reason(best: str | None, results: dict) -> str:

@@ -291,3 +291,40 @@ def test_llama_trains_on_the_shipped_backward_starters():
     assert r["correct"], format_training(r)
     assert r["backward"] == {f: "its own backward kernel" for f in families}
     assert all(p["ok"] for p in r["gradients"]) and len(r["gradients"]) > 5
+
+
+def test_attention_custom_op_on_strided_views_compiles_and_matches(tmp_path):
+    # H200 run of e2e_modes.py: q/k/v are transposed views of a projection, the op's fake copied that
+    # layout while the kernel returns a packed output, and Inductor's stride check failed the mode.
+    import copy
+
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    from autokernel_tui.profiling.verify import compare_modes
+
+    class SDPA(nn.Module):  # the patch site's name, as in the zoo's models
+        causal = True
+
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj, self.sdpa = nn.Linear(32, 96), SDPA()
+
+        def forward(self, x):
+            b, s, d = x.shape
+            q, k, v = (t.view(b, s, 2, 16).transpose(1, 2) for t in self.proj(x).split(d, dim=-1))
+            return self.sdpa(q, k, v).transpose(1, 2).reshape(b, s, d)
+
+    model = Block().eval()
+    x = torch.randn(2, 16, 32)
+    with torch.no_grad():
+        reference = model(x)
+    r = compare_modes(copy.deepcopy(model), _kernels("flash_attention"), None, (x,), reference, 1e-4, "cpu",
+                      ("eager+kernels", "compile+kernels"), iters=1, warmup=1)
+    assert r["modes"]["compile+kernels"].get("correct"), r["modes"]
+    assert r["modes"]["eager+kernels"].get("correct"), r["modes"]
