@@ -192,26 +192,11 @@ OP_SIGNATURES: dict[str, tuple[tuple[tuple[str, type], ...], Callable[..., torch
     "rotary": ((("x", _T), ("cos", _T), ("sin", _T)), lambda x, cos, sin: x.new_empty(x.shape)),
     "softmax": ((("x", _T),), lambda x: x.new_empty(x.shape)),
     "cross_entropy": ((("logits", _T), ("targets", _T)), lambda logits, t: logits.new_empty(())),
-    # b arrives as the weight's transpose, a view: the op makes it contiguous (cached per weight version).
+    # b arrives as the weight's transpose, a view (strides (1, K)): the matmul task checks that layout
+    # (its weight_layout case), so a kernel that passed reads the weight in place, as cuBLAS does.
     "matmul": ((("a", _T), ("b", _T)), lambda a, b: a.new_empty(a.shape[0], b.shape[1])),
 }
 _OPS: dict[str, Callable] = {}
-
-
-def _contiguous_b(fn: Callable) -> Callable:
-    """matmul's kernel_fn wants b[K,N] contiguous; the op gets W^T as a view and keeps one copy per
-    weight version (inside the op, where the cache is plain Python that a compiled graph never sees)."""
-    cache: dict[tuple, torch.Tensor] = {}
-
-    def call(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        if not b.is_contiguous():
-            key = (b.data_ptr(), b._version, b.dtype, tuple(b.shape))
-            if key not in cache:
-                cache.clear()
-                cache[key] = b.contiguous()
-            b = cache[key]
-        return fn(a, b)
-    return call
 
 
 def as_custom_op(family: str, fn: Callable, backward: Backward | None = None) -> Callable:
@@ -224,10 +209,8 @@ def as_custom_op(family: str, fn: Callable, backward: Backward | None = None) ->
             f"{hashlib.sha256(repr((family, id(fn), fn.__module__, id(backward))).encode()).hexdigest()[:12]}")
     if name in _OPS:
         return _OPS[name]
-    impl = _contiguous_b(fn) if family == "matmul" else fn
-
     def op_impl(*args):
-        out = impl(*args)
+        out = fn(*args)
         return out if out.is_contiguous() else out.contiguous()
 
     op_impl.__signature__ = inspect.Signature(
@@ -274,7 +257,7 @@ class _Patched(nn.Module):
         if custom_op:
             self.fn = as_custom_op(self.family, fn, backward)
         elif backward is not None:
-            self.fn = trainable(_contiguous_b(fn) if self.family == "matmul" else fn, backward)
+            self.fn = trainable(fn, backward)
         else:
             self.fn = fn
 
@@ -360,23 +343,12 @@ class CrossEntropyKernel(_Patched):
 
 class LinearKernel(_Patched):
     family = "matmul"
-    _wt = None
-    _wt_key = None
-
-    def weight_t(self) -> torch.Tensor:
-        """W^T[K,N], contiguous as the matmul task's b is; rebuilt whenever the weight changes."""
-        w = self.original.weight
-        key = (w.data_ptr(), w._version, w.dtype, w.device)
-        if self._wt_key != key:
-            self._wt, self._wt_key = w.detach().t().contiguous(), key
-        return self._wt
 
     def run(self, x):
         m = self.original
-        # As a custom op or for training the transpose is a view (gradients reach the weight through it;
-        # the op keeps one contiguous copy per weight version); eagerly, cached here.
-        wt = m.weight.t() if (self.custom_op or self.trainable) else self.weight_t()
-        y = self.fn(_rows(x), wt).view(*x.shape[:-1], m.weight.shape[0])
+        # W.t() is a view (strides (1, K)): the kernel reads the weight in place, as nn.Linear's cuBLAS
+        # call does; no copy to keep in step with the weight, and none inside a CUDA graph's pool.
+        y = self.fn(_rows(x), m.weight.t()).view(*x.shape[:-1], m.weight.shape[0])
         return y if m.bias is None else y + m.bias
 
 

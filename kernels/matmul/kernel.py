@@ -10,8 +10,11 @@ USE_TMA = 1 switches 16-bit inputs to a persistent variant (one program per SM
 walking the tiles, operands loaded through TMA tensor descriptors, Hopper and
 newer). TMA needs 16-byte-aligned rows: an operand without them (odd K or N,
 e.g. GPT-2's 50257-wide LM head) is first copied into a padded buffer, and an
-unaligned C is written with masked pointer stores. Column-strided operands
-take the pointer kernel.
+unaligned C is written with masked pointer stores. B may also come as a
+transposed [N, K] matrix (nn.Linear's weight.t(), the layout a model calls it
+with): its descriptor then walks the weight's rows and each tile is transposed
+in shared memory, with no copy. Other column-strided operands take the pointer
+kernel.
 
 16-bit shapes whose big tiles would leave the last wave of SMs poorly filled
 take the SMALL_* config (smaller tiles; the persistent loop flattened so the
@@ -104,7 +107,8 @@ def _matmul(A, B, C, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride
 @triton.jit
 def _matmul_tma(a_desc, b_desc, c_desc, M, N, K, stride_cm,
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr,
-                NUM_PROGRAMS: tl.constexpr, WIDEN: tl.constexpr, FLATTEN: tl.constexpr, C_PTR: tl.constexpr):
+                NUM_PROGRAMS: tl.constexpr, WIDEN: tl.constexpr, FLATTEN: tl.constexpr, C_PTR: tl.constexpr,
+                B_T: tl.constexpr):
     tiles_m = tl.cdiv(M, BM)
     tiles_n = tl.cdiv(N, BN)
     per_group = GM * tiles_n
@@ -119,7 +123,10 @@ def _matmul_tma(a_desc, b_desc, c_desc, M, N, K, stride_cm,
         for k in range(0, tl.cdiv(K, BK)):
             # TMA zero-fills out-of-bounds rows and columns: no masks needed.
             a = a_desc.load([pid_m * BM, k * BK])
-            b = b_desc.load([k * BK, pid_n * BN])
+            if B_T:  # b_desc walks B^T[N, K] (a Linear's weight): load [BN, BK], use its transpose
+                b = b_desc.load([pid_n * BN, k * BK]).T
+            else:
+                b = b_desc.load([k * BK, pid_n * BN])
             if WIDEN:
                 acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
             else:
@@ -192,7 +199,8 @@ _PLANS: dict = {}
 # tma: the descriptor kernel; pad_a/pad_b: None or (padded columns, bound _copy_rows, its int args);
 # desc_a/desc_b/desc_c: [shape, strides, block] of each descriptor (desc_c None: C through pointers)
 # made_under: the _knobs() it was computed under (see _knobs)
-_Plan = collections.namedtuple("_Plan", "made_under launch grid args meta tma pad_a pad_b desc_a desc_b desc_c")
+# b_t: B is read through its transpose (B^T[N, K] row-major, as nn.Linear stores its weight)
+_Plan = collections.namedtuple("_Plan", "made_under launch grid args meta tma b_t pad_a pad_b desc_a desc_b desc_c")
 
 
 def _knobs() -> tuple:
@@ -243,23 +251,27 @@ def _plan(a: torch.Tensor, b: torch.Tensor, made_under: tuple):
         bm, bn, bk, warps, stages, flatten, per_sm = config_16bit(m, n, k, _num_sms(a.device))
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     widen = _INTERPRETED and a.dtype == torch.bfloat16
-    if USE_TMA and a.dtype != torch.float32 and a.stride(1) == 1 and b.stride(1) == 1:
-        pad_a, pad_b = _pad_plan(a), _pad_plan(b)
+    b_t = b.stride(1) != 1 and b.stride(0) == 1  # B^T is row-major: a Linear's weight, transposed
+    if USE_TMA and a.dtype != torch.float32 and a.stride(1) == 1 and (b.stride(1) == 1 or b_t):
+        pad_a, pad_b = _pad_plan(a), _pad_plan(b.t() if b_t else b)
         c_ptr = not _tma_ok(c)
         programs = min(tiles, _num_sms(a.device) * per_sm) if per_sm > 0 else tiles
         grid = (programs,)
         stride_a = [pad_a[0] if pad_a else a.stride(0), 1]
-        stride_b = [pad_b[0] if pad_b else b.stride(0), 1]
+        if b_t:
+            desc_b = ([n, k], [pad_b[0] if pad_b else b.stride(1), 1], [bn, bk])
+        else:
+            desc_b = ([k, n], [pad_b[0] if pad_b else b.stride(0), 1], [bk, bn])
         return _Plan(made_under, _matmul_tma[grid], grid, (m, n, k, c.stride(0)),
                      dict(BM=bm, BN=bn, BK=bk, GM=GROUP_M, NUM_PROGRAMS=programs, FLATTEN=bool(flatten),
-                          WIDEN=widen, C_PTR=c_ptr, num_warps=warps, num_stages=stages),
-                     True, pad_a, pad_b, ([m, k], stride_a, [bm, bk]), ([k, n], stride_b, [bk, bn]),
+                          WIDEN=widen, C_PTR=c_ptr, B_T=b_t, num_warps=warps, num_stages=stages),
+                     True, b_t, pad_a, pad_b, ([m, k], stride_a, [bm, bk]), desc_b,
                      None if c_ptr else ([m, n], [c.stride(0), 1], [bm, bn]))
     grid = (tiles,)
     return _Plan(made_under, _matmul[grid], grid, (m, n, k, *a.stride(), *b.stride(), *c.stride()),
                  dict(BM=bm, BN=bn, BK=bk, GM=GROUP_M, IEEE=a.dtype == torch.float32, WIDEN=widen,
                       num_warps=warps, num_stages=stages),
-                 False, None, None, None, None, None)
+                 False, False, None, None, None, None, None)
 
 
 def kernel_fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -274,7 +286,8 @@ def kernel_fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         p.launch(a, b, c, *p.args, **p.meta)
         return c
     a_t = a if p.pad_a is None else _padded(a, p.pad_a)
-    b_t = b if p.pad_b is None else _padded(b, p.pad_b)
+    b_rows = b.t() if p.b_t else b
+    b_t = b_rows if p.pad_b is None else _padded(b_rows, p.pad_b)
     p.launch(TensorDescriptor(a_t, *p.desc_a), TensorDescriptor(b_t, *p.desc_b),
              c if p.desc_c is None else TensorDescriptor(c, *p.desc_c), *p.args, **p.meta)
     return c

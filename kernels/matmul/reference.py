@@ -43,4 +43,11 @@ def _row_scales(inputs, g):
     return (a.float() * s).to(a.dtype), b
 
 
-ADVERSARIAL = {"positive": _positive, "row_scales": _row_scales}
+def _weight_layout(inputs, g):
+    # B as a model passes it: nn.Linear computes x @ W.t(), so B is the transpose of a row-major [N, K]
+    # weight (column-major, strides (1, K)). Same values, the layout every patched Linear calls with.
+    a, b = inputs
+    return a, b.t().contiguous().t()
+
+
+ADVERSARIAL = {"positive": _positive, "row_scales": _row_scales, "weight_layout": _weight_layout}

@@ -38,6 +38,7 @@ from benchmarks import starters_check as sc  # noqa: E402
 from autokernel_tui.tasks.spec import load_spec  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
+LAYOUTS = ("weight_layout",)  # adversarial transforms that change layout, not values (matmul: B = W.t())
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 SASS_OPS = r"\b(HGMMA\.\S+|HMMA\.\S+|UTMALDG\S*|UTMASTG\S*|LDGSTS\S*|MUFU\.\S+|BAR\.\S+|SHFL\.\S+|LDG\.\S+|STG\.\S+|LDL\S*|STL\S*)"
 
@@ -115,7 +116,13 @@ def compile_tasks(tasks: list[str] | None, dtypes: list[str] | None, knobs: dict
                     continue
                 for name, shape_dims in ([("dims", dims)] if dims else [(s.name, s.dims) for s in spec.test_shapes]):
                     launcher.context = f"{spec.name}/{dtype_name}/{name}"
-                    ker.kernel_fn(*ref.make_inputs(dict(shape_dims), getattr(torch, dtype_name), "cpu", 0))
+                    inputs = ref.make_inputs(dict(shape_dims), getattr(torch, dtype_name), "cpu", 0)
+                    ker.kernel_fn(*inputs)
+                    for layout in LAYOUTS:  # the layouts a model calls with take their own kernel variants
+                        transform = (getattr(ref, "ADVERSARIAL", None) or {}).get(layout)
+                        if transform is not None:
+                            launcher.context = f"{spec.name}/{dtype_name}/{name}+{layout}"
+                            ker.kernel_fn(*transform(inputs, torch.Generator().manual_seed(0)))
     finally:
         JITFunction.run = original
     return list(launcher.seen.values())

@@ -53,3 +53,12 @@ def test_matmul_unaligned_rows_still_take_tma(compiled):
     odd = [r for r in compiled if r["where"] == "matmul/bfloat16/k-tail" and r["kernel"] == "_matmul_tma"]
     assert odd and odd[0]["sass"].get("UTMALDG") and odd[0]["constexprs"].get("C_PTR") is True, odd
 
+
+
+def test_matmul_reads_a_linear_weight_in_place_through_tma(compiled):
+    # B = W.t() (nn.Linear's layout, as a patched model calls it): the descriptor walks W's rows, no copy.
+    rows = [r for r in compiled if r["where"].startswith("matmul/bfloat16/") and r["where"].endswith("+weight_layout")
+            and r["kernel"] == "_matmul_tma"]
+    assert rows and all(r["constexprs"].get("B_T") is True and r["sass"].get("UTMALDG") for r in rows), rows
+    assert not any(r["kernel"] == "_copy_rows" for r in compiled
+                   if r["where"] == "matmul/bfloat16/k-tail+weight_layout"), "W's rows were copied"
