@@ -2,9 +2,10 @@
 
 For each model, ``verify`` in every mode (eager, torch.compile, CUDA graphs through
 ``mode="reduce-overhead"``; each with and without the kernels, the kernels as torch custom ops
-under compile), with every forward starter that has a patch site, then again without matmul (the
-``+kernels`` modes only). For every mode built, a per-kernel profile (torch.profiler, device time
-per kernel name, mean over 3 forwards): where the time goes in that mode.
+under compile), with every forward starter that has a patch site, and its selection: in the
+fastest mode's setting, each kernel timed alone inside the model, the ones that gain kept, the kept
+set timed as a whole. For every mode built, a per-kernel profile (torch.profiler, device time per
+kernel name, mean over 3 forwards): where the time goes in that mode.
 
 GPU (about 6 minutes on an H200, most of it compiling):
     PYTHONPATH=$PWD python3 benchmarks/e2e_modes.py --json $OUT/e2e_modes.json
@@ -69,20 +70,19 @@ def main() -> int:
     shapes = {"gpt2": ("gpt2", 8, 1024, None), "llama": ("llama", 1, 4096, 2)}
     tiny = {"gpt2": ("gpt2-tiny", 2, 16, None), "llama": ("llama-tiny", 2, 16, None)}
     forward = [t for t in kernel_paths(starters_dir()) if not t.endswith("_bwd")]
-    sets = {"all": forward, "no-matmul": [t for t in forward if t != "matmul"]}
-    kernel_modes = tuple(m for m in GPU_MODES if m.endswith("+kernels"))
+    sets = {"all": forward}
     out: dict = {"device": torch.cuda.get_device_name() if gpu else "CPU (Triton interpreter)",
                  "torch": torch.__version__, "runs": {}}
     t0 = time.time()
     for key in args.models.split(","):
         zoo, batch, seq, layers = (shapes if gpu else tiny)[key]
         for set_name, tasks in sets.items():
-            modes = (GPU_MODES if set_name == "all" else kernel_modes) if gpu else ("eager", "eager+kernels")
+            modes = GPU_MODES if gpu else ("eager", "eager+kernels")
             t1 = time.time()
             try:
                 r = verify(zoo, kernel_paths(starters_dir(), tasks), batch=batch, seq=seq, dtype="bfloat16",
                            device="cuda" if gpu else "cpu", layers=layers, iters=args.iters, modes=modes,
-                           inspect=lambda name, m, inputs: kernel_table(m, inputs))
+                           inspect=lambda name, m, inputs: kernel_table(m, inputs), select=True)
             except Exception as exc:  # one failing set must not hide the others
                 r = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300], "where": where(exc, 12)}
             r["wall_s"] = time.time() - t1
@@ -113,6 +113,10 @@ def summary(out: dict) -> None:
             total = m.get("inspect", {}).get("total_us")
             kern = f"  kernels {total / 1e3:.3f} ms" if total else ""
             print(f"  {mode:<20} {m['median_us'] / 1e3:8.3f} ms  {'ok ' if m['correct'] else 'BAD'} {vs}{kern}")
+        sel = r.get("selection") or {}
+        for f, a in sel.get("alone", {}).items():
+            got = f"{a['speedup']:.3f}x" if a.get("correct") and "speedup" in a else a.get("error") or "wrong outputs"
+            print(f"    alone in {sel['mode']}: {f:<16} {got}  {'kept' if f in sel['ship_families'] else 'left out'}")
         print(f"  ship: {r['ship_reason']}")
     for name, r in out["runs"].items():
         for mode, m in r.get("modes", {}).items():

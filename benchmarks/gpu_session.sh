@@ -13,8 +13,8 @@
 #   quality:   kernel quality side by side (starter, eager, torch.compile, same-size copy), all ten
 #   gputests:  every GPU-marked test
 #   e2e:       GPT-2 small and LLaMA-style inference in every mode (eager, compile, CUDA graphs; each
-#              with and without the starters), a per-kernel profile of each mode; `e2e bwd`: and the
-#              backward starters' gradient checks
+#              with and without the starters), the kernels chosen to ship, a per-kernel profile of each
+#              mode; `verify --train` of both; `e2e bwd`: and the backward starters' gradient checks
 #   launch:    host us per call of every forward starter (issue 21), and the nine backward starters'
 #              gradient checks at full default shapes (issue 20)
 #
@@ -79,7 +79,11 @@ gputests)
     step gpu_tests 500 python3 -m pytest -m gpu tests -q -p no:cacheprovider
     ;;
 e2e)
-    step e2e_modes 400 python3 benchmarks/e2e_modes.py --json "$R/e2e_modes.json"
+    step e2e_modes 300 python3 benchmarks/e2e_modes.py --json "$R/e2e_modes.json"
+    for m in gpt2 llama; do  # a training step with the forward and backward starters, beside eager and compile
+        step "train_$m" 120 python3 -m autokernel_tui verify --kernels kernels --model "$m" --train \
+            $([ $m = llama ] && echo --layers 2 --batch 1 --seq 4096 || echo --batch 8 --seq 1024) --json "$R/train_$m.json"
+    done
     if [ "${2:-}" = bwd ]; then  # and the nine backward starters' gradient checks at full shapes
         bwd=$(cd kernels && ls -d *_bwd | paste -sd, -)
         step bwd_check 300 python3 benchmarks/starters_check.py --tasks "$bwd" --json "$R/bwd_check.json"

@@ -22,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modes", metavar="M,M",
                         help="inference modes to measure: eager, eager+kernels, compile, compile+kernels, cudagraphs, "
                              "cudagraphs+kernels (default: all on a GPU, none on the CPU)")
+    parser.add_argument("--no-select", action="store_true",
+                        help="skip choosing which kernels to ship (on a GPU, each kernel is timed alone inside the "
+                             "model in the fastest mode, and only those that gain are kept)")
     parser.add_argument("--layers", type=int)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--iters", type=int, help="timed iterations (default 30 on a GPU, 3 on the CPU)")
@@ -53,6 +56,7 @@ def main(args: argparse.Namespace) -> int:
         result = verify(model, kernels, batch=pick(args.batch, "batch"), seq=pick(args.seq, "seq"),
                         dtype=pick(args.dtype, "dtype"), device=args.device, train=args.train,
                         layers=pick(args.layers, "layers"), iters=args.iters, progress=progress,
+                        select=not args.no_select,
                         modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()) if args.modes else None)
     print(format_training(result) if "gradients" in result else format_result(result))
     if args.json:

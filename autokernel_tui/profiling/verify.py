@@ -200,9 +200,10 @@ def _family_times(bundle, model, steps: int, on_step=None) -> dict:
 def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=None, device="auto", train=False,
            layers=None, iters: int | None = None, warmup: int | None = None, families: list[str] | None = None,
            profile_steps: int | None = None, modes: tuple[str, ...] | None = None, progress=None,
-           inspect=None) -> dict:
+           inspect=None, select: bool = False) -> dict:
     """Patch ``kernels`` ({family: kernel.py}) into ``model`` and compare it with the original, in
     each of ``modes`` (default: every mode of ``MODES`` on a GPU, eager with and without on the CPU).
+    ``select``: then, in the fastest mode's setting, which kernels to ship (``select_kernels``).
 
     ``progress(stage, done, total, left_s)`` (``autokernel_tui.progress``) hears what runs and an
     estimate of the time left, from the measured cost of one forward pass of each model."""
@@ -312,6 +313,13 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
            "outside_kernels_us": [m0 - prof0["total_us"], m1 - prof1["total_us"]],
            "other_kernels_us": [prof0["total_us"] - t_before, prof1["total_us"] - t_after],
            "predicted_after_us": predicted_after}
+    compared = compare_modes(original, kernels, families, inputs, out0, tol, bundle.device,
+                             modes or (GPU_MODES if gpu else CPU_MODES), iters, warmup, say, est, inspect)
+    if select and gpu and compared["ship"]:  # on the CPU the times mean nothing to choose by
+        base_mode = {None: "eager", "default": "compile", "reduce-overhead": "cudagraphs"}[MODES[compared["ship"]][1]]
+        compared["selection"] = select_kernels(original, kernels, counts, inputs, out0, tol, bundle.device,
+                                               base_mode, iters, warmup, say)
+        compared["ship_reason"] = _selection_reason(compared["selection"]) or compared["ship_reason"]
     return {
         "model": bundle.name, "device": prof_device(bundle.device), "dtype": dtype, "batch": bundle.batch,
         "seq": bundle.seq, "mode": "forward" + (" with loss" if train else ""),
@@ -324,8 +332,7 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
         "measured_speedup": before["median_us"] / after["median_us"] if after["median_us"] > 0 else None,
         "predicted_speedup": predicted, "prediction_gap": gap, "families": per_family,
         "kernels": {f: str(p) for f, p in kernels.items()},
-        **compare_modes(original, kernels, families, inputs, out0, tol, bundle.device,
-                        modes or (GPU_MODES if gpu else CPU_MODES), iters, warmup, say, est, inspect),
+        **compared,
     }
 
 
@@ -336,11 +343,6 @@ def compare_modes(original, kernels: dict[str, Path], families, inputs, referenc
     interleaved (so drift falls on all alike), and which one to ship. ``inspect(name, model, inputs)``, when
     given, is called on each mode's built model after its timing and its answer kept under
     ``modes[name]["inspect"]`` (benchmarks use it for a per-kernel profile of each mode)."""
-    import time
-
-    import torch
-
-    from autokernel_tui.profiling.patch import load_kernels, patch_model
     from autokernel_tui.progress import Estimate, nothing
 
     say = progress or nothing
@@ -360,28 +362,11 @@ def compare_modes(original, kernels: dict[str, Path], families, inputs, referenc
         say(f"mode {name}: " + ("compiling and warming up" if compile_mode else "warming up"), k, len(modes),
             None if left is None else left)
         kind = "patched" if with_kernels else "orig"
-        m = copy.deepcopy(original)
-        if with_kernels:
-            patch_model(m, load_kernels(kernels), families, custom_ops=compile_mode is not None)
-        if compile_mode is not None:
-            m = torch.compile(m, mode=compile_mode, dynamic=False)
-        try:
-            out = None
-            for w in range(max(warmup, 3 if compile_mode == "reduce-overhead" else 1)):  # compiles, records graphs
-                t0 = time.perf_counter()
-                out = _forward(m, inputs)
-                if w or compile_mode is None:  # the first call of a compiled mode is mostly compilation
-                    est.did(kind, time.perf_counter() - t0)
-                else:
-                    est.todo[kind] = max(0.0, est.todo.get(kind, 0.0) - 1)
-            out = out.float().clone()
-        except Exception as exc:  # a mode that does not run is a finding, not a crash of verify
-            results[name] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300], "where": where(exc)}
-            continue
-        err = rel_l2(out, reference_out.float())
-        finite = bool(torch.isfinite(out).all())
-        results[name] = {"correct": finite and err <= tol, "rel_l2_vs_eager": err}
-        built[name] = m
+        m, result = _build_mode(original, kernels if with_kernels else {}, families, compile_mode, inputs,
+                                reference_out, tol, warmup, est, kind)
+        results[name] = result
+        if m is not None:
+            built[name] = m
     names = list(built)
     kinds = ["patched" if MODES[n][0] else "orig" for n in names]
     done = [0]
@@ -405,6 +390,124 @@ def compare_modes(original, kernels: dict[str, Path], families, inputs, referenc
     timed = [n for n in names if results[n].get("correct") and results[n].get("median_us")]
     best = min(timed, key=lambda n: results[n]["median_us"]) if timed else None
     return {"modes": results, "ship": best, "ship_reason": _ship_reason(best, results)}
+
+
+def _build_mode(original, kernels: dict, families, compile_mode: str | None, inputs, reference_out, tol: float,
+                warmup: int, est=None, kind: str = "patched"):
+    """A copy of ``original`` with ``kernels`` patched in (none: the model as it is), compiled in
+    ``compile_mode`` (None: eager), warmed up and its outputs checked: (model or None, result)."""
+    import time
+
+    import torch
+
+    from autokernel_tui.profiling.patch import load_kernels, patch_model
+
+    m = copy.deepcopy(original)
+    if kernels:
+        patch_model(m, load_kernels(kernels), families, custom_ops=compile_mode is not None)
+    if compile_mode is not None:
+        m = torch.compile(m, mode=compile_mode, dynamic=False)
+    try:
+        out = None
+        for w in range(max(warmup, 3 if compile_mode == "reduce-overhead" else 1)):  # compiles, records graphs
+            t0 = time.perf_counter()
+            out = _forward(m, inputs)
+            if est is None:
+                continue
+            if w or compile_mode is None:  # the first call of a compiled mode is mostly compilation
+                est.did(kind, time.perf_counter() - t0)
+            else:
+                est.todo[kind] = max(0.0, est.todo.get(kind, 0.0) - 1)
+        out = out.float().clone()
+    except Exception as exc:  # a mode that does not run is a finding, not a crash of verify
+        return None, {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300], "where": where(exc)}
+    err = rel_l2(out, reference_out.float())
+    finite = bool(torch.isfinite(out).all())
+    return m, {"correct": finite and err <= tol, "rel_l2_vs_eager": err}
+
+
+# A family stays in the shipped set when the mode with it alone beats the mode without kernels by
+# more than this (medians of interleaved forwards); the kept set is then timed as a whole, and ships
+# only if it beats the mode without kernels.
+SELECT_MIN_GAIN = 0.002
+
+
+def select_kernels(original, kernels: dict[str, Path], patched: dict[str, int], inputs, reference_out, tol: float,
+                   device: str, mode: str, iters: int, warmup: int, progress=None) -> dict:
+    """Which kernels to ship in ``mode`` (a mode without kernels: "eager", "compile" or "cudagraphs").
+
+    A kernel that is faster alone can still lose inside a model: a compiled graph fuses the op it
+    replaces into its neighbours, and an eager model pays each launch's host cost. So each patched
+    family is timed in the model alone (the mode with that family only, interleaved with the mode
+    without kernels), the families that gain more than ``SELECT_MIN_GAIN`` are kept, and the kept set
+    is timed against the mode without kernels and with all of them: the fastest correct one ships."""
+    from autokernel_tui.progress import nothing
+
+    say = progress or nothing
+    compile_mode = MODES[mode][1]
+    fams = [f for f, n in patched.items() if n and f in kernels]
+    base, _ = _build_mode(original, {}, None, compile_mode, inputs, reference_out, tol, warmup)
+    if base is None:
+        return {"mode": mode, "error": f"{mode} does not run without kernels"}
+    alone: dict[str, dict] = {}
+    for i, f in enumerate(fams):
+        say(f"choosing kernels in {mode}: {f} alone", i, len(fams) + 1, None)
+        m, res = _build_mode(original, {f: kernels[f]}, [f], compile_mode, inputs, reference_out, tol, warmup)
+        if m is not None:
+            t_base, t_f = _time([base, m], inputs, iters, 0, device)
+            res.update(_stats(t_f), base_median_us=_stats(t_base)["median_us"])
+            res["speedup"] = res["base_median_us"] / res["median_us"]
+        alone[f] = res
+        del m
+    chosen = [f for f in fams if alone[f].get("correct") and alone[f].get("speedup", 0) > 1 + SELECT_MIN_GAIN]
+    say(f"choosing kernels in {mode}: the chosen set together", len(fams), len(fams) + 1, None)
+    sets = {"none": []}
+    if chosen:
+        sets["chosen"] = chosen
+    if set(chosen) != set(fams):
+        sets["all"] = fams
+    built, results = {"none": base}, {"none": {"correct": True, "families": []}}
+    for name, fs in sets.items():
+        if name == "none":
+            continue
+        m, res = _build_mode(original, {f: kernels[f] for f in fs}, fs, compile_mode, inputs, reference_out, tol,
+                             warmup)
+        results[name] = {**res, "families": fs}
+        if m is not None:
+            built[name] = m
+    names = list(built)
+    for n, t in zip(names, _time([built[n] for n in names], inputs, iters, 0, device)):
+        results[n].update(_stats(t))
+    ok = [n for n in names if results[n].get("correct")]
+    best = min(ok, key=lambda n: results[n]["median_us"])
+    base_us = results["none"]["median_us"]
+    for n in names:
+        results[n]["speedup"] = base_us / results[n]["median_us"]
+    return {"mode": mode, "alone": alone, "sets": results, "ship_families": results[best]["families"],
+            "ship_speedup": results[best]["speedup"], "min_gain": SELECT_MIN_GAIN}
+
+
+def _selection_reason(sel: dict) -> str | None:
+    """The ship line after selection: the mode, the kernels in it, and what each left-out one measured."""
+    if "error" in sel:
+        return None
+    mode, fams = sel["mode"], sel["ship_families"]
+    us = next(r["median_us"] for r in sel["sets"].values() if r.get("families") == fams)
+    out = [f"{mode}" + (f"+kernels with {', '.join(fams)}" if fams else " without kernels") +
+           f": {us / 1e3:.3f} ms, {sel['ship_speedup']:.3f}x {mode} without them"]
+    left = [f"{f} {_alone(a)}" for f, a in sel["alone"].items() if f not in fams]
+    if left:
+        out.append("left out: " + ", ".join(left))
+    if "all" in sel["sets"]:
+        out.append(f"all kernels: {_alone(sel['sets']['all']).replace(' alone', '')}")
+    return "; ".join(out)
+
+
+def _alone(a: dict) -> str:
+    """One selection entry: its speedup when it ran and matched, else why not."""
+    if a.get("correct") and "speedup" in a:
+        return f"{a['speedup']:.3f}x alone"
+    return a.get("error") or "wrong outputs"
 
 
 def where(exc: BaseException, frames: int = 4) -> list[str]:
@@ -473,6 +576,13 @@ def format_result(r: dict) -> str:
             vs = "  ".join(f"{x(m.get(f'speedup_vs_{b}'))} vs {b}" for b in ("eager", "compile", "cudagraphs")
                            if m.get(f"speedup_vs_{b}") is not None)
             lines.append(f"  {name:<19} {m['median_us'] / 1e3:8.3f} ms  outputs {check}  {vs}")
+        sel = r.get("selection")
+        if sel and "alone" in sel:
+            lines.append(f"kernels chosen in {sel['mode']} (each alone in the model, beside {sel['mode']} "
+                         f"without kernels; kept above {100 * sel['min_gain']:.1f}%):")
+            for f, a in sel["alone"].items():
+                state = "kept" if f in sel["ship_families"] else "left out"
+                lines.append(f"  {f:<19} {_alone(a).replace(' alone', ''):<10} {state}")
         lines.append(f"ship: {r['ship_reason']}")
     if not r["timing_meaningful"]:
         lines.append("CPU: kernels ran in the Triton interpreter; the check is real, the timings are not.")

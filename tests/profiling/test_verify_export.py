@@ -328,3 +328,54 @@ def test_attention_custom_op_on_strided_views_compiles_and_matches(tmp_path):
                       ("eager+kernels", "compile+kernels"), iters=1, warmup=1)
     assert r["modes"]["compile+kernels"].get("correct"), r["modes"]
     assert r["modes"]["eager+kernels"].get("correct"), r["modes"]
+
+
+def test_selection_ships_only_the_kernels_that_make_the_model_faster(tmp_path):
+    # Issue 21: a kernel can lose inside the model (fusion, launch cost); verify keeps only the
+    # families that gain alone in the model, then times the kept set as a whole.
+    import copy
+    import time
+
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    from autokernel_tui.profiling.verify import _selection_reason, format_result, select_kernels
+
+    class GELU(nn.Module):  # the model's own activation, slow: a kernel for it gains
+        approximate = "none"
+
+        def forward(self, x):
+            time.sleep(0.02)
+            return F.gelu(x)
+
+    model = nn.Sequential(nn.LayerNorm(16), GELU(), nn.Softmax(dim=-1)).eval()
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        reference = model(x)
+    kernels = {}
+    for task, body in {"gelu": "return torch.nn.functional.gelu(x, approximate=approximate)",
+                       "layernorm": "time.sleep(0.02)\n    return torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, eps)",
+                       "softmax": "return x.clone()  # wrong"}.items():
+        path = tmp_path / task / "kernel.py"
+        path.parent.mkdir()
+        args = {"gelu": "x, approximate", "layernorm": "x, w, b, eps", "softmax": "x"}[task]
+        path.write_text(f"import time\nimport torch\n\n\ndef kernel_fn({args}):\n    {body}\n")
+        kernels[task] = path
+    sel = select_kernels(copy.deepcopy(model), kernels, {"gelu": 1, "layernorm": 1, "softmax": 1}, (x,), reference,
+                         1e-4, "cpu", "eager", iters=3, warmup=1)
+    assert sel["alone"]["gelu"]["speedup"] > 1.5, sel  # 20 ms of sleep gone
+    assert sel["alone"]["layernorm"]["speedup"] < 0.8, sel  # 20 ms added
+    assert sel["alone"]["softmax"]["correct"] is False
+    assert sel["ship_families"] == ["gelu"] and sel["ship_speedup"] > 1.5
+    assert set(sel["sets"]) == {"none", "chosen", "all"} and sel["sets"]["all"]["correct"] is False
+    reason = _selection_reason(sel)
+    assert reason.startswith("eager+kernels with gelu") and "layernorm 0." in reason and "softmax wrong outputs" in reason
+    text = format_result({"model": "m", "device": "cpu", "dtype": "float32", "batch": 1, "seq": 1, "mode": "forward",
+                          "patched": {"gelu": 1}, "unpatched_families": [], "correct": True, "finite": True,
+                          "rel_l2_vs_original": 0.0, "tolerance": 1e-4, "model_noise_rel_l2": 0.0,
+                          "before": {"median_us": 1.0, "n": 1}, "after": {"median_us": 1.0, "p20_us": 1, "p80_us": 1},
+                          "timing_method": "t", "measured_speedup": 1.0, "predicted_speedup": 1.0, "families": [],
+                          "modes": {"eager": {"correct": True, "median_us": 1.0}}, "selection": sel,
+                          "ship_reason": reason, "timing_meaningful": True})
+    assert "kernels chosen in eager" in text and "layernorm" in text and "left out" in text and "kept" in text
