@@ -110,6 +110,24 @@ def test_compare_needs_elementwise_and_relative_l2_agreement():
     assert not compare(torch.tensor([1.0, 1.0]), inf_ref, 1e-3, 1e-3, 1e-3).ok
 
 
+def test_a_16_bit_output_is_held_to_what_its_dtype_can_hold():
+    # Cross-entropy gradients at 8192 x 50257 are ~1/(rows x vocab): fp16 rounds many to zero, so
+    # even the reference rounded to fp16 misses max_rel_l2; the bound becomes twice that rounding's error.
+    import torch
+    from autokernel_tui.harness.worker.correctness import compare
+
+    g = torch.Generator().manual_seed(0)
+    ref = torch.rand(65536, generator=g, dtype=torch.float64) * 3e-8  # below fp16's subnormals...
+    ref[::1024] = -1e-4 * (1 + torch.rand(64, generator=g, dtype=torch.float64))  # ...and the target entries
+    best = ref.to(torch.float16)
+    assert compare(best, ref, 1e-7, 2e-2, 1.0).rel_l2_err > 1.5e-3  # the rounding alone misses the bound
+    assert compare(best, ref, atol=1e-7, rtol=2e-2, max_rel_l2=1.5e-3).ok
+    worse = (ref * 1.2).to(torch.float16)  # 20% off: the rounding floor does not excuse it
+    assert not compare(worse, ref, atol=1e-7, rtol=2e-2, max_rel_l2=1.5e-3).ok
+    # In fp32 the same output is held to max_rel_l2 as given.
+    assert not compare(best.float(), ref, atol=1e-7, rtol=2e-2, max_rel_l2=1.5e-3).ok
+
+
 def test_threads_torch_or_the_harness_start_are_not_the_candidates():
     # Inductor starts compile-worker threads while a baseline is prepared between candidate
     # calls; only threads started with candidate code on the stack may reject a kernel.

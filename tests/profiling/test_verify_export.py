@@ -379,3 +379,17 @@ def test_selection_ships_only_the_kernels_that_make_the_model_faster(tmp_path):
                           "modes": {"eager": {"correct": True, "median_us": 1.0}}, "selection": sel,
                           "ship_reason": reason, "timing_meaningful": True})
     assert "kernels chosen in eager" in text and "layernorm" in text and "left out" in text and "kept" in text
+
+
+def test_compiled_modes_are_not_cut_off_by_the_recompile_limit():
+    # Selection compiles the same forward once per kernel set; past Dynamo's limit of 8 it ran eagerly.
+    import torch
+    import torch._dynamo
+
+    from autokernel_tui.profiling.verify import RECOMPILE_LIMIT, _build_mode
+
+    torch._dynamo.config.recompile_limit = 8
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4)).eval()
+    x = torch.randn(2, 4)
+    m, res = _build_mode(model, {}, None, "default", (x,), model(x).detach(), 1e-4, warmup=1)
+    assert res["correct"] and torch._dynamo.config.recompile_limit >= RECOMPILE_LIMIT
