@@ -52,9 +52,10 @@ print('landlock ABI:', landlock.abi_version())
 with Harness(device='cuda') as h:
     print(h.device_info())
 "
-    step gpu_tests 300 python3 -m pytest -m gpu tests/harness/test_gpu.py -q -p no:cacheprovider
-    step red_team 400 env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest tests/harness/test_red_team.py \
-        tests/harness/test_isolation.py -q -p no:cacheprovider -x
+    step gpu_tests 150 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q \
+        -p no:cacheprovider
+    step red_team 360 env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest tests/harness/test_red_team.py \
+        tests/harness/test_isolation.py -q -p no:cacheprovider
     ;;
 speed)
     # Before (the tree without the sandbox) and after, back to back: warm evaluation, A/A, a ~3% change.
