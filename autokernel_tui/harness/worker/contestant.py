@@ -122,6 +122,8 @@ class Contestant:
 
     def call(self, msg: dict) -> dict:
         """One guarded call on the inputs of ``msg['set']`` (built from ``msg['recipe']`` unless kept)."""
+        if self.builder is None:  # its assignment failed (said then, with the cause): no call can run
+            raise RuntimeError("this contestant was never set up for a task (its assignment failed)")
         key = msg["set"]
         if msg.get("recipe") is not None:
             self.sets[key] = self.builder.build(msg["recipe"])
@@ -254,5 +256,9 @@ def run(sock: socket.socket, device: str) -> int:
     if device == "cuda":
         torch.cuda.init()
         torch.empty(1, device="cuda")  # the context now, not in the first timed call
+        # torch counts devices through NVML first and caches the count only once CUDA is up; asked
+        # after Landlock, NVML answered 0 on the H200 when the runner's process had touched CUDA
+        # ("Invalid device id" for every candidate, run 8). Asked now, the count is cached for good.
+        torch.cuda.get_device_properties(torch.cuda.current_device())
     protocol.send(sock.fileno(), {"ok": True, "ready": True, "pid": os.getpid()})
     return Contestant(sock, device).serve()
