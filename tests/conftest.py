@@ -19,7 +19,11 @@ import pytest  # noqa: E402
 try:
     import torch  # noqa: E402
 
+    # Asked through NVML: the CUDA runtime's answer loads the driver into this process, and a
+    # harness started from a process with the driver loaded has workers that cannot use the GPU.
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     HAS_CUDA = torch.cuda.is_available()
+    del os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"]
 except Exception:  # pragma: no cover - torch is a hard dependency
     HAS_CUDA = False
 

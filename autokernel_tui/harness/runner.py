@@ -44,6 +44,21 @@ SANDBOX_MODES = ("auto", "bwrap", "landlock", "off")
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
 
 
+CUDA_HERE = ("this process has loaded the CUDA driver itself (torch.cuda was used before the harness started): "
+             "the harness's sandboxed workers then cannot use the GPU (every candidate CRASHed with 'Invalid "
+             "device id' on the H200). Start the harness from a process that has not touched CUDA; the "
+             "autokernel-tui commands never do.")
+
+
+def cuda_driver_loaded_here() -> bool:
+    """Whether libcuda is mapped into this process (torch.cuda.is_available() alone loads it)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            return any("libcuda.so" in line for line in maps)
+    except OSError:
+        return False
+
+
 def _default_memory_limit_mb() -> float:
     """Kill a contestant whose resident memory passes 75% of this machine's RAM."""
     try:
@@ -192,6 +207,8 @@ class Harness:
         return [], env, f"no bwrap ({why_not}); secrets kept out of the environment", True, read_roots
 
     def _start(self) -> None:
+        if self.device in ("cuda", "auto") and cuda_driver_loaded_here():
+            raise RuntimeError(CUDA_HERE)
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
         prefix, env, description, landlock, read_roots = self._launch_plan()

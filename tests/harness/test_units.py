@@ -179,3 +179,18 @@ def test_a_disturbed_shape_is_counted_but_never_averaged_into_a_speedup():
     assert s.worst_shape == "a float16" or s.worst_shape == "b float16"
     everything_disturbed = summarize([row("c", 40.0, 4.0, "wide")])
     assert everything_disturbed.disturbed_shapes == 1  # still summarized, and says so
+
+
+def test_a_harness_refuses_to_start_from_a_process_with_the_cuda_driver_loaded(monkeypatch):
+    # H200 run 8: started from a process that had called torch.cuda.is_available(), every
+    # sandboxed candidate CRASHed ("Invalid device id"); the runner says why instead.
+    from autokernel_tui.harness import runner
+
+    assert runner.cuda_driver_loaded_here() is False  # this CPU box: no libcuda mapped
+    monkeypatch.setattr(runner, "cuda_driver_loaded_here", lambda: True)
+    h = runner.Harness(device="cuda")
+    try:
+        with pytest.raises(RuntimeError, match="loaded the CUDA driver itself"):
+            h.device_info()
+    finally:
+        h.close()
