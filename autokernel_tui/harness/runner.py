@@ -44,19 +44,33 @@ SANDBOX_MODES = ("auto", "bwrap", "landlock", "off")
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
 
 
-CUDA_HERE = ("this process has loaded the CUDA driver itself (torch.cuda was used before the harness started): "
-             "the harness's sandboxed workers then cannot use the GPU (every candidate CRASHed with 'Invalid "
-             "device id' on the H200). Start the harness from a process that has not touched CUDA; the "
-             "autokernel-tui commands never do.")
+CUDA_HERE = ("this process has initialised the CUDA driver itself (e.g. torch.cuda.is_available() without "
+             "PYTORCH_NVML_BASED_CUDA_CHECK=1) before the harness started: its sandboxed workers then cannot use "
+             "the GPU (every candidate CRASHed with 'Invalid device id' on the H200). Start the harness before "
+             "touching CUDA, or from a process that does not; the autokernel-tui commands never do.")
+CUDA_ERROR_NOT_INITIALIZED = 3
 
 
-def cuda_driver_loaded_here() -> bool:
-    """Whether libcuda is mapped into this process (torch.cuda.is_available() alone loads it)."""
+def cuda_initialized_here() -> bool:
+    """Whether this process has called cuInit. H200 run 8: a runner that had asked the CUDA runtime for
+    the device count (which calls cuInit) left its workers without the GPU; one that had not, with
+    torch imported and libcuda mapped all the same, was fine. Asked without side effects: before
+    cuInit, cuDeviceGetCount answers CUDA_ERROR_NOT_INITIALIZED."""
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            return any("libcuda.so" in line for line in maps)
+            mapped = any("libcuda.so" in line for line in maps)
     except OSError:
         return False
+    if not mapped:  # never loaded here: never initialised (and no library is loaded to find out)
+        return False
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    count = ctypes.c_int(0)
+    return lib.cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED
 
 
 def _default_memory_limit_mb() -> float:
@@ -207,7 +221,7 @@ class Harness:
         return [], env, f"no bwrap ({why_not}); secrets kept out of the environment", True, read_roots
 
     def _start(self) -> None:
-        if self.device in ("cuda", "auto") and cuda_driver_loaded_here():
+        if self.device in ("cuda", "auto") and cuda_initialized_here():
             raise RuntimeError(CUDA_HERE)
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()

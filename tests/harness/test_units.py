@@ -181,16 +181,16 @@ def test_a_disturbed_shape_is_counted_but_never_averaged_into_a_speedup():
     assert everything_disturbed.disturbed_shapes == 1  # still summarized, and says so
 
 
-def test_a_harness_refuses_to_start_from_a_process_with_the_cuda_driver_loaded(monkeypatch):
-    # H200 run 8: started from a process that had called torch.cuda.is_available(), every
+def test_a_harness_refuses_to_start_from_a_process_that_initialised_cuda(monkeypatch):
+    # H200 run 8: started from a process that had called torch.cuda.is_available() (cuInit), every
     # sandboxed candidate CRASHed ("Invalid device id"); the runner says why instead.
     from autokernel_tui.harness import runner
 
-    assert runner.cuda_driver_loaded_here() is False  # this CPU box: no libcuda mapped
-    monkeypatch.setattr(runner, "cuda_driver_loaded_here", lambda: True)
+    assert runner.cuda_initialized_here() is False  # this CPU box: no libcuda mapped
+    monkeypatch.setattr(runner, "cuda_initialized_here", lambda: True)
     h = runner.Harness(device="cuda")
     try:
-        with pytest.raises(RuntimeError, match="loaded the CUDA driver itself"):
+        with pytest.raises(RuntimeError, match="initialised the CUDA driver itself"):
             h.device_info()
     finally:
         h.close()
