@@ -311,6 +311,8 @@ class ControlServer:
         self.token_path = token_path(self.path)
 
     def start(self) -> "ControlServer":
+        if self.path.parent.parent == paths.socket_home():  # a deep workspace's socket, in the temp dir
+            paths.private_socket_dir(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # We hold engine.lock, so a socket file here is a dead engine's leftover.
         self.path.unlink(missing_ok=True)

@@ -103,8 +103,48 @@ def lock_path(workspace: str | Path) -> Path:
     return state_dir(workspace) / LOCK_FILE
 
 
+# A Unix socket's path holds at most 107 bytes (108 with its NUL) on Linux; a workspace deeper than
+# that keeps its socket in a private folder of the temp dir named by a hash of the workspace's path
+# (the engine and every client compute the same one; the engine makes it 0700 and checks its owner).
+MAX_SOCKET_PATH = 100
+
+
 def socket_path(workspace: str | Path) -> Path:
-    return state_dir(Path(workspace).resolve()) / SOCKET_FILE
+    beside = state_dir(Path(workspace).resolve()) / SOCKET_FILE
+    if len(str(beside).encode()) <= MAX_SOCKET_PATH:
+        return beside
+    import hashlib
+
+    digest = hashlib.sha256(str(beside.parent).encode()).hexdigest()[:16]
+    return socket_home() / digest / SOCKET_FILE
+
+
+def socket_home() -> Path:
+    """The temp dir's folder for sockets of workspaces too deep to hold their own."""
+    import os
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"autokernel-{os.getuid()}"
+
+
+def private_socket_dir(sock: Path) -> None:
+    """Make the folder of a socket that ``socket_path`` put outside the workspace: every level it
+    creates 0700, and the last one refused unless it is this user's and no one else's."""
+    import os
+    import stat
+
+    from autokernel_tui.errors import WorkspaceError
+
+    old = os.umask(0o077)
+    try:
+        sock.parent.mkdir(parents=True, exist_ok=True)
+    finally:
+        os.umask(old)
+    for folder in (sock.parent.parent, sock.parent):
+        info = os.lstat(folder)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise WorkspaceError(f"{folder} (the control socket's folder) is not a private folder of yours: "
+                                 "remove it, or move the workspace to a shorter path")
 
 
 def headless_log_path(workspace: str | Path) -> Path:

@@ -285,3 +285,28 @@ def test_a_client_without_the_token_is_refused_and_hears_nothing(server):
         assert sock.recv(10) == b""  # and hung up on
     assert engine.commands == []
     assert oct(control.token_path(srv.path).stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_workspace_too_deep_for_a_unix_socket_path_still_serves_and_attaches(tmp_path):
+    # A socket path holds ~107 bytes: a deep workspace (a demo under a long XDG_DATA_HOME) could not
+    # start its engine. Its socket lives in a private folder of the temp dir, found by engine and client alike.
+    import os
+    import shutil
+    import stat
+
+    from autokernel_tui.ledger import paths
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60) / "ws"
+    sock = paths.socket_path(deep)
+    assert len(str(sock)) < 100 and sock.parent.parent == paths.socket_home()
+    assert paths.socket_path(deep) == sock and paths.socket_path(tmp_path / "other" / ("d" * 90)) != sock
+    assert paths.socket_path(tmp_path / "ws") == (tmp_path / "ws").resolve() / ".autokernel" / "control.sock"
+    try:
+        paths.private_socket_dir(sock)
+        for folder in (sock.parent, sock.parent.parent):
+            assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+        os.chmod(sock.parent, 0o755)  # a folder others can read is refused, not used
+        with pytest.raises(Exception, match="not a private folder"):
+            paths.private_socket_dir(sock)
+    finally:
+        shutil.rmtree(sock.parent, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""Ctrl-C and a closed terminal under `autokernel-tui run --headless` in the foreground (issue 25).
+"""The newcomer's path, Ctrl-C and a closed terminal under `autokernel-tui run --headless` (issue 25).
 
 The real command runs in tmux, on a small CPU workspace with the offline tuner. A terminal's
 SIGINT and SIGHUP go to its whole foreground process group: they used to kill GitPython's git
@@ -70,20 +70,20 @@ def wait(what: str, predicate, timeout_s: float, show=lambda: ""):
     pytest.fail(f"timed out waiting for {what}\n{show()}")
 
 
-def events(ws: Path) -> list[dict]:
-    return read_events(ws / ".autokernel" / "runs" / TAG / "events.jsonl")
+def events(ws: Path, tag: str = TAG) -> list[dict]:
+    return read_events(ws / ".autokernel" / "runs" / tag / "events.jsonl")
 
 
-def in_progress(ws: Path, n: int) -> bool:
+def in_progress(ws: Path, n: int, tag: str = TAG) -> bool:
     """Experiment n has a proposal: its candidate is being committed or evaluated."""
-    return any(e["type"] == "proposal" and e.get("n") == n for e in events(ws))
+    return any(e["type"] == "proposal" and e.get("n") == n for e in events(ws, tag))
 
 
-def recorded_once(ws: Path, n: int) -> None:
+def recorded_once(ws: Path, n: int, tag: str = TAG) -> None:
     """Experiment n is in results.tsv and events.jsonl, once, and nothing went wrong on the way."""
-    rows = read_rows(ws / ".autokernel" / "runs" / TAG / "results.tsv", typed=True)
+    rows = read_rows(ws / ".autokernel" / "runs" / tag / "results.tsv", typed=True)
     assert [r["experiment"] for r in rows].count(n) == 1, rows
-    evs = events(ws)
+    evs = events(ws, tag)
     assert [e["row"]["experiment"] for e in evs if e["type"] == "result"].count(n) == 1
     assert [e["n"] for e in evs if e["type"] == "verdict"].count(n) == 1
     row = next(r for r in rows if r["experiment"] == n)
@@ -105,38 +105,100 @@ def run_argv(ws: Path, *flags: str) -> list[str]:
             "--policy", "auto", *flags]
 
 
-def test_ctrl_c_finishes_and_records_the_experiment_then_run_resumes(tmp_path):
-    from autokernel_tui.ledger.workspace import init_workspace
+def test_the_newcomer_path_loses_nothing(tmp_path):
+    """Issue 25's walk, as a person types it: the demo, q and stop, the printed hint typed back
+    (the demo resumes), a typo, then Ctrl-C under a headless run of the same workspace and `run`
+    again: every experiment once in results.tsv and events.jsonl, numbers never reused, nothing
+    written into the folder the commands were typed in."""
+    import re
 
-    ws = init_workspace(tmp_path / "ws", tasks=["rmsnorm"])
-    # The real harness on the CPU (isolated worker, Triton interpreter), quick mode.
-    env = clean_env(tmp_path, AUTOKERNEL_HARNESS_QUICK="1")
-    tmux = Tmux("ctrlc", env)
+    # Deep on purpose (pytest's tmp path): the demo's control socket path would be too long for a
+    # Unix socket beside the workspace, as it was for a user with a long XDG_DATA_HOME.
+    root = tmp_path / "a-user-with-a-rather-long-home-directory-path"
+    root.mkdir()
+    home = root / "home"
+    home.mkdir()
+    cwd = root / "checkout"  # where the user typed the README's commands
+    cwd.mkdir()
+    env = clean_env(tmp_path, HOME=str(home), XDG_DATA_HOME=str(root / "data"))
+    exe = [sys.executable, "-m", "autokernel_tui"]
+    tmux = Tmux("demo", env)
+    ws = None
     try:
-        tmux.start(ws, run_argv(ws, "--tag", TAG))
-        wait("experiment 1 in progress", lambda: in_progress(ws, 1), 300, tmux.screen)
+        # 1. The demo: the app opens on a workspace of its own, outside the checkout.
+        tmux.start(cwd, exe + ["demo"])
+        wait("the demo's screen", lambda: shown(tmux, "rmsnorm"), 120, tmux.screen)
+        ws = (root / "data" / "autokernel-tui" / "demo").resolve()
+        assert (ws / "kernels" / "rmsnorm" / "task.toml").is_file() and list(cwd.iterdir()) == []
+        # 2. q asks what to do with the run; s stops it after its experiment and prints how to resume.
+        tmux("send-keys", "-t", "run", "q")
+        wait("the quit dialog", lambda: "Stop run (s)" in tmux.screen(), 30, tmux.screen)
+        tmux("send-keys", "-t", "run", "s")
+        screen = wait("the demo to stop", lambda: "EXITED" in (s := tmux.screen()) and s, 300, tmux.screen)
+        assert "EXITED 0" in screen, screen
+        hint = re.search(r"resume with: (autokernel-tui demo -C \S+)", screen)
+        assert hint, screen
+        tag = next(p.name for p in (ws / ".autokernel" / "runs").iterdir())
+        first = check_consistent(ws, tag, final=True, base_ref="HEAD")
+        tmux.hang_up()
+
+        # 3. The hint, typed back verbatim, reopens the same run.
+        tmux = Tmux("hint", env)
+        tmux.start(cwd, exe + hint.group(1).split()[1:])
+        wait("the resumed demo", lambda: shown(tmux, "rmsnorm"), 120, tmux.screen)
+        tmux("send-keys", "-t", "run", "q")
+        wait("the quit dialog", lambda: "Stop run (s)" in tmux.screen(), 30, tmux.screen)
+        tmux("send-keys", "-t", "run", "s")
+        screen = wait("the demo to stop again", lambda: "EXITED" in (s := tmux.screen()) and s, 300, tmux.screen)
+        assert "EXITED 0" in screen and hint.group(1) in screen, screen
+        assert [p.name for p in (ws / ".autokernel" / "runs").iterdir()] == [tag]  # the same run, resumed
+        second = check_consistent(ws, tag, final=True, base_ref="HEAD")
+        assert second[:len(first)] == first
+        tmux.hang_up()
+
+        # 4. A typo names the command it meant and makes nothing.
+        typo = subprocess.run(exe + ["stauts"], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+        assert typo.returncode != 0 and "did you mean `autokernel-tui status`" in typo.stderr + typo.stdout
+        assert list(cwd.iterdir()) == []
+
+        # 5. Ctrl-C under a headless run of the demo's workspace: the experiment under way is recorded.
+        done = len(second)
+        env = dict(env, AUTOKERNEL_HARNESS_QUICK="1")  # as the demo's own runs check (a headless run reads it)
+        tmux = Tmux("ctrlc", env)
+        tmux.start(cwd, run_argv(ws))
+        wait(f"experiment {done + 1} in progress", lambda: in_progress(ws, done + 1, tag), 300, tmux.screen)
         tmux("send-keys", "-t", "run", "C-c")
         screen = wait("the run to exit", lambda: "EXITED" in (s := tmux.screen()) and s, 480, tmux.screen)
         assert "SIGINT: stopping after the current experiment" in screen, screen
         assert "EXITED 0" in screen, screen
         assert "free space" not in screen and "Broken pipe" not in screen, screen
-        recorded_once(ws, 1)  # in both results.tsv and events.jsonl: nothing lost
-        check_consistent(ws, TAG, final=True, base_ref="HEAD")
+        recorded_once(ws, done + 1, tag)  # in both results.tsv and events.jsonl: nothing lost
+        check_consistent(ws, tag, final=True, base_ref="HEAD")
         tmux.hang_up()
 
-        # `run` again resumes the same run and numbers on from 2.
+        # 6. `run` again resumes the same run and numbers on.
         tmux = Tmux("resume", env)
-        tmux.start(ws, run_argv(ws, "--max-experiments", "2"))
+        tmux.start(cwd, run_argv(ws, "--max-experiments", str(done + 2)))
         screen = wait("the resumed run to finish", lambda: "EXITED" in (s := tmux.screen()) and s, 480, tmux.screen)
-        assert f"run {TAG} on branch autokernel/{TAG} (resumed)" in screen, screen
-        assert "finished: experiment budget reached (2)" in screen and "EXITED 0" in screen, screen
-        rows = check_consistent(ws, TAG, final=True, base_ref="HEAD")
-        assert [r["experiment"] for r in rows] == [1, 2]
-        started = [e["n"] for e in events(ws) if e["type"] == "experiment_started"]
-        assert started == [1, 2]  # no number reused
+        assert f"run {tag} on branch autokernel/{tag} (resumed)" in screen, screen
+        assert f"finished: experiment budget reached ({done + 2})" in screen and "EXITED 0" in screen, screen
+        rows = check_consistent(ws, tag, final=True, base_ref="HEAD")
+        assert [r["experiment"] for r in rows] == list(range(1, done + 3))
+        started = [e["n"] for e in events(ws, tag) if e["type"] == "experiment_started"]
+        assert sorted(set(started)) == started  # no number reused
+        assert list(cwd.iterdir()) == []
     finally:
         tmux.hang_up()
-        _stop_engine(ws)
+        if ws is not None:
+            _stop_engine(ws)
+
+
+def shown(tmux: Tmux, text: str) -> bool:
+    """``text`` is on the screen; a command that exited instead fails the test at once, with its screen."""
+    screen = tmux.screen()
+    if "EXITED" in screen:
+        pytest.fail(f"the command exited:\n{screen}")
+    return text in screen
 
 
 def test_closing_the_terminal_stops_after_the_current_experiment(tmp_path):
