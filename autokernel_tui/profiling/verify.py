@@ -695,6 +695,8 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
         models["compile"] = torch.compile(copy.deepcopy(original))
     times = _time_steps(list(models.values()), bundle.inputs, iters, warmup, bundle.device)
     stats = {name: _stats(t) for name, t in zip(models, times)}
+    prediction = _training_prediction(bundle, original, patched, stats["eager"]["median_us"],
+                                      stats["eager+kernels"]["median_us"], 3 if gpu else 1)
     for name, st in stats.items():
         for ref in ("eager", "compile"):
             if ref in stats and st["median_us"]:
@@ -708,9 +710,30 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
                      for f, b in backwards.items() if counts.get(f)},
         "correct": loss_ok and all(p["ok"] for p in params), "loss": [float(loss0), float(loss1)],
         "loss_rel_err": loss_err, "loss_tolerance": loss_tol, "gradients": params, "worst_gradient": worst,
-        "steps": stats,
+        "steps": stats, "prediction": prediction,
         "timing_method": "CUDA events, interleaved, median" if gpu else "perf_counter on the CPU: not meaningful",
     }
+
+
+def _training_prediction(bundle, original, patched, before_us: float, after_us: float, steps: int) -> dict:
+    """What the kernels alone would make of the training step, and what the measurement adds.
+
+    Predicted = measured step before - the step's device kernel time before + after (profiled,
+    forward and backward, every kernel once): it assumes the time outside kernels (Python, autograd,
+    launches the GPU waits on) does not change. The miss is exactly the change in that time."""
+    from autokernel_tui.profiling.amdahl import rank
+    from autokernel_tui.profiling.capture import profile_bundle
+
+    kernel_us = []
+    for model in (original, patched):
+        b = copy.copy(bundle)
+        b.model, b.train = model, True
+        kernel_us.append(rank(profile_bundle(b, steps=steps, warmup=1))["total_us"])
+    predicted_after = before_us - kernel_us[0] + kernel_us[1]
+    return {"kernel_us": kernel_us, "predicted_after_us": predicted_after,
+            "predicted_speedup": before_us / predicted_after if predicted_after > 0 else None,
+            "measured_speedup": before_us / after_us if after_us > 0 else None,
+            "outside_kernels_us": [before_us - kernel_us[0], after_us - kernel_us[1]]}
 
 
 def _time_steps(models: list, inputs, iters: int, warmup: int, device: str) -> list[list[float]]:
@@ -753,6 +776,14 @@ def format_training(r: dict) -> str:
     for name, st in r["steps"].items():
         vs = "  ".join(f"{x(st.get(f'speedup_vs_{b}'))} vs {b}" for b in ("eager", "compile") if b in r["steps"])
         lines.append(f"  {name:<15} {st['median_us'] / 1e3:8.3f} ms per step  {vs}")
+    p = r.get("prediction")
+    if p:
+        k0, k1 = p["kernel_us"]
+        o0, o1 = p["outside_kernels_us"]
+        lines.append(f"end to end (eager): measured {x(p['measured_speedup'])}, predicted {x(p['predicted_speedup'])} "
+                     f"from the step's kernel time {k0 / 1e3:.3f} -> {k1 / 1e3:.3f} ms; the miss is time outside "
+                     f"kernels (Python, autograd, launches), {o0 / 1e3:.3f} -> {o1 / 1e3:.3f} ms "
+                     f"({(o1 - o0) / 1e3:+.3f} ms)")
     if not r["timing_meaningful"]:
         lines.append("CPU: kernels ran in the Triton interpreter; the check is real, the timings are not.")
     return "\n".join(lines)

@@ -291,6 +291,13 @@ def test_llama_trains_on_the_shipped_backward_starters():
     assert r["correct"], format_training(r)
     assert r["backward"] == {f: "its own backward kernel" for f in families}
     assert all(p["ok"] for p in r["gradients"]) and len(r["gradients"]) > 5
+    # Issue 20: the measured step beside the prediction, the miss split out as time outside kernels.
+    p = r["prediction"]
+    assert all(k > 0 for k in p["kernel_us"]) and p["predicted_speedup"] > 0
+    before, after = r["steps"]["eager"]["median_us"], r["steps"]["eager+kernels"]["median_us"]
+    assert p["outside_kernels_us"][1] - p["outside_kernels_us"][0] == pytest.approx(after - p["predicted_after_us"])
+    assert p["measured_speedup"] == pytest.approx(before / after)
+    assert "predicted" in format_training(r) and "outside kernels" in format_training(r)
 
 
 def test_attention_custom_op_on_strided_views_compiles_and_matches(tmp_path):
