@@ -82,7 +82,7 @@ gputests)
 e2e)
     step e2e_modes 300 python3 benchmarks/e2e_modes.py --json "$R/e2e_modes.json"
     for m in gpt2 llama; do  # a training step with the forward and backward starters, beside eager and compile
-        step "train_$m" 120 python3 -m autokernel_tui verify --kernels kernels --model "$m" --train \
+        step "train_$m" 280 python3 -m autokernel_tui verify --kernels kernels --model "$m" --train \
             $([ $m = llama ] && echo --layers 2 --batch 1 --seq 4096 || echo --batch 8 --seq 1024) --json "$R/train_$m.json"
     done
     if [ "${2:-}" = bwd ]; then  # and the nine backward starters' gradient checks at full shapes

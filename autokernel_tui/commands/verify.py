@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a training step (forward + backward) instead of inference: the loss and every "
                              "parameter's gradient checked, the step timed")
     parser.add_argument("--modes", metavar="M,M",
-                        help="inference modes to measure: eager, eager+kernels, compile, compile+kernels, cudagraphs, "
+                        help="modes to measure (inference, or with --train the training step): eager, eager+kernels, compile, compile+kernels, cudagraphs, "
                              "cudagraphs+kernels (default: all on a GPU, none on the CPU)")
     parser.add_argument("--no-select", action="store_true",
                         help="skip choosing which kernels to ship (on a GPU, each kernel is timed alone inside the "

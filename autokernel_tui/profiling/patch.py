@@ -219,6 +219,11 @@ def as_custom_op(family: str, fn: Callable, backward: Backward | None = None) ->
     op = torch.library.custom_op(name, op_impl, mutates_args=())
     op.register_fake(fake)
     if backward is not None:
+        # A backward kernel is an op of its own: a compiled graph traces the backward with fake
+        # tensors, which a Triton launch cannot take (the autograd-through-the-reference path is
+        # plain torch ops, traced as they are).
+        bwd_op = _backward_op(name, params, backward) if backward.kernel is not None else None
+
         def setup_context(ctx, inputs, output):
             ctx.layout = [isinstance(t, torch.Tensor) for t in inputs]
             ctx.others = [None if isinstance(t, torch.Tensor) else t for t in inputs]
@@ -227,12 +232,45 @@ def as_custom_op(family: str, fn: Callable, backward: Backward | None = None) ->
         def op_backward(ctx, grad_out):
             saved = iter(ctx.saved_tensors)
             args = tuple(next(saved) if is_t else other for is_t, other in zip(ctx.layout, ctx.others))
+            if bwd_op is not None:
+                got = iter(bwd_op(*args, grad_out))
+                return tuple((g if t.is_floating_point() else None) if is_t else None
+                             for is_t, t, g in ((is_t, t, next(got) if is_t else None)
+                                                for is_t, t in zip(ctx.layout, args)))
             needs = [is_t and t.requires_grad or is_t for is_t, t in zip(ctx.layout, args)]
             grads = backward.grads(args, [bool(n) for n in needs], grad_out)
             return tuple(g if is_t else None for g, is_t in zip(grads, ctx.layout))
 
         op.register_autograd(op_backward, setup_context=setup_context)
     _OPS[name] = op
+    return op
+
+
+def _backward_op(forward_name: str, params, backward: Backward) -> Callable:
+    """The family's backward kernel as a custom op: the forward's parameters and grad_out in, one
+    packed gradient per tensor parameter out (an empty one where there is none: integer inputs)."""
+    tensors = [i for i, (_, t) in enumerate(params) if t is torch.Tensor]
+
+    def bwd_impl(*args):
+        *inputs, grad_out = args
+        needs = [i in tensors and inputs[i].is_floating_point() for i in range(len(inputs))]
+        grads = backward.grads(tuple(inputs), needs, grad_out)
+        out = []
+        for i in tensors:
+            g = grads[i]
+            out.append(inputs[i].new_empty(0) if g is None else (g if g.is_contiguous() else g.contiguous()))
+        return out
+
+    bwd_impl.__signature__ = inspect.Signature(
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=t) for n, t in params]
+        + [inspect.Parameter("grad_out", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)],
+        return_annotation=list[torch.Tensor])
+    op = torch.library.custom_op(f"{forward_name}_bwd", bwd_impl, mutates_args=())
+
+    def fake(*args):
+        return [args[i].new_empty(args[i].shape if args[i].is_floating_point() else (0,)) for i in tensors]
+
+    op.register_fake(fake)
     return op
 
 

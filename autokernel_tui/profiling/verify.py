@@ -222,7 +222,7 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
 
     if train:
         return verify_training(model, kernels, batch=batch, seq=seq, dtype=dtype, device=device, layers=layers,
-                               iters=iters, warmup=warmup, families=families)
+                               iters=iters, warmup=warmup, families=families, modes=modes)
     dtype = default_dtype(dtype, device)
     say("loading the model")
     bundle = load_model(model, batch=batch, seq=seq, dtype=dtype, device=device, train=train, layers=layers)
@@ -644,10 +644,12 @@ def _train_step(model, inputs, seed: int):
 
 def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=None, device="auto",
                     layers=None, iters: int | None = None, warmup: int | None = None,
-                    families: list[str] | None = None) -> dict:
+                    families: list[str] | None = None, modes: tuple[str, ...] | None = None) -> dict:
     """Training steps of the model with and without the kernels, from the same weights and batch:
     the loss and every parameter's gradient checked (against the model's own precision noise), and
-    the step (forward + backward) timed beside eager and, on a GPU, torch.compile."""
+    the step (forward + backward) timed in each of ``modes`` (default: every mode of ``MODES`` on a
+    GPU, eager with and without the kernels on the CPU); compiled with the kernels, each kernel is a
+    custom op with its backward registered, so the compiled graph trains through it."""
     import torch
 
     from autokernel_tui.profiling.pipeline import default_dtype
@@ -677,31 +679,47 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
         noise_grads = [rel_l2(a, b) if a is not None and b is not None else 0.0 for a, b in zip(grads0, grads32)]
         del ref32
     floor = ERROR_FLOOR[dtype]
-    params = []
-    for name, a, b, noise in zip(names, grads0, grads1, noise_grads):
-        if a is None and b is None:
+    check = _StepCheck(names, loss0, grads0, noise_loss, noise_grads, floor)
+    params, loss_err, loss_tol, loss_ok = check(loss1, grads1)
+    models, results = {"eager": original, "eager+kernels": patched}, {}
+    for name in modes or (GPU_MODES if gpu else ("eager", "eager+kernels")):
+        if name not in MODES:
+            raise VerifyError(f"unknown mode {name}; modes: {', '.join(MODES)}")
+        with_kernels, compile_mode = MODES[name]
+        if compile_mode is None:
             continue
-        if a is None or b is None:
-            params.append({"name": name, "rel_l2": float("inf"), "tolerance": 0.0, "ok": False,
-                           "why": "a gradient on one side only"})
+        if compile_mode == "reduce-overhead" and not gpu:
+            results[name] = {"skipped": "CUDA graphs need a GPU"}
             continue
-        err, tol = rel_l2(b, a), max(NOISE_FACTOR * noise, floor)
-        params.append({"name": name, "rel_l2": err, "tolerance": tol,
-                       "ok": bool(torch.isfinite(b).all()) and err <= tol})
-    loss_err, loss_tol = rel_l2(loss1.reshape(1), loss0.reshape(1)), max(NOISE_FACTOR * noise_loss, floor)
-    loss_ok = bool(torch.isfinite(loss1)) and loss_err <= loss_tol
-    models = {"eager": original, "eager+kernels": patched}
-    if gpu:
-        models["compile"] = torch.compile(copy.deepcopy(original))
+        m = copy.deepcopy(original)
+        if with_kernels:
+            patch_model(m, load_kernels(kernels), families, custom_ops=True, backwards=backwards)
+        allow_recompiles()
+        m = torch.compile(m, mode=compile_mode, dynamic=False)
+        try:
+            for _ in range(3 if compile_mode == "reduce-overhead" else 1):  # compiles, records graphs
+                loss_m, grads_m = _train_step(m, bundle.inputs, 0)
+        except Exception as exc:  # a mode that does not train is a finding, not a crash of verify
+            results[name] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300], "where": where(exc)}
+            continue
+        p_m, _, _, ok_m = check(loss_m, grads_m)
+        results[name] = {"correct": ok_m and all(p["ok"] for p in p_m),
+                         "worst_gradient": max(p_m, key=_badness)["name"] if p_m else None}
+        models[name] = m
     times = _time_steps(list(models.values()), bundle.inputs, iters, warmup, bundle.device)
     stats = {name: _stats(t) for name, t in zip(models, times)}
     prediction = _training_prediction(bundle, original, patched, stats["eager"]["median_us"],
                                       stats["eager+kernels"]["median_us"], 3 if gpu else 1)
+    results["eager"] = {"correct": True}
+    results["eager+kernels"] = {"correct": loss_ok and all(p["ok"] for p in params)}
     for name, st in stats.items():
-        for ref in ("eager", "compile"):
+        results[name].update(st)
+        for ref in ("eager", "compile", "cudagraphs"):
             if ref in stats and st["median_us"]:
                 st[f"speedup_vs_{ref}"] = stats[ref]["median_us"] / st["median_us"]
-    worst = max(params, key=lambda p: p["rel_l2"] / p["tolerance"] if p["tolerance"] else float("inf"))
+                results[name][f"speedup_vs_{ref}"] = st[f"speedup_vs_{ref}"]
+    timed = [n for n in stats if results[n].get("correct")]
+    best = min(timed, key=lambda n: stats[n]["median_us"]) if timed else None
     return {
         "model": bundle.name, "device": prof_device(bundle.device), "dtype": dtype, "batch": bundle.batch,
         "seq": bundle.seq, "mode": "training step (forward + backward)", "timing_meaningful": gpu,
@@ -709,10 +727,43 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
         "backward": {f: ("its own backward kernel" if b.kernel is not None else "autograd through the reference")
                      for f, b in backwards.items() if counts.get(f)},
         "correct": loss_ok and all(p["ok"] for p in params), "loss": [float(loss0), float(loss1)],
-        "loss_rel_err": loss_err, "loss_tolerance": loss_tol, "gradients": params, "worst_gradient": worst,
-        "steps": stats, "prediction": prediction,
+        "loss_rel_err": loss_err, "loss_tolerance": loss_tol, "gradients": params,
+        "worst_gradient": max(params, key=_badness),
+        "steps": stats, "modes": results, "ship": best, "ship_reason": _ship_reason(best, results),
+        "prediction": prediction,
         "timing_method": "CUDA events, interleaved, median" if gpu else "perf_counter on the CPU: not meaningful",
     }
+
+
+def _badness(p: dict) -> float:
+    return p["rel_l2"] / p["tolerance"] if p["tolerance"] else float("inf")
+
+
+class _StepCheck:
+    """A training step's loss and every parameter's gradient against eager's, each within the model's
+    own precision noise (``NOISE_FACTOR`` times the float32 step's difference) or ``floor``."""
+
+    def __init__(self, names, loss0, grads0, noise_loss: float, noise_grads: list[float], floor: float):
+        self.names, self.loss0, self.grads0 = names, loss0, grads0
+        self.noise_loss, self.noise_grads, self.floor = noise_loss, noise_grads, floor
+
+    def __call__(self, loss, grads) -> tuple[list[dict], float, float, bool]:
+        import torch
+
+        params = []
+        for name, a, b, noise in zip(self.names, self.grads0, grads, self.noise_grads):
+            if a is None and b is None:
+                continue
+            if a is None or b is None:
+                params.append({"name": name, "rel_l2": float("inf"), "tolerance": 0.0, "ok": False,
+                               "why": "a gradient on one side only"})
+                continue
+            err, tol = rel_l2(b, a), max(NOISE_FACTOR * noise, self.floor)
+            params.append({"name": name, "rel_l2": err, "tolerance": tol,
+                           "ok": bool(torch.isfinite(b).all()) and err <= tol})
+        loss_err = rel_l2(loss.reshape(1), self.loss0.reshape(1))
+        loss_tol = max(NOISE_FACTOR * self.noise_loss, self.floor)
+        return params, loss_err, loss_tol, bool(torch.isfinite(loss)) and loss_err <= loss_tol
 
 
 def _training_prediction(bundle, original, patched, before_us: float, after_us: float, steps: int) -> dict:
@@ -774,8 +825,13 @@ def format_training(r: dict) -> str:
                  f"{len(r['gradients'])} parameter gradients within tolerance, worst {w['name']} rel L2 "
                  f"{w['rel_l2']:.1e} (tolerance {w['tolerance']:.1e})")
     for name, st in r["steps"].items():
-        vs = "  ".join(f"{x(st.get(f'speedup_vs_{b}'))} vs {b}" for b in ("eager", "compile") if b in r["steps"])
-        lines.append(f"  {name:<15} {st['median_us'] / 1e3:8.3f} ms per step  {vs}")
+        vs = "  ".join(f"{x(st.get(f'speedup_vs_{b}'))} vs {b}" for b in ("eager", "compile", "cudagraphs")
+                       if b in r["steps"])
+        check = "" if r.get("modes", {}).get(name, {}).get("correct", True) else "  gradients FAIL"
+        lines.append(f"  {name:<19} {st['median_us'] / 1e3:8.3f} ms per step  {vs}{check}")
+    for name, m in r.get("modes", {}).items():
+        if "skipped" in m or "error" in m:
+            lines.append(f"  {name:<19} {m.get('skipped') or 'failed: ' + m['error']}")
     p = r.get("prediction")
     if p:
         k0, k1 = p["kernel_us"]
@@ -784,6 +840,8 @@ def format_training(r: dict) -> str:
                      f"from the step's kernel time {k0 / 1e3:.3f} -> {k1 / 1e3:.3f} ms; the miss is time outside "
                      f"kernels (Python, autograd, launches), {o0 / 1e3:.3f} -> {o1 / 1e3:.3f} ms "
                      f"({(o1 - o0) / 1e3:+.3f} ms)")
+    if r.get("ship_reason"):
+        lines.append(f"ship: {r['ship_reason']}")
     if not r["timing_meaningful"]:
         lines.append("CPU: kernels ran in the Triton interpreter; the check is real, the timings are not.")
     return "\n".join(lines)

@@ -400,3 +400,20 @@ def test_compiled_modes_are_not_cut_off_by_the_recompile_limit():
     x = torch.randn(2, 4)
     m, res = _build_mode(model, {}, None, "default", (x,), model(x).detach(), 1e-4, warmup=1)
     assert res["correct"] and torch._dynamo.config.recompile_limit >= RECOMPILE_LIMIT
+
+
+def test_a_compiled_model_trains_through_the_kernels_and_their_backward_ops():
+    # Issue 20/21: under torch.compile each kernel is a custom op whose backward kernel is an op of its
+    # own (the compiled graph traces the backward with fake tensors, which a Triton launch cannot take);
+    # integer inputs (cross-entropy's targets) get no gradient.
+    from autokernel_tui.profiling.verify import format_training, verify
+
+    r = verify("llama-tiny", kernel_paths(starters_dir(), ["rmsnorm", "cross_entropy"]), batch=1, seq=8,
+               dtype="float32", device="cpu", train=True, layers=1, iters=1,
+               modes=("eager", "eager+kernels", "compile+kernels", "cudagraphs+kernels"))
+    modes = r["modes"]
+    assert modes["compile+kernels"]["correct"] is True and modes["compile+kernels"]["median_us"] > 0, modes
+    assert modes["cudagraphs+kernels"] == {"skipped": "CUDA graphs need a GPU"}
+    assert r["ship"] in ("eager", "eager+kernels", "compile+kernels") and r["ship"] in r["ship_reason"]
+    text = format_training(r)
+    assert "compile+kernels" in text and "CUDA graphs need a GPU" in text
