@@ -222,7 +222,7 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
 
     if train:
         return verify_training(model, kernels, batch=batch, seq=seq, dtype=dtype, device=device, layers=layers,
-                               iters=iters, warmup=warmup, families=families, modes=modes)
+                               iters=iters, warmup=warmup, families=families, modes=modes, select=select)
     dtype = default_dtype(dtype, device)
     say("loading the model")
     bundle = load_model(model, batch=batch, seq=seq, dtype=dtype, device=device, train=train, layers=layers)
@@ -450,27 +450,40 @@ SELECT_MIN_GAIN = 0.002
 
 def select_kernels(original, kernels: dict[str, Path], patched: dict[str, int], inputs, reference_out, tol: float,
                    device: str, mode: str, iters: int, warmup: int, progress=None) -> dict:
-    """Which kernels to ship in ``mode`` (a mode without kernels: "eager", "compile" or "cudagraphs").
+    """Which kernels to ship in ``mode`` (a mode without kernels: "eager", "compile" or "cudagraphs"),
+    for the model's forward pass (``choose`` says how)."""
+    compile_mode = MODES[mode][1]
+
+    def build(fs: list[str]):
+        return _build_mode(original, {f: kernels[f] for f in fs}, fs or None, compile_mode, inputs, reference_out,
+                           tol, warmup)
+
+    return choose([f for f, n in patched.items() if n and f in kernels], build,
+                  lambda models: _time(models, inputs, iters, 0, device), mode, progress)
+
+
+def choose(fams: list[str], build, time_models, mode: str, progress=None) -> dict:
+    """The kernels to ship in ``mode``: ``build(families)`` makes the model in that mode with those
+    kernels (none: the mode as it is) as (model or None, {"correct": ...}); ``time_models(models)``
+    times them interleaved.
 
     A kernel that is faster alone can still lose inside a model: a compiled graph fuses the op it
-    replaces into its neighbours, and an eager model pays each launch's host cost. So each patched
-    family is timed in the model alone (the mode with that family only, interleaved with the mode
-    without kernels), the families that gain more than ``SELECT_MIN_GAIN`` are kept, and the kept set
-    is timed against the mode without kernels and with all of them: the fastest correct one ships."""
+    replaces into its neighbours, and an eager model pays each launch's host cost. So each family is
+    timed in the model alone (interleaved with the mode without kernels), the families that gain more
+    than ``SELECT_MIN_GAIN`` are kept, and the kept set is timed against the mode without kernels and
+    with all of them: the fastest correct one ships."""
     from autokernel_tui.progress import nothing
 
     say = progress or nothing
-    compile_mode = MODES[mode][1]
-    fams = [f for f, n in patched.items() if n and f in kernels]
-    base, _ = _build_mode(original, {}, None, compile_mode, inputs, reference_out, tol, warmup)
+    base, _ = build([])
     if base is None:
         return {"mode": mode, "error": f"{mode} does not run without kernels"}
     alone: dict[str, dict] = {}
     for i, f in enumerate(fams):
         say(f"choosing kernels in {mode}: {f} alone", i, len(fams) + 1, None)
-        m, res = _build_mode(original, {f: kernels[f]}, [f], compile_mode, inputs, reference_out, tol, warmup)
+        m, res = build([f])
         if m is not None:
-            t_base, t_f = _time([base, m], inputs, iters, 0, device)
+            t_base, t_f = time_models([base, m])
             res.update(_stats(t_f), base_median_us=_stats(t_base)["median_us"])
             res["speedup"] = res["base_median_us"] / res["median_us"]
         alone[f] = res
@@ -486,13 +499,12 @@ def select_kernels(original, kernels: dict[str, Path], patched: dict[str, int], 
     for name, fs in sets.items():
         if name == "none":
             continue
-        m, res = _build_mode(original, {f: kernels[f] for f in fs}, fs, compile_mode, inputs, reference_out, tol,
-                             warmup)
+        m, res = build(fs)
         results[name] = {**res, "families": fs}
         if m is not None:
             built[name] = m
     names = list(built)
-    for n, t in zip(names, _time([built[n] for n in names], inputs, iters, 0, device)):
+    for n, t in zip(names, time_models([built[n] for n in names])):
         results[n].update(_stats(t))
     ok = [n for n in names if results[n].get("correct")]
     best = min(ok, key=lambda n: results[n]["median_us"])
@@ -644,7 +656,8 @@ def _train_step(model, inputs, seed: int):
 
 def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=None, device="auto",
                     layers=None, iters: int | None = None, warmup: int | None = None,
-                    families: list[str] | None = None, modes: tuple[str, ...] | None = None) -> dict:
+                    families: list[str] | None = None, modes: tuple[str, ...] | None = None,
+                    select: bool = False) -> dict:
     """Training steps of the model with and without the kernels, from the same weights and batch:
     the loss and every parameter's gradient checked (against the model's own precision noise), and
     the step (forward + backward) timed in each of ``modes`` (default: every mode of ``MODES`` on a
@@ -682,6 +695,11 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
     check = _StepCheck(names, loss0, grads0, noise_loss, noise_grads, floor)
     params, loss_err, loss_tol, loss_ok = check(loss1, grads1)
     models, results = {"eager": original, "eager+kernels": patched}, {}
+
+    def build(fs: list[str], compile_mode: str | None):
+        return _build_train_mode(original, {f: kernels[f] for f in fs}, fs or None, backwards, compile_mode,
+                                 bundle.inputs, check)
+
     for name in modes or (GPU_MODES if gpu else ("eager", "eager+kernels")):
         if name not in MODES:
             raise VerifyError(f"unknown mode {name}; modes: {', '.join(MODES)}")
@@ -691,21 +709,10 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
         if compile_mode == "reduce-overhead" and not gpu:
             results[name] = {"skipped": "CUDA graphs need a GPU"}
             continue
-        m = copy.deepcopy(original)
-        if with_kernels:
-            patch_model(m, load_kernels(kernels), families, custom_ops=True, backwards=backwards)
-        allow_recompiles()
-        m = torch.compile(m, mode=compile_mode, dynamic=False)
-        try:
-            for _ in range(3 if compile_mode == "reduce-overhead" else 1):  # compiles, records graphs
-                loss_m, grads_m = _train_step(m, bundle.inputs, 0)
-        except Exception as exc:  # a mode that does not train is a finding, not a crash of verify
-            results[name] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300], "where": where(exc)}
-            continue
-        p_m, _, _, ok_m = check(loss_m, grads_m)
-        results[name] = {"correct": ok_m and all(p["ok"] for p in p_m),
-                         "worst_gradient": max(p_m, key=_badness)["name"] if p_m else None}
-        models[name] = m
+        wanted = [f for f in kernels if families is None or f in families]
+        m, results[name] = build(wanted if with_kernels else [], compile_mode)
+        if m is not None:
+            models[name] = m
     times = _time_steps(list(models.values()), bundle.inputs, iters, warmup, bundle.device)
     stats = {name: _stats(t) for name, t in zip(models, times)}
     prediction = _training_prediction(bundle, original, patched, stats["eager"]["median_us"],
@@ -720,6 +727,13 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
                 results[name][f"speedup_vs_{ref}"] = st[f"speedup_vs_{ref}"]
     timed = [n for n in stats if results[n].get("correct")]
     best = min(timed, key=lambda n: stats[n]["median_us"]) if timed else None
+    selection, reason = None, _ship_reason(best, results)
+    if select and gpu and best:  # on the CPU the times mean nothing to choose by
+        compile_mode = MODES[best][1]
+        base_mode = {None: "eager", "default": "compile", "reduce-overhead": "cudagraphs"}[compile_mode]
+        selection = choose([f for f, n in counts.items() if n], lambda fs: build(fs, compile_mode),
+                           lambda ms: _time_steps(ms, bundle.inputs, iters, 0, bundle.device), base_mode)
+        reason = _selection_reason(selection) or reason
     return {
         "model": bundle.name, "device": prof_device(bundle.device), "dtype": dtype, "batch": bundle.batch,
         "seq": bundle.seq, "mode": "training step (forward + backward)", "timing_meaningful": gpu,
@@ -729,10 +743,34 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
         "correct": loss_ok and all(p["ok"] for p in params), "loss": [float(loss0), float(loss1)],
         "loss_rel_err": loss_err, "loss_tolerance": loss_tol, "gradients": params,
         "worst_gradient": max(params, key=_badness),
-        "steps": stats, "modes": results, "ship": best, "ship_reason": _ship_reason(best, results),
+        "steps": stats, "modes": results, "ship": best, "ship_reason": reason, "selection": selection,
         "prediction": prediction,
         "timing_method": "CUDA events, interleaved, median" if gpu else "perf_counter on the CPU: not meaningful",
     }
+
+
+def _build_train_mode(original, kernels: dict, families, backwards: dict, compile_mode: str | None, inputs,
+                      check: "_StepCheck"):
+    """A copy of ``original`` that trains with ``kernels`` (each with its Backward; none: the model as it
+    is), compiled in ``compile_mode`` (None: eager), warmed up, its step checked: (model or None, result)."""
+    import torch
+
+    from autokernel_tui.profiling.patch import load_kernels, patch_model
+
+    m = copy.deepcopy(original)
+    if kernels:
+        patch_model(m, load_kernels(kernels), families, custom_ops=compile_mode is not None, backwards=backwards)
+    if compile_mode is not None:
+        allow_recompiles()
+        m = torch.compile(m, mode=compile_mode, dynamic=False)
+    try:
+        for _ in range(3 if compile_mode == "reduce-overhead" else 1):  # compiles, records graphs
+            loss, grads = _train_step(m, inputs, 0)
+    except Exception as exc:  # a mode that does not train is a finding, not a crash of verify
+        return None, {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300], "where": where(exc)}
+    params, _, _, loss_ok = check(loss, grads)
+    return m, {"correct": loss_ok and all(p["ok"] for p in params),
+               "worst_gradient": max(params, key=_badness)["name"] if params else None}
 
 
 def _badness(p: dict) -> float:
