@@ -15,6 +15,28 @@ from autokernel_tui.ledger.paths import events_path, is_workspace, results_path,
 from autokernel_tui.ledger.schema import upgrade_event
 
 
+# What a task is, as the kernel list says it: a hand-written starter, a task generated from a
+# profiled model's recorded calls, one made from a KernelBench problem file, a backward task.
+STARTER, GENERATED, KERNELBENCH, BACKWARD = "starter", "generated", "kernelbench", "backward"
+
+
+def task_kinds(workspace: Path) -> dict[str, str]:
+    """{task name: kind} for the task folders under the workspace's kernels/ (unreadable ones left out)."""
+    import tomllib
+
+    out: dict[str, str] = {}
+    root = Path(workspace) / "kernels"
+    for spec in sorted(root.glob("*/task.toml")) if root.is_dir() else []:
+        try:
+            data = tomllib.loads(spec.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            continue
+        name = str(data.get("name") or spec.parent.name)
+        out[name] = (KERNELBENCH if data.get("kernelbench") else GENERATED if data.get("generated")
+                     else BACKWARD if data.get("kind") == "backward" else STARTER)
+    return out
+
+
 def run_tags(workspace: Path) -> list[str]:
     """Run tags, oldest first (by run.json / folder modification time)."""
     root = runs_dir(workspace)

@@ -135,7 +135,10 @@ class LiveScreen(FittedFooter, Screen):
         if HEADER in parts:
             self._tick()
         if KERNELS in parts:
-            self.query_one(KernelTable).show(state.kernels, state.task, state.meaningful)
+            table = self.query_one(KernelTable)
+            if any(k.name not in table.kinds for k in state.kernels):  # read once, again only for a new task
+                table.kinds = workspace_files.task_kinds(self.workspace)
+            table.show(state.kernels, state.task, state.meaningful)
             cpu = state.meaningful is False
             self.query_one(KernelTable).border_title = ("kernels by Amdahl share (CPU: vs starter)"
                                                         if cpu else "kernels by Amdahl share")
