@@ -59,5 +59,32 @@ def first_run(workspace, settings) -> bool:
     tasks = AutokernelApp(workspace, mode=FIRST_RUN, user_keys=settings.keys, first_run_info=info).run()
     if not tasks:
         return False
+    if isinstance(tasks, dict):
+        return tasks_from_model(workspace, tasks["profile"])
     init_workspace(workspace, tasks=list(tasks))
     return True
+
+
+def tasks_from_model(workspace, model: str, top: int = 5) -> bool:
+    """``profile MODEL`` then ``init --from-profile``, each in a process of its own (this one shows the
+    app and never loads torch), their output on the terminal; True once the workspace exists."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from autokernel_tui.ledger import paths
+
+    with tempfile.TemporaryDirectory(prefix="autokernel-profile-") as tmp:
+        profile = Path(tmp) / "profile.json"
+        steps = [["profile", model, "--json", str(profile)],
+                 ["init", str(workspace), "--from-profile", str(profile), "--top", str(top)]]
+        for argv in steps:
+            print(f"$ autokernel-tui {' '.join(argv)}", file=sys.stderr, flush=True)
+            done = subprocess.run([sys.executable, "-m", "autokernel_tui", *argv], stdin=subprocess.DEVNULL)
+            if done.returncode != 0:
+                print(f"autokernel-tui: `autokernel-tui {argv[0]}` failed (exit {done.returncode}); nothing "
+                      "was started. Fix the model or pick starters: run autokernel-tui here again.",
+                      file=sys.stderr)
+                return False
+    return paths.is_workspace(workspace)

@@ -10,12 +10,16 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, OptionList, Static
+from textual.widgets import Footer, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 
-class FirstRunScreen(Screen[list[str] | None]):
-    """Dismisses with the starter tasks to create, or None."""
+PROFILE_OPTION = "profile"
+
+
+class FirstRunScreen(Screen[list[str] | dict | None]):
+    """Dismisses with the starter tasks to create, ``{"profile": MODEL}`` (tasks from the user's model:
+    profiled, then its top ops at their real shapes), or None."""
 
     BINDINGS = [Binding("escape,q", "cancel", "Quit", id="quit")]
 
@@ -32,16 +36,20 @@ class FirstRunScreen(Screen[list[str] | None]):
             yield Static(Text.assemble(("Device  ", "dim"), (self.info.get("device") or "checking…", "bold")), id="fr-device")
             yield Static(Text.assemble(("Agent   ", "dim"), (self.info.get("agent") or "", "bold")))
             yield Static(Text("\nCreate a workspace here (a git repository with kernels/<task>/):", "bold"))
-            options = [Option("rmsnorm + softmax starters (the demo pair)", id="demo")]
+            options = [Option("rmsnorm + softmax starters (the demo pair)", id="demo"),
+                       Option("from my model: profile it, then tasks for its hottest ops at its real shapes…",
+                              id=PROFILE_OPTION)]
             if starters:
                 options.append(Option(f"every starter: {', '.join(starters)}", id="all"))
             options += [Option(f"only {name}", id=f"one:{name}") for name in starters]
             yield OptionList(*options, id="fr-options")
-            yield Static(Text("To start from your model instead: autokernel-tui profile MODEL, then "
-                              "autokernel-tui init --from-profile PROFILE.json", "dim"))
+            yield Input(placeholder="model: gpt2 | llama | bert (or -tiny), hf:ClassName, file.py:factory, "
+                                    "or a KernelBench file.py", id="fr-model")
+            yield Static(Text("", "dim"), id="fr-model-help")
         yield Footer()
 
     def on_mount(self) -> None:
+        self.query_one("#fr-model", Input).display = False
         self.query_one(OptionList).focus()
         if not self.info.get("device"):
             self._probe_device()
@@ -59,12 +67,30 @@ class FirstRunScreen(Screen[list[str] | None]):
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         choice = event.option.id or ""
         starters = self.info.get("starters") or []
-        if choice == "demo":
+        if choice == PROFILE_OPTION:
+            box = self.query_one("#fr-model", Input)
+            box.display = True
+            box.focus()
+            self.query_one("#fr-model-help", Static).update(Text(
+                "Enter: profile it here (autokernel-tui profile MODEL), then make tasks of its top ops "
+                "(init --from-profile --top 5). Esc: back.", "dim"))
+        elif choice == "demo":
             self.dismiss(["rmsnorm", "softmax"])
         elif choice == "all":
             self.dismiss(list(starters))
         elif choice.startswith("one:"):
             self.dismiss([choice[4:]])
 
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        model = event.value.strip()
+        if model:
+            self.dismiss({"profile": model})
+
     def action_cancel(self) -> None:
+        box = self.query_one("#fr-model", Input)
+        if box.display:  # back from the model prompt to the list
+            box.display = False
+            self.query_one("#fr-model-help", Static).update("")
+            self.query_one(OptionList).focus()
+            return
         self.dismiss(None)
