@@ -214,9 +214,10 @@ def test_the_noise_filter_passes_everything_else_and_restores_stderr(capfd):
 def test_bench_table_columns_line_up_under_their_headers():
     from autokernel_tui.commands.bench import SHAPE_COLUMNS, table
 
-    rows = [["a-very-long-shape-name-1", "bfloat16", "12345", "12000-13000", "99.10", "1.23", "0.456",
-             "1234", "12.3", "95.5", "1.2e-03"],
-            ["s", "float32", "1.00", "0.90-1.10", "2.00", "2", "-", "5", "-", "-", "0.0e+00"]]
+    rows = [["a-very-long-shape-name-1", "bfloat16", "12345", "12000-13000", "42.0", "99.10", "18.0", "1.23",
+             "0.456", "1234", "12.3", "95.5", "1.2e-03", "disturbed"],
+            ["s", "float32", "1.00", "0.90-1.10", "31.0", "2.00", "9.00", "2", "-", "5", "-", "-", "0.0e+00",
+             "host-bound"]]
     lines = table(rows)
     header = lines[0]
     for line, cells in zip(lines[1:], rows):
@@ -233,6 +234,28 @@ def test_bench_table_columns_line_up_under_their_headers():
             else:
                 assert start + len(cell) == hstart + len(name), (name, line)
             pos, hpos = start + len(cell), hstart + len(name)
+
+
+def test_bench_says_host_us_beside_device_time_and_which_shapes_are_host_bound():
+    # Issue 21: host us per call beside the device time; a shape whose host work exceeds its device
+    # time is host-bound (an eager model pays the host time); a disturbed one says so first.
+    from autokernel_tui.commands.bench import render
+    from autokernel_tui.harness.report import Report, ShapeResult
+
+    shapes = [ShapeResult(shape="small", dims={}, dtype="bfloat16", passed=True, median_us=10.0, p20_us=9.0,
+                          p80_us=11.0, host_us=42.0, baseline_us=20.0, baseline_host_us=12.0),
+              ShapeResult(shape="big", dims={}, dtype="bfloat16", passed=True, median_us=900.0, p20_us=890.0,
+                          p80_us=910.0, host_us=40.0, baseline_us=950.0, baseline_host_us=12.0),
+              ShapeResult(shape="noisy", dims={}, dtype="bfloat16", passed=True, median_us=50.0, p20_us=20.0,
+                          p80_us=90.0, host_us=30.0, disturbed="p20-p80 spread 4.50x after a retake")]
+    out = render(Report(status="PASS", task="t", device="NVIDIA H200", timing_meaningful=True, shapes=shapes))
+    lines = {ln.split()[0]: ln for ln in out.splitlines()[2:5]}
+    assert "host us" in out and "eager host" in out
+    assert lines["small"].rstrip().endswith("host-bound") and "42.0" in lines["small"]
+    assert not lines["big"].rstrip().endswith(("host-bound", "disturbed"))
+    assert lines["noisy"].rstrip().endswith("disturbed")
+    cpu = render(Report(status="PASS", task="t", device="cpu", timing_meaningful=False, shapes=shapes))
+    assert "host-bound" not in cpu  # the interpreter's host time is the computation itself
 
 
 # --- init --from-profile --top N ---------------------------------------------------------------

@@ -36,8 +36,9 @@ def _num(value) -> str:
 
 # (header, left-aligned?) for each column of the per-shape table.
 SHAPE_COLUMNS = (("shape", True), ("dtype", True), ("median us", False), ("p20-p80 us", False),
-                 ("eager us", False), ("x eager", False), ("x compile", False), ("GB/s", False),
-                 ("TFLOP/s", False), ("%roof", False), ("rel_l2", False))
+                 ("host us", False), ("eager us", False), ("eager host", False), ("x eager", False),
+                 ("x compile", False), ("GB/s", False), ("TFLOP/s", False), ("%roof", False), ("rel_l2", False),
+                 ("note", True))
 
 
 def table(rows: list[list[str]], columns=SHAPE_COLUMNS, indent: str = "  ", gap: str = "  ") -> list[str]:
@@ -53,6 +54,8 @@ def table(rows: list[list[str]], columns=SHAPE_COLUMNS, indent: str = "  ", gap:
 
 def render(report) -> str:
     """The compact text report (also used by tests)."""
+    from autokernel_tui.harness.report import caution
+
     lines = []
     head = f"{report.task}  {report.status}"
     if report.status != "PASS":
@@ -61,10 +64,16 @@ def render(report) -> str:
         head += f"   [{report.device}{'' if report.timing_meaningful else ': timings not meaningful'}]"
     lines.append(head)
     if report.shapes:
+        # host us: the host's work per call with the GPU kept ahead (an eager model pays it when it
+        # exceeds the device time: "host-bound"); the interpreter's host time is the computation itself.
+        meaningful = report.timing_meaningful is not False
         rows = [[r.shape, r.dtype, _us(r.median_us),
                  f"{_us(r.p20_us)}-{_us(r.p80_us)}" if r.p20_us is not None else "-",
-                 _us(r.baseline_us), _num(r.speedup_vs_baseline), _num(r.speedup_vs_compile), _num(r.gbps),
-                 _num(r.tflops), _fmt(r.roofline_pct, ".1f"), _fmt(r.rel_l2_err, ".1e")] for r in report.shapes]
+                 _us(r.host_us) if meaningful else "-", _us(r.baseline_us),
+                 _us(r.baseline_host_us) if meaningful else "-", _num(r.speedup_vs_baseline),
+                 _num(r.speedup_vs_compile), _num(r.gbps), _num(r.tflops), _fmt(r.roofline_pct, ".1f"),
+                 _fmt(r.rel_l2_err, ".1e"),
+                 caution(r.disturbed, r.host_us, r.median_us) if meaningful else ""] for r in report.shapes]
         lines.extend(table(rows))
     s = report.summary
     if s is not None:

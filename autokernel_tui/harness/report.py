@@ -141,3 +141,14 @@ class Comparison:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Comparison":
         return cls(**_pick(cls, data))
+
+
+def caution(disturbed: str | None, host_us: float | None, median_us: float | None) -> str:
+    """Why a shape's time should be read with care, one word: "disturbed" (its spread stayed wide after
+    a retake, so it is left out of the summary), "host-bound" (the host's launch work per call exceeds
+    the kernel's device time, so an eager model pays the host time, the as-called figure), or ""."""
+    if disturbed:
+        return "disturbed"
+    if host_us and median_us and host_us > median_us:
+        return "host-bound"
+    return ""

@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from autokernel_tui.harness.report import caution
 from autokernel_tui.tui import formatting as fmt
 
 STAGES = ("static", "smoke", "shapes", "stability", "determinism", "timing")
@@ -39,13 +40,11 @@ def _note(shape: dict) -> Text:
     """Why a shape's time should be read with care: a disturbed measurement (left out of the summary),
     or a host-bound call (the host's launch work per call exceeds the kernel's device time, so an
     eager model pays the host time: the as-called figure, not the median)."""
-    if shape.get("disturbed"):
-        return Text("disturbed", "#d78700")
-    host, device = fmt.to_float(shape.get("host_us")), fmt.to_float(shape.get("median_us"))
-    if host and device and host > device:
-        called = fmt.to_float(shape.get("as_called_us"))
-        return Text("host-bound" + (f" ({fmt.micros(called)} as called)" if called else ""), "#d78700")
-    return Text("")
+    word = caution(shape.get("disturbed"), fmt.to_float(shape.get("host_us")), fmt.to_float(shape.get("median_us")))
+    called = fmt.to_float(shape.get("as_called_us"))
+    if word == "host-bound" and called:
+        word += f" ({fmt.micros(called)} as called)"
+    return Text(word, "#d78700")
 
 
 def shapes_table(report: dict) -> Table:
