@@ -121,7 +121,11 @@ def test_the_newcomer_path_loses_nothing(tmp_path):
     cwd = root / "checkout"  # where the user typed the README's commands
     cwd.mkdir()
     env = clean_env(tmp_path, HOME=str(home), XDG_DATA_HOME=str(root / "data"))
-    exe = [sys.executable, "-m", "autokernel_tui"]
+    # The README's commands as typed: the installed `autokernel-tui` on PATH (python -m where the
+    # package is not installed).
+    script = Path(sys.executable).parent / "autokernel-tui"
+    env["PATH"] = f"{script.parent}{os.pathsep}{env.get('PATH', '')}"
+    exe = ["autokernel-tui"] if script.exists() else [sys.executable, "-m", "autokernel_tui"]
     tmux = Tmux("demo", env)
     ws = None
     try:
@@ -144,7 +148,7 @@ def test_the_newcomer_path_loses_nothing(tmp_path):
 
         # 3. The hint, typed back verbatim, reopens the same run.
         tmux = Tmux("hint", env)
-        tmux.start(cwd, exe + hint.group(1).split()[1:])
+        tmux.start(cwd, exe + shlex.split(hint.group(1))[1:])
         wait("the resumed demo", lambda: shown(tmux, "rmsnorm"), 120, tmux.screen)
         tmux("send-keys", "-t", "run", "q")
         wait("the quit dialog", lambda: "Stop run (s)" in tmux.screen(), 30, tmux.screen)
