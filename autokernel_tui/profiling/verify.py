@@ -515,6 +515,27 @@ def choose(fams: list[str], build, time_models, mode: str, progress=None) -> dic
             "ship_speedup": results[best]["speedup"], "min_gain": SELECT_MIN_GAIN}
 
 
+COMPILE_CALL = {"compile": "torch.compile(model)", "cudagraphs": 'torch.compile(model, mode="reduce-overhead")'}
+
+
+def ship_how(r: dict) -> str | None:
+    """How to ship what verify chose: the export command for the chosen kernels, and the calls that
+    put them in the model in the chosen mode. None when no kernel is worth shipping."""
+    sel = r.get("selection") or {}
+    if "ship_families" in sel:
+        fams, mode = sel["ship_families"], sel["mode"]
+    elif r.get("ship") and r["ship"].endswith("+kernels"):
+        fams, mode = [f for f, n in r.get("patched", {}).items() if n], r["ship"].removesuffix("+kernels")
+    else:
+        return None
+    if not fams:
+        return None
+    compiled = COMPILE_CALL.get(mode)
+    use = "my_kernels.patch(model" + (", custom_ops=True)" if compiled else ")")
+    return (f"to ship it: autokernel-tui export my_kernels --tasks {','.join(fams)}; then "
+            f"import my_kernels; {use}" + (f"; model = {compiled}" if compiled else ""))
+
+
 def _selection_reason(sel: dict) -> str | None:
     """The ship line after selection: the mode, the kernels in it, and what each left-out one measured."""
     if "error" in sel:
@@ -612,6 +633,9 @@ def format_result(r: dict) -> str:
                 state = "kept" if f in sel["ship_families"] else "left out"
                 lines.append(f"  {f:<19} {_alone(a).replace(' alone', ''):<10} {state}")
         lines.append(f"ship: {r['ship_reason']}")
+        how = ship_how(r)
+        if how:
+            lines.append(how)
     if not r["timing_meaningful"]:
         lines.append("CPU: kernels ran in the Triton interpreter; the check is real, the timings are not.")
     return "\n".join(lines)
@@ -880,6 +904,9 @@ def format_training(r: dict) -> str:
                      f"({(o1 - o0) / 1e3:+.3f} ms)")
     if r.get("ship_reason"):
         lines.append(f"ship: {r['ship_reason']}")
+        how = ship_how(r)
+        if how:
+            lines.append(how)
     if not r["timing_meaningful"]:
         lines.append("CPU: kernels ran in the Triton interpreter; the check is real, the timings are not.")
     return "\n".join(lines)

@@ -386,6 +386,12 @@ def test_selection_ships_only_the_kernels_that_make_the_model_faster(tmp_path):
                           "modes": {"eager": {"correct": True, "median_us": 1.0}}, "selection": sel,
                           "ship_reason": reason, "timing_meaningful": True})
     assert "kernels chosen in eager" in text and "layernorm" in text and "left out" in text and "kept" in text
+    assert "to ship it: autokernel-tui export my_kernels --tasks gelu; then import my_kernels; " \
+           "my_kernels.patch(model)" in text
+    from autokernel_tui.profiling.verify import ship_how
+    graphs = ship_how({"selection": {**sel, "mode": "cudagraphs"}})
+    assert graphs.endswith('my_kernels.patch(model, custom_ops=True); model = torch.compile(model, mode="reduce-overhead")')
+    assert ship_how({"selection": {**sel, "ship_families": []}}) is None and ship_how({"ship": "compile"}) is None
 
 
 def test_compiled_modes_are_not_cut_off_by_the_recompile_limit():
