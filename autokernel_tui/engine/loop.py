@@ -402,6 +402,19 @@ class Engine:
                     break
                 self._cv.wait(0.5)
 
+    def _settle(self) -> bool:
+        """Before each step of either loop: finish an interrupted experiment and any asked-for reverts.
+        False (paused on the error) when the disk or git refused."""
+        try:
+            if self._needs_recovery:
+                self._recover()
+            self._process_reverts()
+        except OSError as exc:
+            self.repo.reset_git_processes()  # a dead git helper is one cause: retry with fresh ones
+            self._pause_on_error(f"cannot record the interrupted experiment: {describe_os_error(exc)}")
+            return False
+        return True
+
     def _pause_on_error(self, message_: str) -> None:
         self._error(message_)
         with self._cv:
@@ -419,13 +432,7 @@ class Engine:
             self._wait_while_paused()
             if self._stop:  # before recovery: a stopped session leaves it to the next start
                 return "stopped by request"
-            try:
-                if self._needs_recovery:
-                    self._recover()
-                self._process_reverts()
-            except OSError as exc:
-                self.repo.reset_git_processes()  # a dead git helper is one cause: retry with fresh ones
-                self._pause_on_error(f"cannot record the interrupted experiment: {describe_os_error(exc)}")
+            if not self._settle():
                 continue
             spent = budget.spent(self.settings.run, self.record.totals(),
                                  self.prior_active_s + time.time() - self.session_started)
@@ -488,13 +495,7 @@ class Engine:
             if self._stop:
                 flight.drop_all("the session stopped while the agent was writing it", ready_too=False)
                 return "stopped by request"
-            try:
-                if self._needs_recovery:
-                    self._recover()
-                self._process_reverts()
-            except OSError as exc:
-                self.repo.reset_git_processes()
-                self._pause_on_error(f"cannot record the interrupted experiment: {describe_os_error(exc)}")
+            if not self._settle():
                 continue
             for task, kind, why in flight.take_down():  # an agent that is down, a kernel with nothing left
                 if kind == "nothing_left":

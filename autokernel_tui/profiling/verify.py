@@ -33,6 +33,11 @@ MODES: dict[str, tuple[bool, str | None]] = {
     "cudagraphs": (False, "reduce-overhead"), "cudagraphs+kernels": (True, "reduce-overhead"),
 }
 GPU_MODES = tuple(MODES)
+
+
+def without_kernels(mode: str) -> str:
+    """The mode of the same compile setting without the kernels ("cudagraphs+kernels" -> "cudagraphs")."""
+    return next(n for n, (kernels, setting) in MODES.items() if not kernels and setting == MODES[mode][1])
 CPU_MODES: tuple[str, ...] = ()  # compiling on the CPU takes minutes, and its times mean nothing
 
 
@@ -316,9 +321,8 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
     compared = compare_modes(original, kernels, families, inputs, out0, tol, bundle.device,
                              modes or (GPU_MODES if gpu else CPU_MODES), iters, warmup, say, est, inspect)
     if select and gpu and compared["ship"]:  # on the CPU the times mean nothing to choose by
-        base_mode = {None: "eager", "default": "compile", "reduce-overhead": "cudagraphs"}[MODES[compared["ship"]][1]]
         compared["selection"] = select_kernels(original, kernels, counts, inputs, out0, tol, bundle.device,
-                                               base_mode, iters, warmup, say)
+                                               without_kernels(compared["ship"]), iters, warmup, say)
         compared["ship_reason"] = _selection_reason(compared["selection"]) or compared["ship_reason"]
     return {
         "model": bundle.name, "device": prof_device(bundle.device), "dtype": dtype, "batch": bundle.batch,
@@ -744,19 +748,19 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
     results["eager"] = {"correct": True}
     results["eager+kernels"] = {"correct": loss_ok and all(p["ok"] for p in params)}
     for name, st in stats.items():
-        results[name].update(st)
         for ref in ("eager", "compile", "cudagraphs"):
             if ref in stats and st["median_us"]:
                 st[f"speedup_vs_{ref}"] = stats[ref]["median_us"] / st["median_us"]
-                results[name][f"speedup_vs_{ref}"] = st[f"speedup_vs_{ref}"]
+    for name, st in stats.items():  # after the speedups: each mode's entry holds them too
+        results[name].update(st)
     timed = [n for n in stats if results[n].get("correct")]
     best = min(timed, key=lambda n: stats[n]["median_us"]) if timed else None
     selection, reason = None, _ship_reason(best, results)
     if select and gpu and best:  # on the CPU the times mean nothing to choose by
         compile_mode = MODES[best][1]
-        base_mode = {None: "eager", "default": "compile", "reduce-overhead": "cudagraphs"}[compile_mode]
         selection = choose([f for f, n in counts.items() if n], lambda fs: build(fs, compile_mode),
-                           lambda ms: _time_steps(ms, bundle.inputs, iters, 0, bundle.device), base_mode)
+                           lambda ms: _time_steps(ms, bundle.inputs, iters, 0, bundle.device),
+                           without_kernels(best))
         reason = _selection_reason(selection) or reason
     return {
         "model": bundle.name, "device": prof_device(bundle.device), "dtype": dtype, "batch": bundle.batch,
