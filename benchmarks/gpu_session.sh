@@ -10,7 +10,7 @@
 #              54becbf) and this one back to back
 #   starters:  every shipped starter evaluated at its full default shapes in every dtype, through the
 #              sandboxed harness (`autokernel-tui bench`)
-#   quality:   kernel quality side by side (starter, eager, torch.compile, same-size copy), all ten
+#   quality:   kernel quality side by side (starter, eager, torch.compile, same-size copy), all ten or TASKS
 #   gputests:  every GPU-marked test
 #   e2e:       GPT-2 small and LLaMA-style inference in every mode (eager, compile, CUDA graphs; each
 #              with and without the starters), the kernels chosen to ship, a per-kernel profile of each
@@ -19,7 +19,7 @@
 #              gradient checks at full default shapes (issue 20)
 #
 # Usage on the device (carry .whl; for `speed` also .old):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS] | gputests | launch | e2e [bwd]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS [TASKS]] | gputests | launch | e2e [bwd]
 set -u
 part=${1:?sandbox, speed, starters, quality, gputests, launch or e2e}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -72,9 +72,9 @@ starters)
     done
     ;;
 quality)
-    kq_s=${2:-370}
+    kq_s=${2:-370}; only=(); [ -n "${3:-}" ] && only=(--tasks "$3")  # quality 120 rmsnorm: one starter
     step kernel_quality $((kq_s + 30)) python3 benchmarks/kernel_quality.py --max-seconds "$kq_s" \
-        --compile-dtypes float16,bfloat16 --json "$R/kernel_quality.json"
+        --compile-dtypes float16,bfloat16 "${only[@]}" --json "$R/kernel_quality.json"
     ;;
 gputests)
     step gpu_tests 500 python3 -m pytest -m gpu tests -q -p no:cacheprovider
