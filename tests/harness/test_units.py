@@ -182,12 +182,12 @@ def test_a_disturbed_shape_is_counted_but_never_averaged_into_a_speedup():
 
 
 def test_a_harness_refuses_to_start_from_a_process_that_initialised_cuda(monkeypatch):
-    # H200 run 8: started from a process that had called torch.cuda.is_available() (cuInit), every
+    # H200 runs 8 and 9: started from a process that had called cuInit or started NVML, every
     # sandboxed candidate CRASHed ("Invalid device id"); the runner says why instead.
     from autokernel_tui.harness import runner
 
-    assert runner.cuda_initialized_here() is False  # this CPU box: no libcuda mapped
-    monkeypatch.setattr(runner, "cuda_initialized_here", lambda: True)
+    assert runner.driver_touched_here() is None  # this CPU box: neither libcuda nor NVML mapped
+    monkeypatch.setattr(runner, "driver_touched_here", lambda: "initialised the CUDA driver itself (a test)")
     h = runner.Harness(device="cuda")
     try:
         with pytest.raises(RuntimeError, match="initialised the CUDA driver itself"):
