@@ -32,6 +32,7 @@ from autokernel_tui.harness import protocol
 from autokernel_tui.harness.worker import guards, inputs as inputs_mod, transfer
 from autokernel_tui.harness.worker.correctness import as_tuple, check_inputs_unchanged, check_structure, \
     snapshot_inputs
+from autokernel_tui.harness.worker.device import start_cuda
 from autokernel_tui.harness.worker.errors import Verdict, one_line
 from autokernel_tui.harness.worker.loading import load_module
 from autokernel_tui.harness.worker.reference import load_reference
@@ -251,30 +252,9 @@ class Contestant:
             protocol.send(fd, reply)
 
 
-def _device_count_story() -> str:
-    def ask(fn) -> str:
-        try:
-            return str(fn())
-        except Exception as exc:  # noqa: BLE001 - a diagnosis: every answer is worth printing
-            return f"{type(exc).__name__}: {exc}"
-    return ("CUDA started but torch counts no usable device: device_count() " + ask(torch.cuda.device_count)
-            + ", CUDA runtime " + ask(torch._C._cuda_getDeviceCount) + ", NVML " + ask(torch.cuda._device_count_nvml)
-            + f", CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}"
-            + f", current device {ask(torch.cuda.current_device)}; environment: "
-            + " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith(("CUDA_", "NVIDIA_", "TORCH_", "PYTORCH_"))))
-
-
 def run(sock: socket.socket, device: str) -> int:
     """The body of a freshly forked contestant: get the device ready, say so, serve."""
     if device == "cuda":
-        torch.cuda.init()
-        torch.empty(1, device="cuda")  # the context now, not in the first timed call
-        # torch counts devices through NVML first and caches the count only once CUDA is up; asked
-        # after Landlock, NVML answered 0 on the H200 when the runner's process had touched CUDA
-        # ("Invalid device id" for every candidate, run 8). Asked now, the count is cached for good.
-        try:
-            torch.cuda.get_device_properties(torch.cuda.current_device())
-        except AssertionError:  # "Invalid device id": say what each source of the count answered
-            raise RuntimeError(_device_count_story()) from None
+        start_cuda()
     protocol.send(sock.fileno(), {"ok": True, "ready": True, "pid": os.getpid()})
     return Contestant(sock, device).serve()

@@ -30,6 +30,7 @@ from autokernel_tui.harness.report import MEASURES, Report, ShapeResult, Summary
 from autokernel_tui.harness.worker import inputs as inputs_mod, transfer
 from autokernel_tui.harness.worker.baselines import BaselineCache
 from autokernel_tui.harness.worker.correctness import Errors, as_tuple, bitwise_equal, compare, precise_reference
+from autokernel_tui.harness.worker.device import start_cuda
 from autokernel_tui.harness.worker.errors import Verdict, one_line
 from autokernel_tui.harness.worker.reference import load_reference
 from autokernel_tui.harness.worker.pool import ContestantPool, ContestantProxy
@@ -73,6 +74,8 @@ class JudgeState:
         self.cuda = device == "cuda"
         self.pool = pool
         self.sandbox = sandbox
+        if self.cuda:
+            start_cuda()
         self.device_name = torch.cuda.get_device_name() if self.cuda else CPU_DEVICE_NAME
         self.timing_meaningful = self.cuda
         self.base_seed = secrets.randbits(62)
