@@ -4,6 +4,7 @@
     python3 benchmarks/quality_tables.py RUN.json --shapes --tasks matmul,softmax --dtypes bfloat16
     python3 benchmarks/quality_tables.py OLDER.json NEWER.json   # NEWER's tasks replace OLDER's
     python3 benchmarks/quality_tables.py RUN.json --targets      # every target's value, met or not
+    python3 benchmarks/quality_tables.py NEW.json --against OLD.json  # each median against OLD's, per path
     python3 benchmarks/quality_tables.py 54becbf:benchmarks/results/h200-run5/run5b/kernel_quality.json
                                          # COMMIT:PATH: a run kept only in git history (git show)
 
@@ -100,6 +101,31 @@ def target_values(data: dict, tasks: set[str], dtypes: set[str]) -> list[str]:
     return lines
 
 
+def against(new: dict, old: dict, tasks: set[str], dtypes: set[str], tolerance: float = 0.03) -> list[str]:
+    """How many of each path's medians lie within ``tolerance`` of an older run's at the same task, dtype
+    and shape, and the rows that do not (a re-measurement: the same code should land within noise)."""
+    def key(r):
+        return r["task"], r["dtype"], r["shape"]
+    before = {key(r): r for r in old["rows"]}
+    lines = [f"| path | within {tolerance:.0%} | the others (this run / the older) |", "| --- | --- | --- |"]
+    for path in PATHS:
+        inside, outside = 0, []
+        for r in new["rows"]:
+            o = before.get(key(r))
+            if (tasks and r["task"] not in tasks) or (dtypes and r["dtype"] not in dtypes) or o is None:
+                continue
+            a, b = (o["times"].get(path) or {}).get("median_us"), (r["times"].get(path) or {}).get("median_us")
+            if not a or not b:
+                continue
+            if abs(b / a - 1) <= tolerance:
+                inside += 1
+            else:
+                outside.append(f"{r['task']} {r['dtype']} {r['shape']} {b / a:.2f}x")
+        if inside or outside:
+            lines.append(f"| {path} | {inside} of {inside + len(outside)} | {', '.join(outside) or '-'} |")
+    return lines
+
+
 def upgrade(data):
     """A kernel_quality.py JSON written before issue 24 under today's keys: its ``pct_roofline``
     (``_raw``, ``geomean_``, ``worst_``) was percent already; only the name changed to ``roofline_pct``."""
@@ -131,12 +157,17 @@ def main(argv: list[str] | None = None) -> int:
     view = ap.add_mutually_exclusive_group()
     view.add_argument("--shapes", action="store_true", help="one row per shape instead of the summary")
     view.add_argument("--targets", action="store_true", help="every target's value per task and dtype, met or not")
+    view.add_argument("--against", metavar="OLDER", default=None,
+                      help="each path's medians against an older run (a file or COMMIT:PATH): how many within 3%%")
     ap.add_argument("--tasks", default="")
     ap.add_argument("--dtypes", default="")
     args = ap.parse_args(argv)
     data = merged([read_run(p) for p in args.json])
     tasks = {t for t in args.tasks.split(",") if t}
     dtypes = {d for d in args.dtypes.split(",") if d}
+    if args.against:
+        print("\n".join(against(data, read_run(args.against), tasks, dtypes)))
+        return 0
     view = shapes if args.shapes else target_values if args.targets else summary
     print("\n".join(view(data, tasks, dtypes)))
     return 0

@@ -21,9 +21,8 @@ import glob  # noqa: E402
 try:
     import torch  # noqa: E402
 
-    # Asked of the file system, not the driver: a harness started from a process that has called
-    # cuInit or started NVML (torch.cuda.is_available() does one or the other) has sandboxed workers
-    # that cannot use the GPU (H200 runs 8 and 9), and the runner refuses to start from one.
+    # Asked of the file system, not the driver: this process starts no CUDA or NVML of its own
+    # before the harness's tests start theirs.
     HAS_CUDA = bool(torch.version.cuda) and bool(glob.glob("/dev/nvidia[0-9]*"))
 except Exception:  # pragma: no cover - torch is a hard dependency
     HAS_CUDA = False
@@ -35,9 +34,6 @@ if HAS_CUDA and os.environ.get("TRITON_INTERPRET") == "1" and not os.environ.get
 
 def pytest_collection_modifyitems(config, items):
     if HAS_CUDA:
-        # The harness's tests first: a test that runs a kernel in this process starts CUDA here, and a
-        # harness is not started from such a process (see above).
-        items.sort(key=lambda item: 0 if "harness" in item.nodeid.split("/")[:2] else 1)
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine: python -m pytest -m gpu)")
     for item in items:

@@ -44,48 +44,6 @@ SANDBOX_MODES = ("auto", "bwrap", "landlock", "off")
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
 
 
-DRIVER_TOUCHED = ("this process has {what} before the harness started: its sandboxed workers then cannot use "
-                  "the GPU (every candidate CRASHed with 'Invalid device id' on the H200). Start the harness before "
-                  "touching CUDA, or from a process that does not; the autokernel-tui commands never do.")
-CUDA_ERROR_NOT_INITIALIZED = 3
-NVML_ERROR_UNINITIALIZED = 1
-
-
-def _mapped(library: str) -> bool:
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            return any(library in line for line in maps)
-    except OSError:
-        return False
-
-
-def _answers(soname: str, function: str, not_started: int) -> bool | None:
-    """Whether ``function(&count)`` of an already loaded library answers anything but ``not_started``."""
-    import ctypes
-
-    try:
-        fn = getattr(ctypes.CDLL(soname), function)
-    except (OSError, AttributeError):
-        return None
-    count = ctypes.c_uint(0)
-    return fn(ctypes.byref(count)) != not_started
-
-
-def driver_touched_here() -> str | None:
-    """What of the GPU driver this process has started, if anything (None: nothing).
-
-    H200, runs 8 and 9: a runner that had called cuInit (torch.cuda.is_available() asks the CUDA
-    runtime), or had started NVML (the same call with PYTORCH_NVML_BASED_CUDA_CHECK=1), left every
-    sandboxed contestant without the GPU; one that had only imported torch and triton was fine. Both
-    are asked without side effects: before its init, each library's device count answers "not
-    initialised"; a library never loaded here was never started here."""
-    if _mapped("libcuda.so") and _answers("libcuda.so.1", "cuDeviceGetCount", CUDA_ERROR_NOT_INITIALIZED):
-        return "initialised the CUDA driver itself (e.g. torch.cuda.is_available())"
-    if _mapped("libnvidia-ml.so") and _answers("libnvidia-ml.so.1", "nvmlDeviceGetCount_v2", NVML_ERROR_UNINITIALIZED):
-        return "started NVML (e.g. torch.cuda.is_available() with PYTORCH_NVML_BASED_CUDA_CHECK=1)"
-    return None
-
-
 def _default_memory_limit_mb() -> float:
     """Kill a contestant whose resident memory passes 75% of this machine's RAM."""
     try:
@@ -234,9 +192,6 @@ class Harness:
         return [], env, f"no bwrap ({why_not}); secrets kept out of the environment", True, read_roots
 
     def _start(self) -> None:
-        touched = driver_touched_here() if self.device in ("cuda", "auto") else None
-        if touched:
-            raise RuntimeError(DRIVER_TOUCHED.format(what=touched))
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
         prefix, env, description, landlock, read_roots = self._launch_plan()

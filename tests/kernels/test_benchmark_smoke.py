@@ -179,6 +179,18 @@ def test_quality_tables_targets_show_met_values_too():
     assert "| rmsnorm | bfloat16 | vs torch.compile, slowest shape (x) | 0.98x | 1 | missed |" in lines
 
 
+def test_quality_tables_against_counts_each_path_within_three_percent():
+    def run(starter_us, eager_us):
+        return {"rows": [{"task": "rmsnorm", "dtype": "bfloat16", "shape": s,
+                          "times": {"starter": {"median_us": a}, "eager": {"median_us": b}, "compile": None}}
+                         for s, a, b in zip(("a", "b", "c"), starter_us, eager_us)]}
+
+    lines = qt.against(run([10.2, 20.0, 70.0], [5.0, 5.0, 5.0]), run([10.0, 20.0, 10.0], [5.0, 5.1, 5.0]), set(), set())
+    assert "| starter | 2 of 3 | rmsnorm bfloat16 c 7.00x |" in lines
+    assert "| eager | 3 of 3 | - |" in lines
+    assert not any(line.startswith("| compile") for line in lines)  # nothing measured: no row
+
+
 def test_quality_tables_reads_the_runs_recorded_before_the_rename(capsys):
     """benchmarks/results/ keep kernel_quality JSON written with pct_roofline (percent then too): the
     tables docs/benchmarks.md cites still print, with the same numbers."""
