@@ -227,7 +227,8 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
 
     if train:
         return verify_training(model, kernels, batch=batch, seq=seq, dtype=dtype, device=device, layers=layers,
-                               iters=iters, warmup=warmup, families=families, modes=modes, select=select)
+                               iters=iters, warmup=warmup, families=families, modes=modes, select=select,
+                               progress=progress)
     dtype = default_dtype(dtype, device)
     say("loading the model")
     bundle = load_model(model, batch=batch, seq=seq, dtype=dtype, device=device, train=train, layers=layers)
@@ -685,19 +686,23 @@ def _train_step(model, inputs, seed: int):
 def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=None, device="auto",
                     layers=None, iters: int | None = None, warmup: int | None = None,
                     families: list[str] | None = None, modes: tuple[str, ...] | None = None,
-                    select: bool = False) -> dict:
+                    select: bool = False, progress=None) -> dict:
     """Training steps of the model with and without the kernels, from the same weights and batch:
     the loss and every parameter's gradient checked (against the model's own precision noise), and
     the step (forward + backward) timed in each of ``modes`` (default: every mode of ``MODES`` on a
     GPU, eager with and without the kernels on the CPU); compiled with the kernels, each kernel is a
-    custom op with its backward registered, so the compiled graph trains through it."""
+    custom op with its backward registered, so the compiled graph trains through it. ``progress`` hears
+    each stage by name (a compiled mode's first steps compile a forward and a backward graph: minutes)."""
     import torch
 
+    from autokernel_tui.progress import nothing
     from autokernel_tui.profiling.pipeline import default_dtype
     from autokernel_tui.profiling.patch import load_kernels, patch_model
     from autokernel_tui.profiling.zoo import load_model
 
+    say = progress or nothing
     dtype = default_dtype(dtype, device)
+    say("loading the model")
     bundle = load_model(model, batch=batch, seq=seq, dtype=dtype, device=device, train=True, layers=layers)
     gpu = bundle.device.startswith("cuda")
     iters = iters or (20 if gpu else 2)
@@ -709,6 +714,7 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
     if not any(counts.values()):
         raise VerifyError(f"none of the kernels ({', '.join(sorted(kernels))}) has a patch site in {model}")
     names = [n for n, _ in original.named_parameters()]
+    say("checking the loss and every gradient against the model's own (eager) step")
     loss0, grads0 = _train_step(original, bundle.inputs, 0)
     loss1, grads1 = _train_step(patched, bundle.inputs, 0)
     noise_loss, noise_grads = 0.0, [0.0] * len(names)
@@ -728,7 +734,8 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
         return _build_train_mode(original, {f: kernels[f] for f in fs}, fs or None, backwards, compile_mode,
                                  bundle.inputs, check)
 
-    for name in modes or (GPU_MODES if gpu else ("eager", "eager+kernels")):
+    wanted_modes = list(modes or (GPU_MODES if gpu else ("eager", "eager+kernels")))
+    for k, name in enumerate(wanted_modes):
         if name not in MODES:
             raise VerifyError(f"unknown mode {name}; modes: {', '.join(MODES)}")
         with_kernels, compile_mode = MODES[name]
@@ -738,9 +745,11 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
             results[name] = {"skipped": "CUDA graphs need a GPU"}
             continue
         wanted = [f for f in kernels if families is None or f in families]
+        say(f"mode {name}: compiling the training step and checking its gradients", k, len(wanted_modes))
         m, results[name] = build(wanted if with_kernels else [], compile_mode)
         if m is not None:
             models[name] = m
+    say(f"timing {len(models)} modes' training steps, interleaved ({iters} each)")
     times = _time_steps(list(models.values()), bundle.inputs, iters, warmup, bundle.device)
     stats = {name: _stats(t) for name, t in zip(models, times)}
     prediction = _training_prediction(bundle, original, patched, stats["eager"]["median_us"],
@@ -760,7 +769,7 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
         compile_mode = MODES[best][1]
         selection = choose([f for f, n in counts.items() if n], lambda fs: build(fs, compile_mode),
                            lambda ms: _time_steps(ms, bundle.inputs, iters, 0, bundle.device),
-                           without_kernels(best))
+                           without_kernels(best), progress)
         reason = _selection_reason(selection) or reason
     return {
         "model": bundle.name, "device": prof_device(bundle.device), "dtype": dtype, "batch": bundle.batch,

@@ -267,9 +267,14 @@ def test_a_patched_model_trains_with_its_own_backward_kernel_and_a_wrong_one_fai
 
     good = tmp_path / "good"
     _backward_task(good, BACKWARD_GOOD)
+    heard = []
     r = verify("llama-tiny", kernel_paths(good, ["rmsnorm"]), batch=1, seq=8, dtype="float32", device="cpu",
-               train=True, layers=1, iters=1)
+               train=True, layers=1, iters=1, progress=lambda stage, *rest: heard.append(stage),
+               modes=("eager", "eager+kernels", "compile+kernels"))
     assert r["correct"], format_training(r)
+    # H200 run 9: a training verify said "starting" for minutes while it compiled; each stage is named.
+    assert heard[0] == "loading the model" and any(h.startswith("checking the loss") for h in heard)
+    assert any(h.startswith("mode compile+kernels: compiling") for h in heard) and heard[-1].startswith("timing")
     assert r["backward"] == {"rmsnorm": "its own backward kernel"}
     assert all(p["ok"] for p in r["gradients"]) and len(r["gradients"]) > 3
     assert "PASS" in format_training(r) and "eager+kernels" in r["steps"]
