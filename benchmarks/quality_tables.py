@@ -120,7 +120,8 @@ def against(new: dict, old: dict, tasks: set[str], dtypes: set[str], tolerance: 
             if abs(b / a - 1) <= tolerance:
                 inside += 1
             else:
-                outside.append(f"{r['task']} {r['dtype']} {r['shape']} {b / a:.2f}x")
+                why = (r["times"][path] or {}).get("caution")  # kernel_quality.py's own doubt, when it had one
+                outside.append(f"{r['task']} {r['dtype']} {r['shape']} {b / a:.2f}x" + (f" ({why})" if why else ""))
         if inside or outside:
             lines.append(f"| {path} | {inside} of {inside + len(outside)} | {', '.join(outside) or '-'} |")
     return lines

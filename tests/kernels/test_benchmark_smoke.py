@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from autokernel_tui.harness.worker import timing
+from autokernel_tui.harness.report import caution as report_caution
 from benchmarks import kernel_quality as kq, quality_tables as qt
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,6 +80,21 @@ def test_kernel_quality_times_every_call_on_fresh_inputs_the_same_for_every_path
     assert all(not torch.equal(x, y) for i, x in enumerate(timed) for y in timed[i + 1:])
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert kq.time_fresh is timing.time_fresh and kq.compile_reference is timing.compile_reference
+
+
+def test_kernel_quality_says_which_times_to_doubt_as_the_harness_does():
+    # H200 run 9: four rmsnorm rows read 1.6-7.3x run 6k's with a p80/p20 of ~2 and nothing said so.
+    assert kq.caution is report_caution and kq.DISTURBED_SPREAD == timing.DISTURBED_SPREAD
+    roof = {"bandwidth_gbps": 4000.0}
+    row = {"bound": "memory", "dtype": "bfloat16", "bytes": 1e8, "flops": 1, "notes": [], "times": {
+        "starter": {"median_us": 247.6, "p20_us": 163.4, "p80_us": 318.2, "host_us": 40.0, "caution": "disturbed"},
+        "eager": {"median_us": 40.3, "p20_us": 40.0, "p80_us": 41.0, "host_us": 9.0, "caution": ""}}}
+    kq._derive(row, roof)
+    assert row["notes"] == ["starter disturbed (host 40 us per call, p20-p80 163.4-318.2 us)"]
+    old = {"rows": [{"task": "rmsnorm", "dtype": "bfloat16", "shape": "odd",
+                     "times": {"starter": {"median_us": 34.1}, "eager": {"median_us": 40.0}}}]}
+    new = {"rows": [{"task": "rmsnorm", "dtype": "bfloat16", "shape": "odd", "times": row["times"]}]}
+    assert "| starter | 0 of 1 | rmsnorm bfloat16 odd 7.26x (disturbed) |" in qt.against(new, old, set(), set())
 
 
 def test_benchmarks_have_no_timer_of_their_own():

@@ -31,11 +31,11 @@ from autokernel_tui.harness.worker import inputs as inputs_mod, transfer
 from autokernel_tui.harness.worker.baselines import BaselineCache
 from autokernel_tui.harness.worker.correctness import Errors, as_tuple, bitwise_equal, compare, precise_reference
 from autokernel_tui.harness.worker.device import start_cuda
-from autokernel_tui.harness.worker.errors import Verdict, one_line
+from autokernel_tui.harness.worker.errors import Verdict
 from autokernel_tui.harness.worker.reference import load_reference
 from autokernel_tui.harness.worker.pool import ContestantPool, ContestantProxy
-from autokernel_tui.harness.worker.timing import (CPU_REPS, L2Flusher, Samples, compile_reference, reps_for,
-                                                  time_as_called, time_fresh)
+from autokernel_tui.harness.worker.timing import (CPU_REPS, DISTURBED_SPREAD, L2Flusher, Samples, compile_reference,
+                                                  reps_for, time_as_called, time_fresh)
 from autokernel_tui.tasks.spec import Shape, TaskSpec, load_spec, owned_file_hashes
 
 CPU_DEVICE_NAME = "CPU (Triton interpreter)"
@@ -52,10 +52,6 @@ VERIFY_PER_BATCH = {"cuda": 1, "cpu": 3}  # timed reps whose fingerprints are ch
 # the measured difference travels with every comparison (``cross_check``) either way.
 EXCESS_TOL_US = 50.0
 EXCESS_TOL_FRAC = 1.0
-# A shape whose timed calls spread wider than this (p80 / p20) was disturbed (a host stall, another
-# process on the GPU): it is timed once more, and if it stays this wide it is marked, not believed.
-# (On the H200, run 6l: a disturbed rmsnorm shape read p20-p80 10.0-32.6 us where 9.8-10.9 is usual.)
-DISTURBED_SPREAD = 1.3
 # The eager reference is re-timed beside the kernel on this many calls (the cached figure is a hint).
 WINDOW_REPS = 10
 AS_CALLED_REPS = 20  # back-to-back calls whose wall time gives the "as called" figure
@@ -425,12 +421,12 @@ class Evaluation:
             row = by_key[(shape.name, dtype)]
             base = dict(self.baseline(shape, dtype))
             samples = self.time_contestant(c, shape, dtype)
-            if self.st.cuda and _spread(samples) > DISTURBED_SPREAD:  # one retake; the tighter one stands
+            if self.st.cuda and samples.spread() > DISTURBED_SPREAD:  # one retake; the tighter one stands
                 self.host_us.pop(f"{shape.name} {dtype}", None)
                 again = self.time_contestant(c, shape, dtype)
-                samples = again if _spread(again) < _spread(samples) else samples
-                if _spread(samples) > DISTURBED_SPREAD:
-                    row.disturbed = (f"p20-p80 spread {_spread(samples):.2f}x after a retake (over "
+                samples = again if again.spread() < samples.spread() else samples
+                if samples.spread() > DISTURBED_SPREAD:
+                    row.disturbed = (f"p20-p80 spread {samples.spread():.2f}x after a retake (over "
                                      f"{DISTURBED_SPREAD}x): times not to be trusted")
             if self.st.cuda:  # the eager reference beside the kernel, in the same window
                 self.time_as_called(c, shape, dtype, row)
@@ -633,11 +629,6 @@ def excess_verdict(diffs_us: list[float], per_call_us: list[float]) -> str | Non
         return (f"the judge's clock saw {-med:.1f} us per call less around the candidate's timed runs than "
                 "around the incumbent's: the harness's own steps (spin, L2 flush) were skipped")
     return None
-
-
-def _spread(samples: Samples) -> float:
-    p20, _, p80 = samples.pcts()
-    return p80 / p20 if p20 > 0 else math.inf
 
 
 def summarize(rows: list[ShapeResult]) -> Summary | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -44,6 +45,11 @@ MIN_FLUSH_BYTES = 256 << 20
 # 4096x4096 timed 45 us median, p20-p80 36-60 us, beside 22 us for eager.
 HOST_LEAD_CYCLES = 200_000
 
+# A shape whose timed calls spread wider than this (p80 / p20) was disturbed (a host stall, another
+# process on the GPU): it is timed once more, and if it stays this wide it is marked, not believed.
+# (On the H200, run 6l: a disturbed rmsnorm shape read p20-p80 10.0-32.6 us where 9.8-10.9 is usual.)
+DISTURBED_SPREAD = 1.3
+
 
 @dataclass
 class Samples:
@@ -58,6 +64,11 @@ class Samples:
 
     def pcts(self) -> tuple[float, float, float]:
         return stats.percentile(self.times_us, 20), self.median, stats.percentile(self.times_us, 80)
+
+    def spread(self) -> float:
+        """p80 / p20: above DISTURBED_SPREAD the calls were disturbed (a host stall, another process)."""
+        p20, _, p80 = self.pcts()
+        return p80 / p20 if p20 > 0 else math.inf
 
 
 class L2Flusher:
