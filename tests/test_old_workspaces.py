@@ -1,5 +1,6 @@
 """Workspaces and settings written before issue 24 (pct_roofline, peak_vram_mb, run.roofline_target)
-still load, with every number in today's unit under today's name."""
+and before results.tsv's added columns (disturbed_shapes) still load, with every number in today's unit
+under today's name and an added column read as empty."""
 
 from __future__ import annotations
 
@@ -9,11 +10,16 @@ import pytest
 
 from autokernel_tui.config import Settings, load_settings
 from autokernel_tui.errors import ConfigError
-from autokernel_tui.ledger.results import COLUMNS, HEADER, RENAMED, ResultsLog, read_rows
+from autokernel_tui.ledger.results import ADDED, COLUMNS, HEADER, RENAMED, ResultsLog, read_rows
 from tests.fakes.gpu_run import TAG, make_gpu_like_run, settings, stop_run
 
 OLD_NAMES = {new: old for old, new in RENAMED.items()}
-OLD_HEADER = "\t".join(OLD_NAMES.get(c, c) for c in COLUMNS)
+OLD_HEADER = "\t".join(OLD_NAMES.get(c, c) for c in COLUMNS if c not in ADDED)
+
+
+def _as_old(rows):
+    """Rows as an old results.tsv gives them: the added columns empty."""
+    return [{**r, **{c: None for c in ADDED}} for r in rows]
 
 
 def _old(data):
@@ -35,7 +41,8 @@ def _age(run_dir) -> None:
     results = run_dir / "results.tsv"
     header, rest = results.read_text().split("\n", 1)
     assert header == HEADER
-    results.write_text(OLD_HEADER + "\n" + rest)
+    rows = ["\t".join(line.split("\t")[:-len(ADDED)]) for line in rest.splitlines()]
+    results.write_text(OLD_HEADER + "\n" + "".join(line + "\n" for line in rows))
     for path in (run_dir / "reports").glob("*.json"):
         saved = json.loads(path.read_text())
         if "report" in saved:
@@ -79,10 +86,11 @@ def test_an_old_results_tsv_reads_under_todays_names(old_run):
 
     workspace, run_dir, before, _ = old_run
     rows = read_rows(run_dir / "results.tsv", typed=True)
-    assert rows == before  # same values, today's keys
+    assert rows == _as_old(before)  # same values, today's keys
+    assert before[0]["disturbed_shapes"] == 0  # written today: measured, none disturbed
     assert rows[0]["roofline_pct"] == pytest.approx(32.84) and rows[0]["peak_vram_mib"] == 386.0
     assert read_rows(run_dir / "results.tsv")[0]["roofline_pct"] == "32.84"
-    assert workspace_files.read_results(run_dir / "results.tsv") == before  # the TUI's reader
+    assert workspace_files.read_results(run_dir / "results.tsv") == _as_old(before)  # the TUI's reader
     assert (run_dir / "results.tsv").read_text().startswith(OLD_HEADER)  # readers never write
 
 
@@ -120,7 +128,7 @@ def test_an_old_run_resumes_in_percent(old_run):
         assert engine.orch.roofline_target_pct == 90.0 and task.status == "active"
         assert engine.snapshot()["tasks"][0]["roofline_pct"] == pytest.approx(38.27)
         assert (run_dir / "results.tsv").read_text().split("\n", 1)[0] == HEADER  # the writer upgraded it
-        assert engine.results.rows == before
+        assert engine.results.rows == _as_old(before)
         assert roofline_if_meaningful(engine.record.start_report("rmsnorm")) == start["summary"]["roofline_pct"]
     finally:
         engine.close()

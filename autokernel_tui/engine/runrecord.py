@@ -148,6 +148,7 @@ def make_row(n: int, task: str, commit: str, status: str, report: Report | None,
         "tflops": summary.tflops if summary else None, "gbps": summary.gbps if summary else None,
         "peak_vram_mib": report.peak_vram_mib if report is not None else None, "agent": spend.agent,
         "tokens": spend.tokens, "cost_usd": spend.cost_usd, "description": description,
+        "disturbed_shapes": summary.disturbed_shapes if summary else None,
     }
 
 

@@ -50,6 +50,7 @@ class ExperimentRecord:
     tokens: int | None
     cost_usd: float | None
     description: str
+    disturbed_shapes: int | None = None  # shapes whose times were not to be trusted (results.ADDED)
     ref: str = ""
     parent: str = ""
 

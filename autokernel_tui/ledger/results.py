@@ -23,7 +23,12 @@ COLUMNS = (
     "experiment", "timestamp", "task", "commit", "status", "correctness", "latency_us",
     "speedup_vs_baseline", "speedup_vs_incumbent", "ci_low", "ci_high", "roofline_pct",
     "tflops", "gbps", "peak_vram_mib", "agent", "tokens", "cost_usd", "description",
+    "disturbed_shapes",
 )
+# Columns added at the end after files were written without them (issue 21: a shape whose timed
+# calls stayed too spread out after a retake is counted here, its time left out of the speedups).
+# A row or header without them reads them as empty; the engine gives an old file today's header.
+ADDED = ("disturbed_shapes",)
 # Old name -> new name, for results.tsv headers, result rows and harness reports written before
 # the rename (issue 24). Same values, same units: these names only did not say their unit
 # (pct_roofline was already percent in results.tsv and reports; peak_vram_mb was MiB).
@@ -31,7 +36,7 @@ RENAMED = {"pct_roofline": "roofline_pct", "peak_vram_mb": "peak_vram_mib"}
 STATUSES = ("keep", "discard", "fail", "crash", "timeout", "rejected", "vetoed", "reverted")
 FLOAT_COLUMNS = ("latency_us", "speedup_vs_baseline", "speedup_vs_incumbent", "ci_low", "ci_high",
                  "roofline_pct", "tflops", "gbps", "peak_vram_mib", "cost_usd")
-INT_COLUMNS = ("experiment", "tokens")
+INT_COLUMNS = ("experiment", "tokens", "disturbed_shapes")
 HEADER = "\t".join(COLUMNS)
 
 
@@ -106,6 +111,8 @@ def parse_cells(cells: list[str], where: str, problems: list[str] | None) -> dic
     """One row's cells, typed and checked: None when the row cannot be used (wrong number of
     columns, no valid experiment number, unknown status), a bad number read as empty. Each
     problem is reported as one line starting with ``where``."""
+    if len(COLUMNS) - len(ADDED) <= len(cells) < len(COLUMNS):  # written before a column was added
+        cells = cells + [""] * (len(COLUMNS) - len(cells))
     if len(cells) != len(COLUMNS):
         badinput.report(problems, f"{where}: {len(cells)} columns, expected {len(COLUMNS)}; row skipped")
         return None
@@ -190,14 +197,15 @@ def read_rows(path: Path, typed: bool = False, problems: list[str] | None = None
         if lineno == 1:
             if line.rstrip("\r") == HEADER:
                 continue
-            if set(RENAMED.get(n, n) for n in line.rstrip("\r").split("\t")) == set(COLUMNS):
-                columns = header_columns(line)  # a header from before a rename: its names, today's meaning
+            names = [RENAMED.get(n, n) for n in line.rstrip("\r").split("\t")]
+            if set(names) | set(ADDED) == set(COLUMNS) and len(set(names)) == len(names):
+                columns = tuple(names)  # a header from before a rename or an added column: its names
                 continue
             badinput.report(problems, f"{where}: not the header line; read as a row")
         cells = line.rstrip("\r").split("\t")
         if columns != COLUMNS and len(cells) == len(columns):
             by_name = dict(zip(columns, cells))
-            cells = [by_name[c] for c in COLUMNS]
+            cells = [by_name.get(c, "") for c in COLUMNS]
         row = parse_cells(cells, where, problems)
         if row is None:
             continue
@@ -215,12 +223,16 @@ def upgrade_row(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _upgrade_header(path: Path) -> None:
-    """Give a file written before a rename today's header (only the engine, holding the workspace
-    lock, calls this). Rows are untouched: the renamed columns kept their place and unit."""
+    """Give a file written before a rename or an added column today's header (only the engine, holding
+    the workspace lock, calls this). Rows are untouched: the renamed columns kept their place and unit,
+    and a row without the added columns at its end reads them as empty."""
     data = path.read_bytes()  # bytes: a row that is not UTF-8 is the reader's to report, untouched here
     header, sep, rest = data.partition(b"\n")
     names = header.decode("utf-8", "replace").rstrip("\r").split("\t")
-    if header.decode("utf-8", "replace") != HEADER and tuple(RENAMED.get(n, n) for n in names) == COLUMNS:
+    renamed = tuple(RENAMED.get(n, n) for n in names)
+    missing = len(COLUMNS) - len(renamed)  # added columns the file was written without (at the end)
+    if header.decode("utf-8", "replace") != HEADER and 0 <= missing <= len(ADDED) \
+            and renamed + ADDED[len(ADDED) - missing:] == COLUMNS:
         write_file_atomic(path, HEADER.encode() + sep + rest)
 
 

@@ -149,7 +149,7 @@ def check_comparison(comparison: Any, what: str = "comparison") -> list[str]:
 def check_row(row: Any, typed: bool = True, what: str = "row") -> list[str]:
     """A results row: the engine's typed row (ints and floats, as in ``result`` events) or, with
     ``typed=False``, the strings of a results.tsv line."""
-    out = _keys(what, row, set(results.COLUMNS))
+    out = _keys(what, row, set(results.COLUMNS) - set(results.ADDED), set(results.ADDED))
     if out:
         return out
     if row["status"] not in results.STATUSES:
@@ -157,7 +157,7 @@ def check_row(row: Any, typed: bool = True, what: str = "row") -> list[str]:
     if row["correctness"] not in STATUSES + ("",):
         out.append(f"{what}.correctness: {row['correctness']!r} is not a harness status {STATUSES} or empty")
     for c in results.COLUMNS:
-        value = row[c]
+        value = row.get(c, "" if not typed else None)
         if not typed:
             if not isinstance(value, str):
                 out.append(f"{what}.{c}: results.tsv cells are strings, got {value!r}")

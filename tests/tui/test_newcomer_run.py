@@ -102,6 +102,23 @@ async def test_the_results_columns_fit_at_160_columns(workspace, client):
         assert "two-pass online s…" in text  # the description, the last to give, cut with an ellipsis
 
 
+async def test_a_row_with_disturbed_shapes_says_so_in_its_own_column(workspace, client):
+    # Issue 21: a shape whose times stayed too spread out is left out of the speedups and marked in
+    # the report, the row (results.tsv's disturbed_shapes) and the screen; the column appears only then.
+    from tests.tui.fakes import row
+
+    app = AutokernelApp(workspace, client=client, clock=lambda: NOW)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(ResultsTable)
+        assert "disturbed" not in [str(c.label) for c in table.ordered_columns]  # none so far: no room taken
+        client.emit({"type": "result", "row": {**row(7, "discard", speed=0.98), "disturbed_shapes": 2}})
+        await settle(pilot)
+        assert "disturbed" in [str(c.label) for c in table.ordered_columns]
+        line = next(ln for ln in screen_text(app).splitlines() if "tune warps" in ln and " 7 " in ln)
+        assert "2 shapes" in line
+
+
 async def test_80x24_keeps_help_and_quit_in_the_footer(workspace, client):
     app = AutokernelApp(workspace, client=client, clock=lambda: NOW)
     async with app.run_test(size=(80, 24)) as pilot:

@@ -48,6 +48,11 @@ class Column:
     flex: bool = False
 
 
+def _disturbed(n) -> str:
+    n = int(_NUM(n) or 0)
+    return f"{n} shape{'s' if n != 1 else ''}" if n else ""
+
+
 def _speed(key: str) -> Callable[[dict], str]:
     return lambda r: fmt.speedup(r.get(key))
 
@@ -64,11 +69,15 @@ COLUMNS = (
     Column("latency_us", "latency", lambda r: fmt.micros(r.get("latency_us")), 8, 9, justify="right"),
     Column("roofline_pct", "roof", lambda r: fmt.percent(r.get("roofline_pct")), 6, 6, justify="right"),
     Column("agent", "agent", lambda r: str(r.get("agent", "")), 7, cap=12, style=lambda r: "dim"),
+    # Shapes whose times stayed too spread out after a retake (left out of the speedups): ranked with
+    # vs inc, since it says which speedups not to trust; shown only once a row has one.
+    Column("disturbed_shapes", "disturbed", lambda r: _disturbed(r.get("disturbed_shapes")), 4, 9,
+           style=lambda r: "#ff8700"),
     Column("description", "description", lambda r: str(r.get("description", "")), 5, 16, flex=True),
 )
 BY_KEY = {c.key: c for c in COLUMNS + (SPEED_VS_START,)}
 # Columns that say nothing on a run's rows so far are left out to make room (roof on the CPU).
-SPARSE = ("ci", "latency_us", "roofline_pct", "agent")
+SPARSE = ("ci", "latency_us", "roofline_pct", "agent", "disturbed_shapes")
 EMPTY = ("", "-")
 FLEX_MIN = 8  # the description, cut, is still worth showing down to this many cells
 
