@@ -101,6 +101,49 @@ def test_gemm_multiply_leakyrelu_keeps_bias_and_epilogue(tmp_path):
     assert {"aten::addmm", "aten::mul", "aten::leaky_relu"} <= set(spec.forbidden_ops) and spec.bound == "compute"
 
 
+def test_a_generated_matmul_chain_starts_from_the_gemm_template_and_passes_the_harness(tmp_path):
+    """Issue 19: Inductor leaves mm/addmm to cuBLAS, so a Linear's chain had no starter; the GEMM template
+    writes one (a tl.dot GEMM with the bias in its epilogue, the pointwise ops as Triton kernels) that
+    passes the real harness, with its tile sizes as the tuner's knobs."""
+    from autokernel_tui.harness.runner import Harness
+    from autokernel_tui.harness.static_check import check_source
+
+    class Gemm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gemm = nn.Linear(24, 40)
+
+        def forward(self, x):
+            return F.leaky_relu(self.gemm(x) * 2.0, 0.1)
+
+    created, _ = _extract(_profile("gemm", Gemm(), [torch.randn(6, 24)]), tmp_path)
+    (task,) = _generated(created, "matmul")
+    source = (task / "kernel.py").read_text()
+    assert "NO STARTER" not in source and "_gemm(" in source and check_source(source) == []
+    spec = taskspec.load_spec(task)
+    assert set(spec.knob_space) == {"BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_WARPS", "NUM_STAGES"}
+    assert "gemm_template" in (task / "task.toml").read_text() and "gemm_template" in (task / "README.md").read_text()
+    with Harness(timeout_s=300, device="cpu") as h:
+        report = h.evaluate(task, quick=True)
+    assert report.status == "PASS", report.reason
+
+
+def test_the_gemm_template_names_the_op_it_cannot_write():
+    from autokernel_tui.profiling.gemm_template import NoTemplate, template_source
+
+    meta = {"shape": [4, 4], "stride": [4, 1], "dtype": "float32", "param": False}
+    unit = {"ops": [{"op": "aten.mm.default", "args": [{"tensor": 1}, {"tensor": 2}], "kwargs": {}, "outputs": [3]},
+                    {"op": "aten.cumsum.default", "args": [{"tensor": 3}, 0], "kwargs": {}, "outputs": [4]}],
+            "inputs": [1, 2], "outputs": [4], "tensors": {str(i): meta for i in range(1, 5)}}
+    with pytest.raises(NoTemplate, match="aten.cumsum.default has no template"):
+        template_source(unit, "t")
+    with pytest.raises(NoTemplate, match="no mm/addmm"):
+        template_source({**unit, "ops": unit["ops"][1:]}, "t")
+    mixed = {**unit, "ops": unit["ops"][:1], "outputs": [3], "tensors": {**unit["tensors"], "2": {**meta, "dtype": "bfloat16"}}}
+    with pytest.raises(NoTemplate, match="mixes"):
+        template_source(mixed, "t")
+
+
 def test_conv_attention_embedding_get_generated_tasks(tmp_path):
     class Net(nn.Module):
         def __init__(self):

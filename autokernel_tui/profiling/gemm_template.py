@@ -1,0 +1,250 @@
+"""A starter for generated matmul chains that Inductor hands to a library (issue 19: GEMM templates).
+
+Inductor writes no Triton for ``mm``/``addmm``: it calls cuBLAS (an extern kernel), so a generated
+task such as GPT-2's ``addmm -> view -> gelu -> view`` (the Linear layers: most of a transformer's
+time) had no starter at all. This module writes one as straight-line code over the recorded chain:
+the matmul a tiled ``tl.dot`` kernel with the bias added in its epilogue, each pointwise op a Triton
+elementwise kernel, views as the same views. Unfused and untuned on purpose: correct first, with its
+tile sizes as knobs for the tuner and the fusions (the pointwise ops into the GEMM's epilogue) left
+for the agent. A chain with an op outside these sets gets no template, and says which op.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autokernel_tui.profiling.replay import is_view, packet
+
+MATMULS = {"aten.mm.default", "aten.addmm.default"}
+# Pointwise ops: name -> (arity, the Triton expression over x (and y)).
+UNARY = {
+    "aten.relu.default": "tl.maximum(x, 0.0)",
+    "aten.silu.default": "x / (1.0 + tl.exp(-x))",
+    "aten.sigmoid.default": "1.0 / (1.0 + tl.exp(-x))",
+    "aten.neg.default": "-x",
+}
+BINARY = {"aten.add.Tensor": "x + y", "aten.sub.Tensor": "x - y", "aten.mul.Tensor": "x * y",
+          "aten.div.Tensor": "x / y"}
+GELU = {"none": "0.5 * x * (1.0 + _erf(x * 0.7071067811865476))",
+        "tanh": "0.5 * x * (1.0 + _tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))"}
+KNOBS = {"BLOCK_M": [32, 64, 128], "BLOCK_N": [32, 64, 128], "BLOCK_K": [32, 64], "NUM_WARPS": [4, 8],
+         "NUM_STAGES": [2, 3, 4]}
+
+
+class NoTemplate(ValueError):
+    """The chain has an op this template does not write."""
+
+
+def _t(v: Any) -> str | None:
+    return f"t{v['tensor']}" if isinstance(v, dict) and "tensor" in v else None
+
+
+def _lit(v: Any) -> str:
+    if isinstance(v, dict) and "float" in v:
+        return repr(float(v["float"]))
+    return repr(v)
+
+
+def _number(v: Any) -> float:
+    """A scalar argument folded into a kernel's expression (a finite number only)."""
+    x = float(v["float"]) if isinstance(v, dict) and "float" in v else v
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or x != x or x in (float("inf"), float("-inf")):
+        raise NoTemplate(f"the scalar {v!r} has no template")
+    return float(x)
+
+
+def _view(op: dict, name: str) -> str:
+    """A view op as the same tensor method (the static check allows no torch.ops)."""
+    a = op["args"]
+    x = _t(a[0])
+    p, kw = packet(name), op.get("kwargs", {})
+    rest = a[1:]
+    if p in ("view", "reshape", "_unsafe_view", "_reshape_alias"):
+        return f"{x}.reshape({_lit(rest[0])})"
+    if p in ("transpose", "permute", "unsqueeze", "expand", "select", "unbind", "split", "split_with_sizes",
+             "movedim", "narrow", "flatten", "unflatten", "chunk", "squeeze", "t", "as_strided", "view_as",
+             "expand_as"):
+        args = [(_t(v) or _lit(v)) for v in rest] + [f"{k}={_lit(v)}" for k, v in kw.items()]
+        method = {"split_with_sizes": "split", "view_as": "view_as"}.get(p, p)
+        return f"{x}.{method}({', '.join(args)})"
+    if p == "slice":
+        dim, start, end, step = (list(rest) + [0, None, None, 1][len(rest):])[:4]
+        lead = f"(slice(None),) * {int(dim)} + " if dim else ""
+        return f"{x}[{lead}(slice({start}, {end}, {step}),)]"
+    if p in ("detach", "alias", "lift_fresh"):
+        return x
+    if p == "contiguous":
+        return f"{x}.contiguous()"
+    raise NoTemplate(f"view {name} has no template")
+
+
+def _line(op: dict, pointwise: dict[tuple[str, bool], str]) -> str:
+    """One op of the chain as a line of kernel_fn; ``pointwise`` collects the elementwise kernels it needs."""
+    name, a, kw = op["op"], op["args"], op.get("kwargs", {})
+    outs = [f"t{o}" if o is not None else "_" for o in op["outputs"]]
+    many = packet(name) in ("split", "split_with_sizes", "unbind", "chunk")
+    lhs = ", ".join(outs) + ("," if len(outs) == 1 and many else "")
+
+    def kernel(expr: str, binary: bool) -> str:
+        return pointwise.setdefault((expr, binary), f"_pw{len(pointwise)}")
+
+    if name == "aten.mm.default":
+        rhs = f"_gemm({_t(a[0])}, {_t(a[1])}, None)"
+    elif name == "aten.addmm.default":
+        if kw.get("beta", 1) != 1 or kw.get("alpha", 1) != 1:
+            raise NoTemplate("addmm with beta or alpha other than 1 has no template")
+        rhs = f"_gemm({_t(a[1])}, {_t(a[2])}, {_t(a[0])})"
+    elif name == "aten.gelu.default":
+        rhs = f"_pointwise({kernel(GELU[kw.get('approximate', 'none')], False)}, {_t(a[0])})"
+    elif name in UNARY:
+        rhs = f"_pointwise({kernel(UNARY[name], False)}, {_t(a[0])})"
+    elif name == "aten.leaky_relu.default":
+        slope = _number(a[1] if len(a) > 1 else kw.get("negative_slope", 0.01))
+        rhs = f"_pointwise({kernel(f'tl.where(x > 0, x, x * {slope!r})', False)}, {_t(a[0])})"
+    elif name in BINARY:
+        if kw.get("alpha", 1) != 1 or len(a) > 2 or _t(a[0]) is None:
+            raise NoTemplate(f"{name} with alpha or a scalar first operand has no template")
+        if _t(a[1]) is None:  # a Python number: folded into the expression
+            rhs = f"_pointwise({kernel(BINARY[name].replace('y', repr(_number(a[1]))), False)}, {_t(a[0])})"
+        else:
+            rhs = f"_pointwise({kernel(BINARY[name], True)}, {_t(a[0])}, {_t(a[1])})"
+    elif is_view(name):
+        rhs = _view(op, name)
+    else:
+        raise NoTemplate(f"{name} has no template (matmul, gelu, leaky_relu, {', '.join(p.split('.')[1] for p in UNARY)}, "
+                         f"{', '.join(p.split('.')[1] for p in BINARY)} and views only)")
+    return f"    {lhs} = {rhs}"
+
+
+POINTWISE_KERNEL = """
+
+@triton.jit
+def {name}(X, {y}OUT, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(X + offs, mask=offs < n, other=0.0).to(tl.float32)
+{load_y}    tl.store(OUT + offs, ({expr}).to(OUT.dtype.element_ty), mask=offs < n)
+"""
+
+
+def template_source(spec: dict, name: str) -> tuple[str, dict[str, list[int]]]:
+    """kernel.py for a generated task whose chain (``spec``: reference.py's UNIT) contains a matmul, and
+    its knob space. Raises NoTemplate for a chain without a matmul or with an op it does not write."""
+    ops = spec["ops"]
+    if not any(op["op"] in MATMULS for op in ops):
+        raise NoTemplate("no mm/addmm in the chain")
+    dtypes = {m["dtype"] for m in spec["tensors"].values() if m["dtype"] in ("float16", "bfloat16", "float32")}
+    if len(dtypes) > 1:  # type promotion between operands: the template computes in its first operand's dtype
+        raise NoTemplate(f"the chain mixes {', '.join(sorted(dtypes))}")
+    pointwise: dict[tuple[str, bool], str] = {}
+    body = [_line(op, pointwise) for op in ops]
+    kernels = "".join(POINTWISE_KERNEL.format(
+        name=fn, expr=expr, y="Y, " if binary else "",
+        load_y="    y = tl.load(Y + offs, mask=offs < n, other=0.0).to(tl.float32)\n" if binary else "")
+        for (expr, binary), fn in pointwise.items())
+    outs = [f"t{t}" for t in spec["outputs"]]
+    params = ", ".join(f"t{t}" for t in spec["inputs"])
+    chain = " -> ".join(packet(op["op"]) for op in ops)
+    return TEMPLATE.format(name=name, chain=chain, params=params, body="\n".join(body), pointwise=kernels,
+                           ret=outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"), dict(KNOBS)
+
+
+TEMPLATE = '''"""Starter for generated task {name}: {chain}, from autokernel_tui/profiling/gemm_template.py.
+
+Inductor calls a library (cuBLAS) for the matmul, so this starter is a template rather than Inductor's
+Triton: the matmul is a tiled tl.dot kernel (fp32 accumulation, the bias added in its epilogue), each
+pointwise op an elementwise Triton kernel, views the recorded views. Nothing is fused yet: folding the
+pointwise ops into the GEMM's epilogue saves a round trip to memory each. Knobs: the tile sizes.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_M = 64
+BLOCK_N = 64
+BLOCK_K = 32
+NUM_WARPS = 4
+NUM_STAGES = 3
+POINTWISE_BLOCK = 1024
+
+
+@triton.jit
+def _erf(x):
+    return tl.math.erf(x)
+
+
+@triton.jit
+def _tanh(x):
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x >= 0, t, -t)
+
+
+@triton.jit
+def _gemm_kernel(A, B, C, BIAS, M, N, K, sam, sak, sbk, sbn, scm, scn, sbias,
+                 HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        kk = k0 + rk
+        a = tl.load(A + rm[:, None] * sam + kk[None, :] * sak, mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        b = tl.load(B + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        if IEEE:  # float32 inputs: full precision, as the reference (TF32 would miss its tolerance)
+            acc += tl.dot(a, b, input_precision="ieee")
+        else:
+            acc += tl.dot(a, b)
+    if HAS_BIAS:
+        acc += tl.load(BIAS + rn * sbias, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+    tl.store(C + rm[:, None] * scm + rn[None, :] * scn, acc.to(C.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _gemm(a, b, bias):
+    """a @ b (+ bias over the last dim), any strides, the output packed."""
+    m, k = a.shape
+    n = b.shape[1]
+    c = torch.empty((m, n), dtype=a.dtype, device=a.device)
+    if bias is not None and bias.dim() == 2:  # a (1, N) or (M, N) bias: only one row is supported
+        bias = bias.reshape(-1) if bias.shape[0] == 1 else None
+        if bias is None:
+            raise ValueError("a bias with more than one row is not written by this template")
+    grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, BLOCK_N))
+    _gemm_kernel[grid](a, b, c, bias if bias is not None else c, m, n, k, a.stride(0), a.stride(1),
+                       b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                       bias.stride(0) if bias is not None else 0, HAS_BIAS=bias is not None,
+                       IEEE=a.dtype == torch.float32, BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K,
+                       num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    return c
+
+
+def _broadcast(a, b):
+    """The shape two operands broadcast to (numpy's rule)."""
+    n = max(len(a), len(b))
+    a, b = [1] * (n - len(a)) + a, [1] * (n - len(b)) + b
+    return [max(i, j) if 1 in (i, j) else i for i, j in zip(a, b)]
+
+
+def _pointwise(kernel, x, y=None):
+    """One elementwise op over packed operands (broadcast first), computed in float32."""
+    if y is not None:
+        if not isinstance(y, torch.Tensor):
+            y = torch.full_like(x, y)
+        shape = _broadcast(list(x.shape), list(y.shape))
+        x, y = x.expand(shape).contiguous(), y.expand(shape).contiguous()
+    else:
+        x = x.contiguous()
+    out = torch.empty_like(x)
+    n = x.numel()
+    kernel[(triton.cdiv(n, POINTWISE_BLOCK),)](*((x, y) if y is not None else (x,)), out, n, BLOCK=POINTWISE_BLOCK)
+    return out
+{pointwise}
+
+def kernel_fn({params}):
+{body}
+    return {ret}
+'''
