@@ -1,9 +1,10 @@
-"""A starter for generated matmul chains that Inductor hands to a library (issue 19: GEMM templates).
+"""A starter for generated matmul and convolution chains that Inductor hands to a library (issue 19).
 
 Inductor writes no Triton for ``mm``/``addmm``: it calls cuBLAS (an extern kernel), so a generated
 task such as GPT-2's ``addmm -> view -> gelu -> view`` (the Linear layers: most of a transformer's
 time) had no starter at all. This module writes one as straight-line code over the recorded chain:
-the matmul a tiled ``tl.dot`` kernel with the bias added in its epilogue, each pointwise op a Triton
+the matmul a tiled ``tl.dot`` kernel with the bias added in its epilogue (a 2-D convolution the same
+as an implicit GEMM over (channel, kernel row, kernel column)), each pointwise op a Triton
 elementwise kernel, views as the same views. Unfused and untuned on purpose: correct first, with its
 tile sizes as knobs for the tuner and the fusions (the pointwise ops into the GEMM's epilogue) left
 for the agent. A chain with an op outside these sets gets no template, and says which op.
@@ -15,7 +16,7 @@ from typing import Any
 
 from autokernel_tui.profiling.replay import is_view, packet
 
-MATMULS = {"aten.mm.default", "aten.addmm.default"}
+MATMULS = {"aten.mm.default", "aten.addmm.default", "aten.convolution.default"}
 # Pointwise ops: name -> (arity, the Triton expression over x (and y)).
 UNARY = {
     "aten.relu.default": "tl.maximum(x, 0.0)",
@@ -94,6 +95,12 @@ def _line(op: dict, pointwise: dict[tuple[str, bool], str]) -> str:
         if kw.get("beta", 1) != 1 or kw.get("alpha", 1) != 1:
             raise NoTemplate("addmm with beta or alpha other than 1 has no template")
         rhs = f"_gemm({_t(a[1])}, {_t(a[2])}, {_t(a[0])})"
+    elif name == "aten.convolution.default":
+        x, w, b, stride, padding, dilation, transposed, _, groups = a[:9]
+        if transposed or groups != 1 or len(stride) != 2:
+            raise NoTemplate("convolution other than 2-D, ungrouped, not transposed has no template")
+        rhs = (f"_conv2d({_t(x)}, {_t(w)}, {_t(b)}, {tuple(stride)!r}, {tuple(padding)!r}, "
+               f"{tuple(dilation)!r})")
     elif name == "aten.gelu.default":
         rhs = f"_pointwise({kernel(GELU[kw.get('approximate', 'none')], False)}, {_t(a[0])})"
     elif name in UNARY:
@@ -131,7 +138,7 @@ def template_source(spec: dict, name: str) -> tuple[str, dict[str, list[int]]]:
     its knob space. Raises NoTemplate for a chain without a matmul or with an op it does not write."""
     ops = spec["ops"]
     if not any(op["op"] in MATMULS for op in ops):
-        raise NoTemplate("no mm/addmm in the chain")
+        raise NoTemplate("no mm/addmm/convolution in the chain")
     dtypes = {m["dtype"] for m in spec["tensors"].values() if m["dtype"] in ("float16", "bfloat16", "float32")}
     if len(dtypes) > 1:  # type promotion between operands: the template computes in its first operand's dtype
         raise NoTemplate(f"the chain mixes {', '.join(sorted(dtypes))}")
@@ -150,7 +157,7 @@ def template_source(spec: dict, name: str) -> tuple[str, dict[str, list[int]]]:
 
 TEMPLATE = '''"""Starter for generated task {name}: {chain}, from autokernel_tui/profiling/gemm_template.py.
 
-Inductor calls a library (cuBLAS) for the matmul, so this starter is a template rather than Inductor's
+Inductor calls a library (cuBLAS, cuDNN) for the matmul or convolution, so this starter is a template rather than Inductor's
 Triton: the matmul is a tiled tl.dot kernel (fp32 accumulation, the bias added in its epilogue), each
 pointwise op an elementwise Triton kernel, views the recorded views. Nothing is fused yet: folding the
 pointwise ops into the GEMM's epilogue saves a round trip to memory each. Knobs: the tile sizes.
@@ -227,6 +234,57 @@ def _broadcast(a, b):
     n = max(len(a), len(b))
     a, b = [1] * (n - len(a)) + a, [1] * (n - len(b)) + b
     return [max(i, j) if 1 in (i, j) else i for i, j in zip(a, b)]
+
+
+@triton.jit
+def _conv2d_kernel(X, W, BIAS, Y, M, C, H, WI, OC, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw,
+                   sxn, sxc, sxh, sxw, swo, swc, swh, sww, syn, syc, syh, syw, sbias,
+                   HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
+                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """Implicit GEMM: rows are output pixels (n, oh, ow), columns output channels, K is (c, kh, kw)."""
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    n = rm // (OH * OW)
+    oh = (rm % (OH * OW)) // OW
+    ow = rm % OW
+    ktot = C * KH * KW
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, ktot, BK):
+        kk = k0 + tl.arange(0, BK)
+        c = kk // (KH * KW)
+        kh = (kk % (KH * KW)) // KW
+        kw = kk % KW
+        ih = oh[:, None] * sh - ph + kh[None, :] * dh
+        iw = ow[:, None] * sw - pw + kw[None, :] * dw
+        inside = (rm[:, None] < M) & (kk[None, :] < ktot) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < WI)
+        a = tl.load(X + n[:, None] * sxn + c[None, :] * sxc + ih * sxh + iw * sxw, mask=inside, other=0.0)
+        b = tl.load(W + rn[None, :] * swo + c[:, None] * swc + kh[:, None] * swh + kw[:, None] * sww,
+                    mask=(kk[:, None] < ktot) & (rn[None, :] < OC), other=0.0)
+        if IEEE:
+            acc += tl.dot(a, b, input_precision="ieee")
+        else:
+            acc += tl.dot(a, b)
+    if HAS_BIAS:
+        acc += tl.load(BIAS + rn * sbias, mask=rn < OC, other=0.0).to(tl.float32)[None, :]
+    tl.store(Y + n[:, None] * syn + rn[None, :] * syc + oh[:, None] * syh + ow[:, None] * syw,
+             acc.to(Y.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < OC))
+
+
+def _conv2d(x, w, bias, stride, padding, dilation):
+    """A 2-D convolution (NCHW, ungrouped) as an implicit GEMM; the output packed NCHW."""
+    n, c, h, wi = x.shape
+    oc, _, kh, kw = w.shape
+    oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (wi + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    y = torch.empty((n, oc, oh, ow), dtype=x.dtype, device=x.device)
+    m = n * oh * ow
+    grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(oc, BLOCK_N))
+    _conv2d_kernel[grid](x, w, bias if bias is not None else y, y, m, c, h, wi, oc, oh, ow, kh, kw,
+                         stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1],
+                         *x.stride(), *w.stride(), *y.stride(), bias.stride(0) if bias is not None else 0,
+                         HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32,
+                         BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    return y
 
 
 def _pointwise(kernel, x, y=None):

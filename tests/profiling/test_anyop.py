@@ -128,6 +128,26 @@ def test_a_generated_matmul_chain_starts_from_the_gemm_template_and_passes_the_h
     assert report.status == "PASS", report.reason
 
 
+def test_a_generated_conv_chain_starts_from_the_implicit_gemm_and_passes_the_harness(tmp_path):
+    # Issue 19: conv + epilogue (KernelBench level 2's staple) as an implicit GEMM, strided and padded.
+    from autokernel_tui.harness.runner import Harness
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1, dilation=1)
+
+        def forward(self, x):
+            return F.relu(self.conv(x)) + 0.5
+
+    created, _ = _extract(_profile("convnet", Net(), [torch.randn(2, 3, 9, 7)]), tmp_path)
+    (task,) = _generated(created, "conv")
+    assert "_conv2d(" in (task / "kernel.py").read_text()
+    with Harness(timeout_s=300, device="cpu") as h:
+        report = h.evaluate(task, quick=True)
+    assert report.status == "PASS", report.reason
+
+
 def test_the_gemm_template_names_the_op_it_cannot_write():
     from autokernel_tui.profiling.gemm_template import NoTemplate, template_source
 
@@ -137,7 +157,7 @@ def test_the_gemm_template_names_the_op_it_cannot_write():
             "inputs": [1, 2], "outputs": [4], "tensors": {str(i): meta for i in range(1, 5)}}
     with pytest.raises(NoTemplate, match="aten.cumsum.default has no template"):
         template_source(unit, "t")
-    with pytest.raises(NoTemplate, match="no mm/addmm"):
+    with pytest.raises(NoTemplate, match="no mm/addmm/convolution"):
         template_source({**unit, "ops": unit["ops"][1:]}, "t")
     mixed = {**unit, "ops": unit["ops"][:1], "outputs": [3], "tensors": {**unit["tensors"], "2": {**meta, "dtype": "bfloat16"}}}
     with pytest.raises(NoTemplate, match="mixes"):
