@@ -16,7 +16,8 @@ from typing import Any
 
 from autokernel_tui.profiling.replay import is_view, packet
 
-MATMULS = {"aten.mm.default", "aten.addmm.default", "aten.convolution.default"}
+MATMULS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default",
+           "aten.convolution.default"}
 # Pointwise ops: name -> (arity, the Triton expression over x (and y)).
 UNARY = {
     "aten.relu.default": "tl.maximum(x, 0.0)",
@@ -95,6 +96,12 @@ def _line(op: dict, pointwise: dict[tuple[str, bool], str]) -> str:
         if kw.get("beta", 1) != 1 or kw.get("alpha", 1) != 1:
             raise NoTemplate("addmm with beta or alpha other than 1 has no template")
         rhs = f"_gemm({_t(a[1])}, {_t(a[2])}, {_t(a[0])})"
+    elif name == "aten.bmm.default":
+        rhs = f"_bmm({_t(a[0])}, {_t(a[1])})"
+    elif name == "aten.baddbmm.default":
+        if kw.get("beta", 1) != 1 or kw.get("alpha", 1) != 1:
+            raise NoTemplate("baddbmm with beta or alpha other than 1 has no template")
+        rhs = f"_pointwise({kernel(BINARY['aten.add.Tensor'], True)}, _bmm({_t(a[1])}, {_t(a[2])}), {_t(a[0])})"
     elif name == "aten.convolution.default":
         x, w, b, stride, padding, dilation, transposed, _, groups = a[:9]
         if transposed or groups != 1 or len(stride) != 2:
@@ -138,7 +145,7 @@ def template_source(spec: dict, name: str) -> tuple[str, dict[str, list[int]]]:
     its knob space. Raises NoTemplate for a chain without a matmul or with an op it does not write."""
     ops = spec["ops"]
     if not any(op["op"] in MATMULS for op in ops):
-        raise NoTemplate("no mm/addmm/convolution in the chain")
+        raise NoTemplate("no mm/addmm/bmm/baddbmm/convolution in the chain")
     dtypes = {m["dtype"] for m in spec["tensors"].values() if m["dtype"] in ("float16", "bfloat16", "float32")}
     if len(dtypes) > 1:  # type promotion between operands: the template computes in its first operand's dtype
         raise NoTemplate(f"the chain mixes {', '.join(sorted(dtypes))}")
@@ -188,11 +195,15 @@ def _tanh(x):
 
 
 @triton.jit
-def _gemm_kernel(A, B, C, BIAS, M, N, K, sam, sak, sbk, sbn, scm, scn, sbias,
+def _gemm_kernel(A, B, C, BIAS, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn, sbias,
                  HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
+    batch = tl.program_id(2)  # bmm: one matrix of the batch per grid plane (mm: a single plane)
+    A += batch * sab
+    B += batch * sbb
+    C += batch * scb
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
@@ -220,10 +231,22 @@ def _gemm(a, b, bias):
         bias = bias.reshape(-1) if bias.shape[0] == 1 else None
         if bias is None:
             raise ValueError("a bias with more than one row is not written by this template")
-    grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, BLOCK_N))
-    _gemm_kernel[grid](a, b, c, bias if bias is not None else c, m, n, k, a.stride(0), a.stride(1),
-                       b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+    grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, BLOCK_N), 1)
+    _gemm_kernel[grid](a, b, c, bias if bias is not None else c, m, n, k, 0, a.stride(0), a.stride(1),
+                       0, b.stride(0), b.stride(1), 0, c.stride(0), c.stride(1),
                        bias.stride(0) if bias is not None else 0, HAS_BIAS=bias is not None,
+                       IEEE=a.dtype == torch.float32, BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K,
+                       num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    return c
+
+
+def _bmm(a, b):
+    """a @ b for a batch of matrices, any strides, the output packed."""
+    nb, m, k = a.shape
+    n = b.shape[2]
+    c = torch.empty((nb, m, n), dtype=a.dtype, device=a.device)
+    grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, BLOCK_N), nb)
+    _gemm_kernel[grid](a, b, c, c, m, n, k, *a.stride(), *b.stride(), *c.stride(), 0, HAS_BIAS=False,
                        IEEE=a.dtype == torch.float32, BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K,
                        num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     return c

@@ -148,6 +148,23 @@ def test_a_generated_conv_chain_starts_from_the_implicit_gemm_and_passes_the_har
     assert report.status == "PASS", report.reason
 
 
+def test_batched_matmuls_get_the_template_too(tmp_path):
+    from autokernel_tui.harness.runner import Harness
+
+    class Net(nn.Module):
+        def forward(self, q, k, bias):
+            return torch.baddbmm(bias, q, k.transpose(1, 2)).relu() + torch.bmm(q, k.transpose(1, 2))
+
+    created, _ = _extract(_profile("bmm", Net(), [torch.randn(3, 5, 16), torch.randn(3, 7, 16),
+                                                  torch.randn(3, 5, 7)]), tmp_path)
+    tasks = _generated(created, "matmul")
+    assert tasks and all("_bmm(" in (t / "kernel.py").read_text() for t in tasks), [t.name for t in tasks]
+    with Harness(timeout_s=300, device="cpu") as h:
+        for task in tasks:
+            report = h.evaluate(task, quick=True)
+            assert report.status == "PASS", (task.name, report.reason)
+
+
 def test_the_gemm_template_names_the_op_it_cannot_write():
     from autokernel_tui.profiling.gemm_template import NoTemplate, template_source
 
@@ -157,7 +174,7 @@ def test_the_gemm_template_names_the_op_it_cannot_write():
             "inputs": [1, 2], "outputs": [4], "tensors": {str(i): meta for i in range(1, 5)}}
     with pytest.raises(NoTemplate, match="aten.cumsum.default has no template"):
         template_source(unit, "t")
-    with pytest.raises(NoTemplate, match="no mm/addmm/convolution"):
+    with pytest.raises(NoTemplate, match="no mm/addmm/bmm/baddbmm/convolution"):
         template_source({**unit, "ops": unit["ops"][1:]}, "t")
     mixed = {**unit, "ops": unit["ops"][:1], "outputs": [3], "tensors": {**unit["tensors"], "2": {**meta, "dtype": "bfloat16"}}}
     with pytest.raises(NoTemplate, match="mixes"):
