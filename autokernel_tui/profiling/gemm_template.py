@@ -90,17 +90,15 @@ def _line(op: dict, pointwise: dict[tuple[str, bool], str]) -> str:
     def kernel(expr: str, binary: bool) -> str:
         return pointwise.setdefault((expr, binary), f"_pw{len(pointwise)}")
 
+    if name in ("aten.addmm.default", "aten.baddbmm.default") and (kw.get("beta", 1) != 1 or kw.get("alpha", 1) != 1):
+        raise NoTemplate(f"{packet(name)} with beta or alpha other than 1 has no template")
     if name == "aten.mm.default":
         rhs = f"_gemm({_t(a[0])}, {_t(a[1])}, None)"
     elif name == "aten.addmm.default":
-        if kw.get("beta", 1) != 1 or kw.get("alpha", 1) != 1:
-            raise NoTemplate("addmm with beta or alpha other than 1 has no template")
         rhs = f"_gemm({_t(a[1])}, {_t(a[2])}, {_t(a[0])})"
     elif name == "aten.bmm.default":
         rhs = f"_bmm({_t(a[0])}, {_t(a[1])})"
     elif name == "aten.baddbmm.default":
-        if kw.get("beta", 1) != 1 or kw.get("alpha", 1) != 1:
-            raise NoTemplate("baddbmm with beta or alpha other than 1 has no template")
         rhs = f"_pointwise({kernel(BINARY['aten.add.Tensor'], True)}, _bmm({_t(a[1])}, {_t(a[2])}), {_t(a[0])})"
     elif name == "aten.convolution.default":
         x, w, b, stride, padding, dilation, transposed, _, groups = a[:9]

@@ -77,15 +77,18 @@ def test_group_norm_is_not_layernorm_and_becomes_a_generated_task(tmp_path):
     assert "aten::native_group_norm" in taskspec.load_spec(task).forbidden_ops
 
 
+class Gemm(nn.Module):
+    """KernelBench level 2's Gemm_Multiply_LeakyReLU: a Linear with its bias, then an epilogue."""
+
+    def __init__(self):
+        super().__init__()
+        self.gemm = nn.Linear(24, 40)
+
+    def forward(self, x):
+        return F.leaky_relu(self.gemm(x) * 2.0, 0.1)
+
+
 def test_gemm_multiply_leakyrelu_keeps_bias_and_epilogue(tmp_path):
-    class Gemm(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.gemm = nn.Linear(24, 40)
-
-        def forward(self, x):
-            return F.leaky_relu(self.gemm(x) * 2.0, 0.1)
-
     model, x = Gemm(), torch.randn(6, 24)
     prof = _profile("gemm", model, [x])
     created, _ = _extract(prof, tmp_path)
@@ -107,14 +110,6 @@ def test_a_generated_matmul_chain_starts_from_the_gemm_template_and_passes_the_h
     passes the real harness, with its tile sizes as the tuner's knobs."""
     from autokernel_tui.harness.runner import Harness
     from autokernel_tui.harness.static_check import check_source
-
-    class Gemm(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.gemm = nn.Linear(24, 40)
-
-        def forward(self, x):
-            return F.leaky_relu(self.gemm(x) * 2.0, 0.1)
 
     created, _ = _extract(_profile("gemm", Gemm(), [torch.randn(6, 24)]), tmp_path)
     (task,) = _generated(created, "matmul")
