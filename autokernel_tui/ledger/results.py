@@ -100,11 +100,12 @@ def typed_value(column: str, value: Any) -> Any:
     return parse_value(column, _cell(value))
 
 
-def header_columns(header: str) -> tuple[str, ...]:
-    """The columns a header line names, old names read as their new ones. A header that is not
-    a permutation of COLUMNS (none such was ever written) is read as COLUMNS, by position."""
+def header_columns(header: str) -> tuple[str, ...] | None:
+    """The columns a header line names, old names read as their new ones, when it is today's header
+    or an older one (from before a rename, or without the columns added since: ``ADDED``); None for a
+    line that is not a header."""
     names = tuple(RENAMED.get(name, name) for name in header.rstrip("\r").split("\t"))
-    return names if len(names) == len(COLUMNS) and set(names) == set(COLUMNS) else COLUMNS
+    return names if len(set(names)) == len(names) and set(names) | set(ADDED) == set(COLUMNS) else None
 
 
 def parse_cells(cells: list[str], where: str, problems: list[str] | None) -> dict[str, Any] | None:
@@ -197,9 +198,9 @@ def read_rows(path: Path, typed: bool = False, problems: list[str] | None = None
         if lineno == 1:
             if line.rstrip("\r") == HEADER:
                 continue
-            names = [RENAMED.get(n, n) for n in line.rstrip("\r").split("\t")]
-            if set(names) | set(ADDED) == set(COLUMNS) and len(set(names)) == len(names):
-                columns = tuple(names)  # a header from before a rename or an added column: its names
+            named = header_columns(line)
+            if named is not None:
+                columns = named  # a header from before a rename or an added column: its names
                 continue
             badinput.report(problems, f"{where}: not the header line; read as a row")
         cells = line.rstrip("\r").split("\t")
@@ -228,11 +229,10 @@ def _upgrade_header(path: Path) -> None:
     and a row without the added columns at its end reads them as empty."""
     data = path.read_bytes()  # bytes: a row that is not UTF-8 is the reader's to report, untouched here
     header, sep, rest = data.partition(b"\n")
-    names = header.decode("utf-8", "replace").rstrip("\r").split("\t")
-    renamed = tuple(RENAMED.get(n, n) for n in names)
-    missing = len(COLUMNS) - len(renamed)  # added columns the file was written without (at the end)
-    if header.decode("utf-8", "replace") != HEADER and 0 <= missing <= len(ADDED) \
-            and renamed + ADDED[len(ADDED) - missing:] == COLUMNS:
+    text = header.decode("utf-8", "replace")
+    names = header_columns(text)
+    # Only a header in today's order (the added columns are the last ones) keeps every row's cells in place.
+    if text != HEADER and names is not None and names == COLUMNS[:len(names)]:
         write_file_atomic(path, HEADER.encode() + sep + rest)
 
 
