@@ -138,11 +138,16 @@ def {name}(X, {y}OUT, n, BLOCK: tl.constexpr):
 """
 
 
+def applies(spec: dict) -> bool:
+    """Whether the chain has a matmul or convolution: the chains this template is for."""
+    return any(op["op"] in MATMULS for op in spec["ops"])
+
+
 def template_source(spec: dict, name: str) -> tuple[str, dict[str, list[int]]]:
     """kernel.py for a generated task whose chain (``spec``: reference.py's UNIT) contains a matmul, and
     its knob space. Raises NoTemplate for a chain without a matmul or with an op it does not write."""
     ops = spec["ops"]
-    if not any(op["op"] in MATMULS for op in ops):
+    if not applies(spec):
         raise NoTemplate("no mm/addmm/bmm/baddbmm/convolution in the chain")
     dtypes = {m["dtype"] for m in spec["tensors"].values() if m["dtype"] in ("float16", "bfloat16", "float32")}
     if len(dtypes) > 1:  # type promotion between operands: the template computes in its first operand's dtype

@@ -422,40 +422,35 @@ INDUCTOR_STARTER_LINE = "starter = \"profiling/inductor_starter (Inductor's Trit
 TEMPLATE_STARTER_LINE = "starter = \"profiling/gemm_template (a tl.dot GEMM and elementwise kernels, unfused)\""
 
 
-def write_kernel(dest: Path, name: str, spec: dict | None = None) -> tuple[str | None, str]:
-    """Write the task's kernel.py: for a chain with a matmul (whose GEMM Inductor leaves to cuBLAS),
-    the GEMM template (``profiling/gemm_template``); else Inductor's Triton for its reference; its knobs
-    appended to task.toml; else a file that says why there is none and raises. Returns (the starter or
-    None, why not)."""
+def write_kernel(dest: Path, name: str, spec: dict | None = None) -> tuple[str | None, str, str]:
+    """Write the task's kernel.py: for a chain with a matmul or convolution (which Inductor leaves to
+    cuBLAS/cuDNN), the GEMM template (``profiling/gemm_template``); else Inductor's Triton for its
+    reference; its knobs appended to task.toml; else a file that says why there is none and raises.
+    Returns (the starter or None, why not, where it came from)."""
     from autokernel_tui.profiling import gemm_template
 
-    source = None
-    if spec is not None and any(op["op"] in gemm_template.MATMULS for op in spec["ops"]):
+    source, knobs, why, origin = None, {}, "", "profiling/inductor_starter"
+    if spec is not None and gemm_template.applies(spec):
         try:
             source, knobs = gemm_template.template_source(spec, name)
-            toml = dest / "task.toml"
-            toml.write_text(toml.read_text(encoding="utf-8").replace(INDUCTOR_STARTER_LINE, TEMPLATE_STARTER_LINE),
-                            encoding="utf-8")
-            why = ""
+            origin = "profiling/gemm_template"
         except gemm_template.NoTemplate as exc:
-            template_why = str(exc)
+            why = f"the GEMM template: {exc}; Inductor: "
     if source is None:
-        source, knobs, why = _starter_source(dest)
-        if spec is not None and any(op["op"] in gemm_template.MATMULS for op in spec["ops"]) and not source:
-            why = f"the GEMM template: {template_why}; Inductor: {why}"
+        source, knobs, inductor_why = _starter_source(dest)
+        why = "" if source else why + inductor_why
+    toml = dest / "task.toml"
+    if origin == "profiling/gemm_template":
+        toml.write_text(toml.read_text(encoding="utf-8").replace(INDUCTOR_STARTER_LINE, TEMPLATE_STARTER_LINE),
+                        encoding="utf-8")
     (dest / "kernel.py").write_text(source or KERNEL_MISSING.format(name=name, why=why), encoding="utf-8")
     if source and knobs:  # the tuner's search space: the template's tiles, or Inductor's blocks, warps, stages
-        with (dest / "task.toml").open("a", encoding="utf-8") as f:
-            f.write("\n[knobs]    # the GEMM template's tile sizes (profiling/gemm_template)\n" if why == "" and
-                    TEMPLATE_STARTER_LINE in (dest / "task.toml").read_text(encoding="utf-8") else
+        with toml.open("a", encoding="utf-8") as f:
+            f.write("\n[knobs]    # the GEMM template's tile sizes (profiling/gemm_template)\n"
+                    if origin == "profiling/gemm_template" else
                     "\n[knobs]    # Inductor's choices and their neighbours (profiling/inductor_starter)\n")
             f.writelines(f"{k} = {_toml(list(v))}\n" for k, v in knobs.items())
-    return source, why
-
-
-def _origin(dest: Path) -> str:
-    return ("from profiling/gemm_template" if TEMPLATE_STARTER_LINE in (dest / "task.toml").read_text(encoding="utf-8")
-            else "from profiling/inductor_starter")
+    return source, why, origin
 
 
 def write_task(dest: Path, name: str, record: dict, unit: dict, family: str, model: str, model_dtype: str,
@@ -522,10 +517,10 @@ def write_task(dest: Path, name: str, record: dict, unit: dict, family: str, mod
     if profile_info:
         lines += ["", "[profile]"] + [f"{k} = {_toml(v)}" for k, v in profile_info.items()]
     (dest / "task.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    source, why = write_kernel(dest, name, spec)
+    source, why, origin = write_kernel(dest, name, spec)
     (dest / "README.md").write_text(
         f"# {name} (generated)\n\nReplays `{what}` from `{model}` ({dtype}), recorded by a dispatch-mode pass "
         f"(profiling/replay.py).\n\n- reference.py: the recorded aten calls with their recorded arguments.\n"
-        f"- kernel.py: {_origin(dest) if source else 'NO STARTER: ' + why + ' (it raises)'}.\n"
+        f"- kernel.py: {'from ' + origin if source else 'NO STARTER: ' + why + ' (it raises)'}.\n"
         f"- FLOPs {int(flops)}, bytes {int(nbytes)} (estimates: see reference.py).\n", encoding="utf-8")
     return dest

@@ -198,9 +198,9 @@ def write_task(problem: Path, dest_kernels_dir: Path, dtype: str = "float32") ->
         f"ops = {gen._toml(c['ops'][:64])}",
     ]
     (dest / "task.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    source_k, why = gen.write_kernel(dest, name)
+    source_k, why, origin = gen.write_kernel(dest, name)
     (dest / "README.md").write_text(f"# {name} (generated)\n\nKernelBench `{problem.name}`: reference = the whole "
-                                    f"Model forward.\n\nkernel.py: {'from profiling/inductor_starter' if source_k else 'NO STARTER: ' + why}\n",
+                                    f"Model forward.\n\nkernel.py: {'from ' + origin if source_k else 'NO STARTER: ' + why}\n",
                                     encoding="utf-8")
     json.dumps(c["ops"])  # (the op list is JSON-clean: it went into task.toml)
     return dest
