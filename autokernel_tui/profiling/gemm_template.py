@@ -12,13 +12,14 @@ for the agent. A chain with an op outside these sets gets no template, and says 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from autokernel_tui.profiling.replay import is_view, packet
 
 MATMULS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default",
            "aten.convolution.default"}
-# Pointwise ops: name -> (arity, the Triton expression over x (and y)).
+# Pointwise ops: name -> the Triton expression over x (and, for BINARY, y), computed in float32.
 UNARY = {
     "aten.relu.default": "tl.maximum(x, 0.0)",
     "aten.silu.default": "x / (1.0 + tl.exp(-x))",
@@ -50,7 +51,7 @@ def _lit(v: Any) -> str:
 def _number(v: Any) -> float:
     """A scalar argument folded into a kernel's expression (a finite number only)."""
     x = float(v["float"]) if isinstance(v, dict) and "float" in v else v
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or x != x or x in (float("inf"), float("-inf")):
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
         raise NoTemplate(f"the scalar {v!r} has no template")
     return float(x)
 
@@ -67,7 +68,7 @@ def _view(op: dict, name: str) -> str:
              "movedim", "narrow", "flatten", "unflatten", "chunk", "squeeze", "t", "as_strided", "view_as",
              "expand_as"):
         args = [(_t(v) or _lit(v)) for v in rest] + [f"{k}={_lit(v)}" for k, v in kw.items()]
-        method = {"split_with_sizes": "split", "view_as": "view_as"}.get(p, p)
+        method = "split" if p == "split_with_sizes" else p
         return f"{x}.{method}({', '.join(args)})"
     if p == "slice":
         dim, start, end, step = (list(rest) + [0, None, None, 1][len(rest):])[:4]
@@ -161,11 +162,17 @@ def template_source(spec: dict, name: str) -> tuple[str, dict[str, list[int]]]:
     outs = [f"t{t}" for t in spec["outputs"]]
     params = ", ".join(f"t{t}" for t in spec["inputs"])
     chain = " -> ".join(packet(op["op"]) for op in ops)
-    return TEMPLATE.format(name=name, chain=chain, params=params, body="\n".join(body), pointwise=kernels,
-                           ret=outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"), dict(KNOBS)
+    code = "\n".join(body)
+    parts = [HEAD.format(name=name, chain=chain)]
+    parts += [part for part, used in ((MATH, "_erf(" in kernels or "_tanh(" in kernels),
+                                      (GEMM, "_gemm(" in code or "_bmm(" in code), (CONV, "_conv2d(" in code),
+                                      (POINTWISE, bool(pointwise))) if used]
+    parts.append(TAIL.format(pointwise=kernels, params=params, body=code,
+                             ret=outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"))
+    return "".join(parts), dict(KNOBS)
 
 
-TEMPLATE = '''"""Starter for generated task {name}: {chain}, from autokernel_tui/profiling/gemm_template.py.
+HEAD = '''"""Starter for generated task {name}: {chain}, from autokernel_tui/profiling/gemm_template.py.
 
 Inductor calls a library (cuBLAS, cuDNN) for the matmul or convolution, so this starter is a template rather than Inductor's
 Triton: the matmul is a tiled tl.dot kernel (fp32 accumulation, the bias added in its epilogue), each
@@ -182,10 +189,11 @@ BLOCK_N = 64
 BLOCK_K = 32
 NUM_WARPS = 4
 NUM_STAGES = 3
-POINTWISE_BLOCK = 1024
 
 
-@triton.jit
+'''
+# The helpers kernel.py needs, each written only when the chain uses it.
+MATH = '''@triton.jit
 def _erf(x):
     return tl.math.erf(x)
 
@@ -197,7 +205,8 @@ def _tanh(x):
     return tl.where(x >= 0, t, -t)
 
 
-@triton.jit
+'''
+GEMM = '''@triton.jit
 def _gemm_kernel(A, B, C, BIAS, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn, sbias,
                  HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
@@ -255,14 +264,8 @@ def _bmm(a, b):
     return c
 
 
-def _broadcast(a, b):
-    """The shape two operands broadcast to (numpy's rule)."""
-    n = max(len(a), len(b))
-    a, b = [1] * (n - len(a)) + a, [1] * (n - len(b)) + b
-    return [max(i, j) if 1 in (i, j) else i for i, j in zip(a, b)]
-
-
-@triton.jit
+'''
+CONV = '''@triton.jit
 def _conv2d_kernel(X, W, BIAS, Y, M, C, H, WI, OC, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw,
                    sxn, sxc, sxh, sxw, swo, swc, swh, sww, syn, syc, syh, syw, sbias,
                    HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
@@ -313,11 +316,20 @@ def _conv2d(x, w, bias, stride, padding, dilation):
     return y
 
 
+'''
+POINTWISE = '''POINTWISE_BLOCK = 1024
+
+
+def _broadcast(a, b):
+    """The shape two operands broadcast to (numpy's rule)."""
+    n = max(len(a), len(b))
+    a, b = [1] * (n - len(a)) + a, [1] * (n - len(b)) + b
+    return [max(i, j) if 1 in (i, j) else i for i, j in zip(a, b)]
+
+
 def _pointwise(kernel, x, y=None):
     """One elementwise op over packed operands (broadcast first), computed in float32."""
     if y is not None:
-        if not isinstance(y, torch.Tensor):
-            y = torch.full_like(x, y)
         shape = _broadcast(list(x.shape), list(y.shape))
         x, y = x.expand(shape).contiguous(), y.expand(shape).contiguous()
     else:
@@ -326,7 +338,10 @@ def _pointwise(kernel, x, y=None):
     n = x.numel()
     kernel[(triton.cdiv(n, POINTWISE_BLOCK),)](*((x, y) if y is not None else (x,)), out, n, BLOCK=POINTWISE_BLOCK)
     return out
-{pointwise}
+
+
+'''
+TAIL = '''{pointwise}
 
 def kernel_fn({params}):
 {body}
