@@ -56,7 +56,7 @@ from benchmarks import starters_check as sc  # noqa: E402
 from autokernel_tui.harness import stats  # noqa: E402
 from autokernel_tui.harness.report import caution  # noqa: E402
 from autokernel_tui.harness.worker.timing import (  # noqa: E402  the harness's one timer
-    DISTURBED_SPREAD, HOST_LEAD_CYCLES, L2Flusher, compile_reference, time_fresh)
+    DISTURBED_SPREAD, HOST_LEAD_CYCLES, L2Flusher, compile_reference, steadiest, time_fresh)
 
 REPO = sc.REPO
 FLUSH_MODES = ("write", "read", "none")
@@ -116,16 +116,13 @@ class Timer:
 
         limit = BATCH_BYTES["cuda" if self.device == "cuda" else "cpu"]
         batch = (lambda n: max(1, min(n, limit // rep_bytes))) if rep_bytes > 0 else None
-        samples = time_fresh(fn, fresh, self.flush, batch_size=batch)
-        if self.device == "cuda" and samples.spread() > DISTURBED_SPREAD:  # the judge's rule: one retake
-            again = time_fresh(fn, fresh, self.flush, batch_size=batch)
-            samples = again if again.spread() < samples.spread() else samples
+        samples = steadiest(lambda: time_fresh(fn, fresh, self.flush, batch_size=batch), self.device == "cuda")
         p20, med, p80 = samples.pcts()
         out = {"median_us": med, "p20_us": p20, "p80_us": p80, "n": len(samples.times_us),
                "host_us": stats.median(samples.host_us) if samples.host_us else None}
         # As the harness reports a shape: "disturbed" (still wide after the retake: not to be trusted) or
         # "host-bound" (the call's Python side outlasts its device time: an eager model pays the host).
-        out["caution"] = caution("disturbed" if samples.spread() > DISTURBED_SPREAD else "", out["host_us"], med)
+        out["caution"] = caution("disturbed" if samples.disturbed else "", out["host_us"], med)
         return out
 
 
@@ -518,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
                          "l2_flush_bytes": timer.flush_bytes,
                          "l2_flush": args.flush if device == "cuda" else "none (CPU)",
                          "host_lead_cycles": HOST_LEAD_CYCLES if device == "cuda" else 0,
+                         "retake_above_spread": DISTURBED_SPREAD if device == "cuda" else None,  # timing.steadiest
                          "input_sets": "fresh per call: inputs.InputBuilder, make_inputs at seed 0 perturbed per "
                                        "call (seeds 1, 2, ...; the same sequence for every path); copies and "
                                        "cuBLAS probes reuse their buffers",

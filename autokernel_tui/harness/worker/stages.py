@@ -35,7 +35,7 @@ from autokernel_tui.harness.worker.errors import Verdict
 from autokernel_tui.harness.worker.reference import load_reference
 from autokernel_tui.harness.worker.pool import ContestantPool, ContestantProxy
 from autokernel_tui.harness.worker.timing import (CPU_REPS, DISTURBED_SPREAD, L2Flusher, Samples, compile_reference,
-                                                  reps_for, time_as_called, time_fresh)
+                                                  reps_for, steadiest, time_as_called, time_fresh)
 from autokernel_tui.tasks.spec import Shape, TaskSpec, load_spec, owned_file_hashes
 
 CPU_DEVICE_NAME = "CPU (Triton interpreter)"
@@ -420,14 +420,11 @@ class Evaluation:
         for shape, dtype in self.configs:
             row = by_key[(shape.name, dtype)]
             base = dict(self.baseline(shape, dtype))
-            samples = self.time_contestant(c, shape, dtype)
-            if self.st.cuda and samples.spread() > DISTURBED_SPREAD:  # one retake; the tighter one stands
-                self.host_us.pop(f"{shape.name} {dtype}", None)
-                again = self.time_contestant(c, shape, dtype)
-                samples = again if again.spread() < samples.spread() else samples
-                if samples.spread() > DISTURBED_SPREAD:
-                    row.disturbed = (f"p20-p80 spread {samples.spread():.2f}x after a retake (over "
-                                     f"{DISTURBED_SPREAD}x): times not to be trusted")
+            samples = steadiest(lambda: self.time_contestant(c, shape, dtype), self.st.cuda,
+                                lambda: self.host_us.pop(f"{shape.name} {dtype}", None))
+            if self.st.cuda and samples.disturbed:
+                row.disturbed = (f"p20-p80 spread {samples.spread():.2f}x after a retake (over "
+                                 f"{DISTURBED_SPREAD}x): times not to be trusted")
             if self.st.cuda:  # the eager reference beside the kernel, in the same window
                 self.time_as_called(c, shape, dtype, row)
                 with self.timed("judge: baselines re-timed"):

@@ -70,6 +70,23 @@ class Samples:
         p20, _, p80 = self.pcts()
         return p80 / p20 if p20 > 0 else math.inf
 
+    @property
+    def disturbed(self) -> bool:
+        return self.spread() > DISTURBED_SPREAD
+
+
+def steadiest(take: Callable[[], "Samples"], retake: bool = True,
+              before_retake: Callable[[], Any] = lambda: None) -> "Samples":
+    """The judge's rule for a disturbed measurement: a take whose calls spread wider than
+    DISTURBED_SPREAD is taken once more (``retake``; on a GPU) and the tighter take stands; if it is
+    still ``disturbed``, its times are not to be trusted."""
+    first = take()
+    if not retake or not first.disturbed:
+        return first
+    before_retake()
+    again = take()
+    return again if again.spread() < first.spread() else first
+
 
 class L2Flusher:
     """Reads a buffer of at least twice the size of L2 (and 256 MiB) before each rep.

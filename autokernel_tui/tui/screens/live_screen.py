@@ -140,7 +140,7 @@ class LiveScreen(FittedFooter, Screen):
                 table.kinds = workspace_files.task_kinds(self.workspace)
             table.show(state.kernels, state.task, state.meaningful)
             cpu = state.meaningful is False
-            self.query_one(KernelTable).border_title = ("kernels by Amdahl share (CPU: vs starter)"
+            table.border_title = ("kernels by Amdahl share (CPU: vs starter)"
                                                         if cpu else "kernels by Amdahl share")
         if RESULTS in parts:
             cpu = state.meaningful is False
