@@ -18,11 +18,13 @@
 #   train:     `verify --train` of one model (gpt2 or llama) in every mode, a call of its own
 #   launch:    host us per call of every forward starter (issue 21), and the nine backward starters'
 #              gradient checks at full default shapes (issue 20)
+#   anyop:     GPT-2 small (bf16, 8x1024) profiled, `init --from-profile --top 12`, and every generated
+#              task's starter (GEMM template or Inductor's Triton) benched through the sandboxed harness
 #
 # Usage on the device (carry .whl; for `speed` also .old):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS [TASKS]] | gputests | launch | e2e [bwd] | train [gpt2|llama]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS [TASKS]] | gputests | launch | e2e [bwd] | train [gpt2|llama] | anyop
 set -u
-part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e or train}
+part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train or anyop}
 if [ -d .whl ] && [ ! -d .site ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target .site .whl/*.whl || exit 1
 fi
@@ -98,6 +100,17 @@ launch)
     step launch_cost 200 python3 benchmarks/launch_cost.py --json "$R/launch_cost.json"
     bwd=$(cd kernels && ls -d *_bwd | paste -sd, -)
     step bwd_check 360 python3 benchmarks/starters_check.py --tasks "$bwd" --json "$R/bwd_check.json"
+    ;;
+anyop)
+    step profile 180 python3 -m autokernel_tui profile gpt2 --device cuda --batch 8 --seq 1024 --dtype bfloat16 \
+        --json "$R/profile_gpt2.json" --top 12
+    step init 120 python3 -m autokernel_tui init /tmp/anyop_ws --from-profile "$R/profile_gpt2.json" --top 12
+    cp /tmp/anyop_ws/init-skipped.json "$R/" 2>/dev/null
+    for t in $(cd /tmp/anyop_ws/kernels 2>/dev/null && ls -d gen_*); do
+        cp -r "/tmp/anyop_ws/kernels/$t" "$R/task_$t"
+        step "bench_$t" 150 python3 -m autokernel_tui bench "/tmp/anyop_ws/kernels/$t" --device cuda --quick \
+            --json "$R/bench_$t.json"
+    done
     ;;
 esac
 tar czf "$OUT/$part.tgz" -C "$R" .
