@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,11 @@ class RunSettings:
     # evaluation with its confirming comparison 2-6 s: 4 keep the GPU's queue fed without letting
     # proposals go stale against an incumbent that moves under them). See engine.parallel.
     parallel: int = 0
+    # Where proposals are judged (issue 22): one warm harness per GPU of this host ("all", or indices
+    # like "0,2,3"); on a host without GPUs, harness.cpu_workers interpreter harnesses.
+    gpus: str = "all"
+    backend: str = "local"  # local | ray (one harness actor per GPU of a Ray cluster: pip install '.[ray]')
+    ray_address: str = ""  # ray.init(address=...): "" starts or joins a local cluster, "auto" finds one
 
 
 @dataclass
@@ -83,6 +89,9 @@ class HarnessSettings:
     # and the model pays the device time; "as_called" when the model will run eagerly and a kernel's
     # host launch cost is part of what it pays (small shapes).
     measure: str = "device"
+    # Interpreter harnesses judging at once on a host without GPUs (never more than run.parallel):
+    # each is CPU-bound, so more than the cores only queue.
+    cpu_workers: int = 2
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,8 @@ class Rule:
     choices: tuple[str, ...] = ()
     url: bool = False
     nonempty: bool = False
+    pattern: str = ""  # a string setting's shape (a regular expression the whole value matches)
+    shape: str = ""  # ... said in words
     why: str = ""
 
     def describe(self) -> str:
@@ -105,6 +116,8 @@ class Rule:
         if self.kind is bool:
             return "true or false"
         if self.kind is str:
+            if self.pattern:
+                return self.shape
             return ("empty or an http(s):// URL" if self.url else "a non-empty string" if self.nonempty
                     else "a string")
         what = "a whole number" if self.kind is int else "a finite number"
@@ -119,6 +132,8 @@ class Rule:
         if self.choices:
             return value in self.choices
         if self.kind is str:
+            if self.pattern:
+                return re.fullmatch(self.pattern, value) is not None
             if self.url:
                 return value == "" or value.startswith(("http://", "https://"))
             return bool(value) or not self.nonempty
@@ -150,6 +165,10 @@ RULES: dict[str, Rule] = {
     "run.kernel_time_budget_s": Rule(float, 0.0, None, why="seconds per kernel; 0 = no limit"),
     "run.roofline_target_pct": Rule(float, 0.0, 100.0, why="a percent of roofline; 0 = no target"),
     "run.parallel": Rule(int, 0, 64, why="agent proposals in flight at once; 0 = auto (1 on the CPU, 4 on a GPU)"),
+    "run.gpus": Rule(str, pattern=r"all|\d+(,\d+)*", shape="all or GPU indices like 0,2,3",
+                     why="one warm harness judges on each"),
+    "run.backend": Rule(str, choices=("local", "ray")),
+    "run.ray_address": Rule(str, why="ray.init(address=...); empty: a local cluster"),
     "run.agent_retry_s": Rule(float, 0.0, WEEK, why="seconds; 0 = wait for a human"),
     "agent.kind": Rule(str, choices=AGENTS),
     "agent.model": Rule(str, nonempty=True),
@@ -173,12 +192,14 @@ RULES: dict[str, Rule] = {
     "harness.confirm_keeps": Rule(bool),
     "harness.quick": Rule(bool),
     "harness.sandbox": Rule(str, choices=("auto", "bwrap", "landlock", "off")),
+    "harness.cpu_workers": Rule(int, 1, 64, why="interpreter harnesses judging at once without a GPU"),
     "harness.measure": Rule(str, choices=("device", "as_called"), why="what a keep decision compares: the "
                             "kernel's device time, or its time as an eager model calls it (host launch cost included)"),
 }
 # How `run` spells the settings it takes as flags (for messages only).
 FLAGS = {"run.policy": "--policy", "run.max_experiments": "--max-experiments", "run.max_wall_s": "--max-hours",
-         "run.max_cost_usd": "--max-cost", "run.parallel": "--parallel", "agent.kind": "--agent"}
+         "run.max_cost_usd": "--max-cost", "run.parallel": "--parallel", "run.gpus": "--gpus", "run.backend": "--backend",
+         "agent.kind": "--agent"}
 
 
 @dataclass

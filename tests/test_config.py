@@ -20,6 +20,8 @@ def bad_values(rule):
         return ["bogus", ""]
     if rule.kind is bool:
         return ["maybe", "2"]
+    if rule.kind is str and rule.pattern:
+        return ["first", "0;1", ""]
     if rule.kind is str:
         return ["ftp://example.com", "localhost:8000"] if rule.url else [""] if rule.nonempty else []
     out = ["abc", "nan", "inf", "-inf", "1e999"]
@@ -37,6 +39,8 @@ def good_values(rule):
         return list(rule.choices)
     if rule.kind is bool:
         return ["true", "off"]
+    if rule.kind is str and rule.pattern:
+        return ["all", "0", "0,2,3"]
     if rule.kind is str:
         return ["http://127.0.0.1:8000/v1", ""] if rule.url else ["x"]
     vals = []

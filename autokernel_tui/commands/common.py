@@ -31,6 +31,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-cost", type=float, default=None, metavar="USD")
     parser.add_argument("--parallel", type=int, default=None, metavar="K",
                         help="agent proposals in flight at once (run.parallel; 0 = auto: 1 on CPU, 4 on GPU)")
+    parser.add_argument("--gpus", default=None, metavar="all|0,2,3",
+                        help="GPUs whose warm harnesses judge proposals (run.gpus; default all)")
+    parser.add_argument("--backend", choices=("local", "ray"), default=None,
+                        help="where the harnesses run: this host, or actors of a Ray cluster (run.backend)")
     parser.add_argument("--tag", default=None, help="run name (branch autokernel/<tag>); default: a timestamp")
     parser.add_argument("--task", action="append", default=None, metavar="NAME", help="restrict to this task")
     parser.add_argument("--new", action="store_true", help="start a new run even if an unfinished one exists")
@@ -50,7 +54,8 @@ def settings_overrides(args: argparse.Namespace) -> dict:
     max_hours = getattr(args, "max_hours", None)
     run = {"policy": policy, "max_experiments": getattr(args, "max_experiments", None),
            "max_wall_s": max_hours * 3600 if max_hours is not None else None,
-           "max_cost_usd": getattr(args, "max_cost", None), "parallel": getattr(args, "parallel", None)}
+           "max_cost_usd": getattr(args, "max_cost", None), "parallel": getattr(args, "parallel", None),
+           "gpus": getattr(args, "gpus", None), "backend": getattr(args, "backend", None)}
     agent = {"kind": agent_spec} if agent_spec and ":" not in agent_spec else {}
     return {"run": run, "agent": agent}
 

@@ -34,15 +34,25 @@ def load_object(spec: str) -> Any:
 
 
 def make_harness(settings: Settings, env: dict[str, str]) -> Any:
+    """The harnesses that judge proposals (issue 22): one warm harness per GPU of ``run.gpus``, a
+    few interpreter harnesses on a host without GPUs, or actors of a Ray cluster; always a
+    ``HarnessPool``, which judges one call at a time on each member (so timings never share a GPU)."""
     factory = env.get("AUTOKERNEL_HARNESS_FACTORY")
     if factory:  # plugin hook, used by the resume tests to swap in a fast harness
         return load_object(factory)(settings)
-    from autokernel_tui.harness.runner import Harness
+    from autokernel_tui.engine.parallel import AUTO_CPU
+    from autokernel_tui.harness import pool
 
-    h = settings.harness
-    return Harness(timeout_s=h.timeout_s, device="auto", keep_margin=h.keep_margin,
-                   confirm_keeps=h.confirm_keeps, sandbox=h.sandbox,
-                   measure=h.measure)
+    h, rs = settings.harness, settings.run
+    kwargs = dict(timeout_s=h.timeout_s, keep_margin=h.keep_margin, confirm_keeps=h.confirm_keeps,
+                  sandbox=h.sandbox, measure=h.measure)
+    cpu_members = min(rs.parallel if rs.parallel > 0 else AUTO_CPU, h.cpu_workers)
+    if rs.backend == "ray":
+        return pool.ray_pool(rs.ray_address or None, cpu_members=cpu_members, **kwargs)
+    gpus = pool.parse_gpus(rs.gpus)
+    if gpus:
+        return pool.local_pool(gpus, **kwargs)
+    return pool.local_pool(None, cpu_workers=cpu_members, device="auto", **kwargs)
 
 
 def make_agent(settings: Settings, env: dict[str, str]) -> Any:
@@ -78,10 +88,10 @@ class Evaluator:
         self.quick = settings.harness.quick
         self.on_error = on_error
 
-    def evaluate(self, task_dir: Path, task: str, owned_hashes: dict | None) -> Report:
-        """The harness's verdict on the task's kernel.py as it is on disk."""
+    def evaluate(self, task_dir: Path, task: str, owned_hashes: dict | None, kernel_source: str | None = None) -> Report:
+        """The harness's verdict on ``kernel_source``, else on the task's kernel.py as it is on disk."""
         try:
-            report = as_report(self.harness.evaluate(task_dir, kernel_source=None, quick=self.quick,
+            report = as_report(self.harness.evaluate(task_dir, kernel_source=kernel_source, quick=self.quick,
                                                      owned_hashes=owned_hashes))
             return report or Report(status="CRASH", reason="the harness returned no report", task=task)
         except Exception as exc:  # a harness failure costs one experiment, never the night

@@ -73,9 +73,10 @@ class Experiment:
         self.emit = lab.bus.emit
 
     # --- the steps ------------------------------------------------------------------
-    def run(self, ready: Any = None) -> Outcome:
+    def run(self, ready: Any = None, verdict: Any = None) -> Outcome:
         """``ready``: a proposal written while it was in flight (``engine.parallel.Ready``): numbered
-        now, its agent text replayed under the number, then judged like any other."""
+        now, its agent text replayed under the number, then judged like any other; ``verdict``: its
+        verdict judged ahead (``engine.judging``), used instead of judging it here."""
         from autokernel_tui.agents import base as agents
 
         lab, n, task = self.lab, self.n, self.task
@@ -117,7 +118,7 @@ class Experiment:
                                                    message(n, proposal.description, trailers))
         crashpoints.crash_point("committed", n)
 
-        report, comparison = self._evaluate(proposal.source, incumbent)
+        report, comparison = self._evaluate(proposal.source, incumbent, verdict)
         crashpoints.crash_point("evaluated", n)
         summary = report.summary
         trailers.update({
@@ -210,13 +211,23 @@ class Experiment:
             raise box["error"]
         return box["proposal"], batcher
 
-    def _evaluate(self, candidate: str, incumbent: str) -> tuple[Report, Comparison | None]:
+    def _evaluate(self, candidate: str, incumbent: str, ahead: Any = None) -> tuple[Report, Comparison | None]:
         """The harness's verdict on the candidate (in the worktree), and the comparison with the
-        incumbent when it passed; saved (reports/exp-N.json) and journaled (``verdict``)."""
+        incumbent when it passed; or the verdict judged ahead, compared again if the incumbent
+        moved since (``engine.judging.settle``). Saved (reports/exp-N.json) and journaled (``verdict``)."""
+        from autokernel_tui.engine.judging import settle
+
         lab, n, task = self.lab, self.n, self.task
         task_dir = lab.repo.task_dir(task)
-        report = lab.evaluator.evaluate(task_dir, task, lab.record.owned_hashes(task))
-        comparison = lab.evaluator.compare(task_dir, candidate, incumbent) if report.passed else None
+        judged: dict[str, str] = {}
+        if ahead is not None:
+            report, comparison, how = settle(ahead, incumbent,
+                                             lambda: lab.evaluator.compare(task_dir, candidate, incumbent))
+            judged = {"judged": how}
+        else:
+            report = lab.evaluator.evaluate(task_dir, task, lab.record.owned_hashes(task))
+            comparison = lab.evaluator.compare(task_dir, candidate, incumbent) if report.passed else None
         lab.record.save_verdict(n, report, comparison)
-        self.emit("verdict", n=n, report=report.to_dict(), comparison=comparison.to_dict() if comparison else None)
+        self.emit("verdict", n=n, report=report.to_dict(), comparison=comparison.to_dict() if comparison else None,
+                  **judged)
         return report, comparison

@@ -34,6 +34,7 @@ from autokernel_tui.engine.backends import Evaluator, make_agent, make_harness
 from autokernel_tui.engine.bus import EventBus
 from autokernel_tui.engine.experiment import AGENT_DOWN, NOTHING_LEFT, Experiment, Lab, Outcome
 from autokernel_tui.engine.gate import ApprovalGate, Pending
+from autokernel_tui.engine.judging import AheadJudge, Verdict
 from autokernel_tui.engine.lock import EngineLock
 from autokernel_tui.engine.orchestrator import ACTIVE, EXHAUSTED, SKIPPED, Orchestrator, roofline_if_meaningful
 from autokernel_tui.engine.revert import Reverts
@@ -77,6 +78,7 @@ class Engine:
         self._inflight = parallel.InFlight(self._cv, self._emit_any)
         self._rate = parallel.Rate()
         self._judging = False
+        self._ahead: AheadJudge | None = None
         self.control = None
         self.bus: EventBus | None = None
         self.lock = EngineLock(self.workspace).acquire()
@@ -236,8 +238,10 @@ class Engine:
         workers = int(getattr(h, "size", 1) or 1)
         busy = getattr(h, "busy", None)
         busy = int(busy) if isinstance(busy, int) else int(self._judging)
+        judging, judged = self._ahead.counts() if self._ahead is not None else (0, 0)
         return {"in_flight": proposing + ready, "proposing": proposing,
-                "ready": ready, "parallel": parallel.resolve(self.settings.run.parallel, self.device),
+                "ready": ready, "judging": judging, "judged": judged,
+                "parallel": parallel.resolve(self.settings.run.parallel, self.device),
                 "waiting_approval": 1 if self.gate.pending is not None else 0, "workers": workers,
                 "workers_busy": busy, "experiments_per_hour": self._rate.per_hour()}
 
@@ -484,12 +488,26 @@ class Engine:
 
     # --- K in flight (engine/parallel.py) ---------------------------------------------------------
     def _loop_parallel(self, k: int) -> str:
-        """Up to ``k`` proposals written at once; the ready ones judged one by one, in arrival
+        """Up to ``k`` proposals written at once; each judged ahead as it arrives, on every free
+        harness of the pool (``engine.judging``); the judged ones recorded one by one in arrival
         order, each numbered when it is taken (commit order) and judged against the incumbent on
         the branch then."""
+        lab = self._ensure_backends()
+        self._ahead = AheadJudge(lab.evaluator, int(getattr(self._harness, "size", 1) or 1), self._cv,
+                                 self.repo.task_dir, self.record.owned_hashes)
+        try:
+            return self._loop_parallel_judging(k, self._ahead)
+        finally:
+            self._ahead.close()
+
+    def _loop_parallel_judging(self, k: int, judge: AheadJudge) -> str:
         flight = self._inflight
         announced: str | None = None
         self._pool_event()
+
+        def judged(r: parallel.Ready) -> bool:
+            return bool(r.error) or r.proposal is None or judge.verdict(r.id) is not None
+
         while True:
             self._wait_while_paused()
             if self._stop:
@@ -528,17 +546,26 @@ class Engine:
                     announced = task
                 self.current_task = self.current_task or task
                 self._start_proposal(task)
-            ready = flight.take()
+            # Between experiments the worktree is the branch: its kernels are the incumbents.
+            for task in self.record.tasks:
+                judge.set_incumbent(task, (self.repo.task_dir(task) / "kernel.py").read_text(encoding="utf-8"))
+            for arrival in flight.arrived():
+                if not judged(arrival):
+                    judge.submit(arrival)
+            ready = flight.take(judged)
             if ready is None:
                 if not flight.count():
                     if finished_why:
                         self.record.mark_finished()
                         return finished_why
                 with self._cv:
-                    if not self._stop and not self._pause and not flight.has_news():
+                    if not self._stop and not self._pause and not flight.has_news() and \
+                            flight.take_is_empty(judged):
                         self._cv.wait(0.5)
                 continue
-            self._judge(ready)
+            verdict = judge.verdict(ready.id)
+            judge.forget(ready.id)
+            self._judge(ready, verdict)
 
     def _start_proposal(self, task: str) -> None:
         lab = self._ensure_backends()
@@ -548,13 +575,13 @@ class Engine:
         self._inflight.start(task, lab.agent, ctx)
         self._pool_event()
 
-    def _judge(self, ready: parallel.Ready) -> None:
+    def _judge(self, ready: parallel.Ready, verdict: Verdict | None) -> None:
         self._set_state(RUNNING)
         self.current_task = ready.task
         self.current_n = self.record.next_n()
         self._judging = True
         try:
-            self._after(Experiment(self._ensure_backends(), self.current_n, ready.task).run(ready))
+            self._after(Experiment(self._ensure_backends(), self.current_n, ready.task).run(ready, verdict))
         except OSError as exc:
             self._needs_recovery = True
             self.repo.reset_git_processes()

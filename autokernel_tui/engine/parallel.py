@@ -94,6 +94,7 @@ class InFlight:
         self._emit = emit
         self._slots: dict[str, _Slot] = {}
         self._arrivals: list[str] = []
+        self._handed: set[str] = set()  # arrivals handed out to be judged ahead
         self._down: list[tuple[str, str, str]] = []  # (task, kind, message): unavailable / nothing left
 
     # --- what is in flight ---------------------------------------------------------------
@@ -188,24 +189,45 @@ class InFlight:
         return pid
 
     # --- out ------------------------------------------------------------------------------
-    def take(self) -> Ready | None:
-        """The oldest ready proposal (it leaves the set in flight when its experiment ends)."""
+    def arrived(self) -> list[Ready]:
+        """Ready proposals not handed out before (to be judged ahead), in arrival order."""
         with self._cv:
-            while self._arrivals:
-                pid = self._arrivals.pop(0)
+            out = []
+            for pid in self._arrivals:
                 slot = self._slots.get(pid)
-                if slot is not None and slot.ready is not None:
+                if slot is not None and slot.ready is not None and pid not in self._handed:
+                    self._handed.add(pid)
+                    out.append(slot.ready)
+            return out
+
+    def take(self, judged: Callable[[Ready], bool] = lambda r: True) -> Ready | None:
+        """The oldest ready proposal that ``judged`` says may be recorded now (it leaves the set in
+        flight when its experiment ends)."""
+        with self._cv:
+            for pid in list(self._arrivals):
+                slot = self._slots.get(pid)
+                if slot is None or slot.ready is None:
+                    self._arrivals.remove(pid)
+                elif judged(slot.ready):
+                    self._arrivals.remove(pid)
                     return slot.ready
             return None
+
+    def take_is_empty(self, judged: Callable[[Ready], bool]) -> bool:
+        """No ready proposal may be recorded now (``take`` would give nothing)."""
+        with self._cv:
+            return not any(slot.ready is not None and judged(slot.ready)
+                           for slot in (self._slots.get(pid) for pid in self._arrivals) if slot is not None)
 
     def done(self, pid: str) -> None:
         with self._cv:
             self._slots.pop(pid, None)
+            self._handed.discard(pid)
 
     def has_news(self) -> bool:
         """A proposal arrived or an agent gave up since the loop last looked."""
         with self._cv:
-            return bool(self._arrivals or self._down)
+            return bool(set(self._arrivals) - self._handed or self._down)
 
     def take_down(self) -> list[tuple[str, str, str]]:
         with self._cv:

@@ -48,15 +48,13 @@ class HarnessPool:
                 self.busy -= 1
             self._free.put(member)
 
-    def evaluate(self, task_dir: str | Path, kernel_source: str | None = None, quick: bool = False,
-                 owned_hashes: dict[str, str] | None = None) -> Report:
-        return self._use(lambda h: h.evaluate(task_dir, kernel_source=kernel_source, quick=quick,
-                                              owned_hashes=owned_hashes))
+    # The options travel as given: a member takes the same keywords as one Harness.
+    def evaluate(self, task_dir: str | Path, **options: Any) -> Report:
+        return self._use(lambda h: h.evaluate(task_dir, **options))
 
-    def compare(self, task_dir: str | Path, candidate_source: str, incumbent_source: str, quick: bool = False,
-                confirm: bool | None = None) -> Comparison:
-        return self._use(lambda h: h.compare(task_dir, candidate_source, incumbent_source, quick=quick,
-                                             confirm=confirm))
+    def compare(self, task_dir: str | Path, candidate_source: str, incumbent_source: str,
+                **options: Any) -> Comparison:
+        return self._use(lambda h: h.compare(task_dir, candidate_source, incumbent_source, **options))
 
     def device_info(self) -> dict[str, Any]:
         infos = [m.device_info() for m in self.members]
@@ -86,16 +84,22 @@ def local_pool(gpus: list[int] | None, cpu_workers: int = 2, **harness_kwargs: A
     """One Harness per GPU index in ``gpus``; without GPUs, ``cpu_workers`` interpreter harnesses."""
     from autokernel_tui.harness.runner import Harness
 
+    device = harness_kwargs.pop("device", "cpu")
     if gpus:
         return HarnessPool([Harness(device="cuda", gpu=g, **harness_kwargs) for g in gpus])
-    return HarnessPool([Harness(device=harness_kwargs.pop("device", "cpu"), **harness_kwargs)
-                        for _ in range(max(1, cpu_workers))])
+    return HarnessPool([Harness(device=device, **harness_kwargs) for _ in range(max(1, cpu_workers))])
 
 
 def visible_gpus() -> list[int]:
-    """GPU indices of this host (from nvidia-smi; no torch in the engine's process)."""
+    """GPU indices of this host (from nvidia-smi; no torch in the engine's process), or those
+    CUDA_VISIBLE_DEVICES names when it is set."""
+    import os
     import shutil
     import subprocess
+
+    named = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if named is not None:  # "" hides every GPU
+        return [int(x) for x in named.split(",") if x.strip().isdigit()]
 
     smi = shutil.which("nvidia-smi")
     if smi is None:
@@ -209,9 +213,9 @@ class HarnessActor:
 
 
 def ray_pool(address: str | None, members: int | None = None, gpus_per_member: float = 1.0,
-             **harness_kwargs: Any) -> HarnessPool:
+             cpu_members: int = 1, **harness_kwargs: Any) -> HarnessPool:
     """One HarnessActor per GPU of an existing Ray cluster (``ray.init(address=...)``), or ``members``
-    of them; on a cluster without GPUs, ``members`` CPU actors (the interpreter)."""
+    of them; on a cluster without GPUs, ``members`` (else ``cpu_members``) CPU actors (the interpreter)."""
     try:
         import ray
     except ImportError:
@@ -221,7 +225,7 @@ def ray_pool(address: str | None, members: int | None = None, gpus_per_member: f
                  ignore_reinit_error=True)
     gpus_in_cluster = int(ray.cluster_resources().get("GPU", 0))
     if members is None:
-        members = max(1, int(gpus_in_cluster / gpus_per_member)) if gpus_in_cluster else 1
+        members = max(1, int(gpus_in_cluster / gpus_per_member)) if gpus_in_cluster else max(1, cpu_members)
     num_gpus = gpus_per_member if gpus_in_cluster else 0
     if not gpus_in_cluster:
         harness_kwargs.setdefault("device", "cpu")

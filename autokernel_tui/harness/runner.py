@@ -172,7 +172,9 @@ class Harness:
             PYTHONUNBUFFERED="1", HOME=str(self._scratch), TMPDIR=str(self._scratch),
             AUTOKERNEL_CACHE_DIR=str(self._cache), TRITON_CACHE_DIR=str(self._cache / "triton-judge"),
             TORCHINDUCTOR_CACHE_DIR=str(self._cache / "inductor"),
-            **({"CUDA_VISIBLE_DEVICES": str(self.gpu)} if self.gpu is not None else {}))
+            # nvidia-smi's indices (run.gpus) are in PCI bus order; CUDA's default order may differ.
+            **({"CUDA_VISIBLE_DEVICES": str(self.gpu), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+               if self.gpu is not None else {}))
         mounts = bwrap.python_mounts(_PKG_ROOT).read_only
         # Without bwrap's own /proc, a contestant may read its own process's entries and the system's,
         # never another process's (whose environ may hold a secret).

@@ -40,11 +40,12 @@ EVENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "proposal_started": (("id", "task"), ()),
     "proposal_ready": (("id", "task", "proposal", "texts"), ("error",)),
     "proposal_dropped": (("id", "reason"), ()),
+    # judging / judged: proposals being judged ahead on the pool / judged and waiting to be recorded
     "pool": (("in_flight", "proposing", "ready", "parallel", "waiting_approval", "workers", "workers_busy",
-              "experiments_per_hour"), ()),
+              "experiments_per_hour"), ("judging", "judged")),
     "agent": (("n", "kind", "text"), ()),
     "proposal": (("n", "description", "hypothesis", "diff", "agent", "tokens", "cost_usd"), ()),
-    "verdict": (("n", "report", "comparison"), ()),
+    "verdict": (("n", "report", "comparison"), ("judged",)),  # judged: "ahead..." (engine/judging.py)
     "committed": (("n", "commit"), ()),
     "awaiting_approval": (("n", "task", "diff", "report", "comparison", "deadline"), ()),
     "decision": (("n", "action", "by", "reason"), ()),

@@ -5,12 +5,14 @@ import subprocess
 import time
 
 from autokernel_tui.engine.loop import Engine
+from autokernel_tui.harness.pool import HarnessPool
 from autokernel_tui.ledger.events import read_events
 from autokernel_tui.ledger.results import read_rows
 from enginefakes import FakeHarness, ScriptedAgent
 from subproc import check_consistent, engine_env, git, run_args, start
 
 LATENCY_S = 1.0
+JUDGE_S = 1.0  # each evaluation takes as long as a proposal: judged one at a time, K=4 could not pass 2x
 SCRIPT = [90, 95, 80, 85, 70, 75, 60, 65, 55, 58, 50, 52]
 
 
@@ -22,7 +24,8 @@ def timed_run(ws, settings, tag, k, n):
     settings.run.parallel = k
     settings.run.max_experiments = n
     agent = ScriptedAgent(SCRIPT, delay_s=LATENCY_S)
-    engine = Engine(ws, settings, tag=tag, new=True, agent=agent, harness=FakeHarness())
+    pool = HarnessPool([FakeHarness(delay_s=JUDGE_S) for _ in range(4)])  # four GPUs' harnesses
+    engine = Engine(ws, settings, tag=tag, new=True, agent=agent, harness=pool)
     t0 = time.time()
     reason = engine.run()
     wall = time.time() - t0
@@ -33,6 +36,8 @@ def timed_run(ws, settings, tag, k, n):
 
 
 def test_k4_gives_more_than_3x_the_experiments_per_hour_of_k1(workspace, settings):
+    """Proposals and their evaluations both overlap: the pool judges up to four at once (judging one
+    at a time, 12 evaluations of 1 s would hold K=4 to 2x)."""
     git(workspace, "branch", "-M", "main")
     n = 12
     wall1, _, _ = timed_run(workspace, settings, "k1", 1, n)
@@ -55,6 +60,11 @@ def test_k4_gives_more_than_3x_the_experiments_per_hour_of_k1(workspace, setting
     assert max(e["in_flight"] for e in events if e["type"] == "pool") == 4
     # Agents on the same kernel saw the others in flight.
     assert any(len(c.in_flight) >= 3 for c in agent4.contexts)
+    # Judged ahead on the pool, several at once; a verdict whose incumbent moved meanwhile was compared again.
+    judged = [e.get("judged", "") for e in events if e["type"] == "verdict"]
+    assert len(judged) == n and all(j.startswith("ahead") for j in judged)
+    assert any("compared again" in j for j in judged)
+    assert max(e.get("judging", 0) for e in events if e["type"] == "pool") >= 2
 
 
 def test_tuner_proposes_distinct_configurations_in_flight(workspace, settings):
