@@ -1,16 +1,20 @@
-"""Experiments per hour with K proposals in flight (issue 22): the real engine, ledger and harness.
+"""Experiments per hour with K proposals in flight (issue 22): the real engine, ledger and harness pool.
 
 The agent is the offline tuner made as slow as a language model (``--latency`` seconds before each
 proposal, as a Claude call takes tens of seconds); everything else is what a run uses: the engine's
-loop, git, results.tsv and the sandboxed harness (on the CPU: the Triton interpreter, quick mode).
-For each K it runs ``--experiments`` experiments in a fresh workspace under the auto policy and
-reports experiments per hour, the harness's busy fraction (the time spent judging over the wall
-time) and the ledger's invariants (one row, one commit, one number each, numbered in order).
+loop, git, results.tsv and the harness pool ``run`` builds (``engine.backends.make_harness``: on
+the CPU, ``min(K, harness.cpu_workers)`` sandboxed interpreter harnesses, quick mode). For each K it
+runs ``--experiments`` experiments in a fresh workspace under the auto policy and reports
+experiments per hour, the pool's busy fraction (member-seconds spent judging over wall time x
+members) and the ledger's invariants (one row, one commit, one number each, numbered in order).
 
     python benchmarks/parallel_throughput.py --latency 5 --experiments 12 --k 1,4 [--json OUT]
 
-Judging is serial (one harness): once proposals arrive faster than one is judged, the harness is the
-bottleneck and K stops helping; the busy fraction says when that is.
+``--fake-judge S --members M``: issue 22's CPU done-when case with the engine tests' scripted agent
+and a pool of M fake harnesses whose evaluation takes S seconds of waiting (standing for a GPU's
+warm evaluation, which leaves the CPU free); the engine, git and ledger are the real ones.
+
+    python benchmarks/parallel_throughput.py --latency 5 --fake-judge 2 --members 4 --k 1,4
 """
 
 from __future__ import annotations
@@ -44,10 +48,15 @@ class SlowTuner:
 
 
 class TimedHarness:
-    """The real harness, with the seconds it spent judging counted (its busy time)."""
+    """A harness pool, with the member-seconds it spent judging counted (its busy time)."""
 
     def __init__(self, harness) -> None:
         self.harness, self.busy_s = harness, 0.0
+        self.size = getattr(harness, "size", 1)
+
+    @property
+    def busy(self):
+        return getattr(self.harness, "busy", 0)
 
     def __getattr__(self, name):
         attr = getattr(self.harness, name)
@@ -63,10 +72,22 @@ class TimedHarness:
         return timed
 
 
-def one_run(k: int, n: int, latency_s: float, tasks: list[str]) -> dict:
+def fakes():
+    """The engine tests' scripted agent and fake harness (tests/engine/enginefakes.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "engine"))
+    import enginefakes
+
+    return enginefakes
+
+
+SCRIPT = [90, 95, 80, 85, 70, 75, 60, 65, 55, 58, 50, 52]
+
+
+def one_run(k: int, n: int, latency_s: float, tasks: list[str], fake_judge: float | None, members: int) -> dict:
     from autokernel_tui.config import Settings
+    from autokernel_tui.engine.backends import make_harness
     from autokernel_tui.engine.loop import Engine
-    from autokernel_tui.harness.runner import Harness
+    from autokernel_tui.harness.pool import HarnessPool
     from autokernel_tui.ledger.results import read_rows
     from autokernel_tui.ledger.workspace import init_workspace
 
@@ -74,9 +95,17 @@ def one_run(k: int, n: int, latency_s: float, tasks: list[str]) -> dict:
         ws = init_workspace(Path(tmp) / "ws", tasks=tasks)
         settings = Settings()
         settings.run.policy, settings.run.parallel, settings.run.max_experiments = "auto", k, n
-        settings.harness.quick = True
-        harness = TimedHarness(Harness(timeout_s=300, device="cpu"))
-        engine = Engine(ws, settings, tag=f"k{k}", new=True, agent=SlowTuner(latency_s), harness=harness)
+        settings.harness.quick, settings.harness.timeout_s = True, 300
+        if fake_judge is not None:
+            f = fakes()
+            agent = f.ScriptedAgent(SCRIPT, delay_s=latency_s)
+            pool = HarnessPool([f.FakeHarness(delay_s=fake_judge) for _ in range(members)])
+        else:
+            agent = SlowTuner(latency_s)
+            settings.harness.cpu_workers = members
+            pool = make_harness(settings, {})
+        harness = TimedHarness(pool)
+        engine = Engine(ws, settings, tag=f"k{k}", new=True, agent=agent, harness=harness)
         try:
             t0 = time.perf_counter()
             reason = engine.run()
@@ -84,10 +113,10 @@ def one_run(k: int, n: int, latency_s: float, tasks: list[str]) -> dict:
             rows = read_rows(engine.run_dir / "results.tsv", typed=True)
         finally:
             engine.close()
-            harness.harness.close()
     numbers = [r["experiment"] for r in rows]
+    size = harness.size
     return {"k": k, "experiments": len(rows), "wall_s": round(wall, 1), "per_hour": round(3600 * len(rows) / wall),
-            "harness_busy": round(harness.busy_s / wall, 3), "ended": reason,
+            "members": size, "harness_busy": round(harness.busy_s / (wall * size), 3), "ended": reason,
             "numbered_in_order": numbers == list(range(1, len(rows) + 1)),
             "statuses": {s: sum(1 for r in rows if r["status"] == s) for s in sorted({r["status"] for r in rows})}}
 
@@ -99,19 +128,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k", default="1,4", help="comma-separated values of run.parallel")
     ap.add_argument("--tasks", default="rmsnorm,softmax")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--fake-judge", type=float, default=None, metavar="S",
+                    help="fake harnesses taking S seconds per evaluation, and the scripted agent")
+    ap.add_argument("--members", type=int, default=2, help="harnesses in the pool (CPU workers, or fakes)")
     args = ap.parse_args(argv)
     results = []
     for k in [int(x) for x in args.k.split(",")]:
-        results.append(one_run(k, args.experiments, args.latency, args.tasks.split(",")))
+        results.append(one_run(k, args.experiments, args.latency, args.tasks.split(","), args.fake_judge,
+                               args.members))
         r = results[-1]
         print(f"K={r['k']}: {r['experiments']} experiments in {r['wall_s']} s = {r['per_hour']}/h, harness busy "
-              f"{r['harness_busy']:.0%}, numbered in order: {r['numbered_in_order']}, {r['statuses']}", flush=True)
+              f"{r['harness_busy']:.0%} of {r['members']}, numbered in order: {r['numbered_in_order']}, {r['statuses']}", flush=True)
     base = results[0]["per_hour"]
-    print("\n  K  exp/h   vs K=1  harness busy")
+    print("\n  K  exp/h   vs K=1  pool members  pool busy")
     for r in results:
-        print(f"{r['k']:>3} {r['per_hour']:>6} {r['per_hour'] / base:>7.2f}x {r['harness_busy']:>12.0%}")
+        print(f"{r['k']:>3} {r['per_hour']:>6} {r['per_hour'] / base:>7.2f}x {r['members']:>13} "
+              f"{r['harness_busy']:>10.0%}")
     if args.json:
-        args.json.write_text(json.dumps({"latency_s": args.latency, "runs": results}, indent=1))
+        args.json.write_text(json.dumps({"latency_s": args.latency, "fake_judge_s": args.fake_judge,
+                                         "runs": results}, indent=1))
     return 0
 
 

@@ -46,8 +46,10 @@ class AheadJudge:
     """Judges submitted proposals on ``workers`` threads (one per pool member)."""
 
     def __init__(self, evaluator: Any, workers: int, cv: threading.Condition,
-                 task_dir: Callable[[str], Path], owned_hashes: Callable[[str], dict | None]) -> None:
+                 task_dir: Callable[[str], Path], owned_hashes: Callable[[str], dict | None],
+                 on_judged: Callable[[], None] = lambda: None) -> None:
         self._evaluator = evaluator
+        self._on_judged = on_judged  # e.g. a pool event: the header's queue counts changed
         self._cv = cv
         self._task_dir, self._owned = task_dir, owned_hashes
         self._queue: deque[Any] = deque()
@@ -79,6 +81,11 @@ class AheadJudge:
         with self._cv:
             self._verdicts.pop(pid, None)
 
+    def judged(self) -> list[Verdict]:
+        """The verdicts judged ahead and waiting to be recorded."""
+        with self._cv:
+            return list(self._verdicts.values())
+
     def counts(self) -> tuple[int, int]:
         """(being judged or queued, judged and waiting to be recorded)."""
         with self._cv:
@@ -106,9 +113,14 @@ class AheadJudge:
                 with self._cv:
                     self._judging -= 1
             with self._cv:
-                if not self._closed:
-                    self._verdicts[ready.id] = verdict
+                if self._closed:
+                    return
+                self._verdicts[ready.id] = verdict
                 self._cv.notify_all()
+            try:
+                self._on_judged()
+            except Exception:  # noqa: BLE001 - a closed journal at shutdown: the count is only for show
+                pass
 
     def _judge(self, ready: Any) -> Verdict:
         task, source = ready.task, ready.proposal.source

@@ -34,6 +34,7 @@ from autokernel_tui.engine.backends import Evaluator, make_agent, make_harness
 from autokernel_tui.engine.bus import EventBus
 from autokernel_tui.engine.experiment import AGENT_DOWN, NOTHING_LEFT, Experiment, Lab, Outcome
 from autokernel_tui.engine.gate import ApprovalGate, Pending
+from autokernel_tui.engine.gate import decide as gate_rule
 from autokernel_tui.engine.judging import AheadJudge, Verdict
 from autokernel_tui.engine.lock import EngineLock
 from autokernel_tui.engine.orchestrator import ACTIVE, EXHAUSTED, SKIPPED, Orchestrator, roofline_if_meaningful
@@ -239,10 +240,14 @@ class Engine:
         busy = getattr(h, "busy", None)
         busy = int(busy) if isinstance(busy, int) else int(self._judging)
         judging, judged = self._ahead.counts() if self._ahead is not None else (0, 0)
+        # The approvals queue: the question asked now, and the judged proposals that will ask one.
+        waiting = int(self.gate.pending is not None) + sum(
+            1 for v in (self._ahead.judged() if self._ahead is not None else ())
+            if gate_rule(self.policy, v.report, v.comparison, self.settings.run.threshold).action == "ask")
         return {"in_flight": proposing + ready, "proposing": proposing,
                 "ready": ready, "judging": judging, "judged": judged,
                 "parallel": parallel.resolve(self.settings.run.parallel, self.device),
-                "waiting_approval": 1 if self.gate.pending is not None else 0, "workers": workers,
+                "waiting_approval": waiting, "workers": workers,
                 "workers_busy": busy, "experiments_per_hour": self._rate.per_hour()}
 
     def _pool_event(self) -> None:
@@ -494,7 +499,7 @@ class Engine:
         the branch then."""
         lab = self._ensure_backends()
         self._ahead = AheadJudge(lab.evaluator, int(getattr(self._harness, "size", 1) or 1), self._cv,
-                                 self.repo.task_dir, self.record.owned_hashes)
+                                 self.repo.task_dir, self.record.owned_hashes, on_judged=self._pool_event)
         try:
             return self._loop_parallel_judging(k, self._ahead)
         finally:
@@ -531,7 +536,10 @@ class Engine:
             # Fill the free slots: different kernels first, by expected gain.
             limit = self.settings.run.max_experiments
             finished_why = ""
-            while flight.count() < k and not (limit and totals.experiments + flight.count() >= limit):
+            # K agents write at once; a written proposal frees its agent's slot while it is judged and
+            # recorded, but no more than 2K are in flight (waiting ones go stale against the incumbent).
+            while flight.counts()[0] < k and flight.count() < 2 * k and \
+                    not (limit and totals.experiments + flight.count() >= limit):
                 task, why = self.orch.pick()
                 if task is None:
                     finished_why = why

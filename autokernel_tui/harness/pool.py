@@ -174,10 +174,16 @@ class _RemoteHarness:
 class HarnessActor:
     """Runs on a Ray worker: a Harness of its own, the task files written to its own folder."""
 
-    def __init__(self, harness_kwargs: dict[str, Any]) -> None:
-        from autokernel_tui.harness.runner import Harness
+    def __init__(self, harness_kwargs: dict[str, Any], factory: str | None = None) -> None:
+        if factory:  # "module:attr" building a stand-in harness (the engine tests' fake, on a Ray worker)
+            import importlib
 
-        self.harness = Harness(**harness_kwargs)
+            module, _, attr = factory.partition(":")
+            self.harness = getattr(importlib.import_module(module), attr)(**harness_kwargs)
+        else:
+            from autokernel_tui.harness.runner import Harness
+
+            self.harness = Harness(**harness_kwargs)
         self.root = Path(tempfile.mkdtemp(prefix="autokernel-ray-tasks-"))
 
     def _task(self, name: str, files: dict[str, str]) -> Path:
@@ -213,7 +219,7 @@ class HarnessActor:
 
 
 def ray_pool(address: str | None, members: int | None = None, gpus_per_member: float = 1.0,
-             cpu_members: int = 1, **harness_kwargs: Any) -> HarnessPool:
+             cpu_members: int = 1, factory: str | None = None, **harness_kwargs: Any) -> HarnessPool:
     """One HarnessActor per GPU of an existing Ray cluster (``ray.init(address=...)``), or ``members``
     of them; on a cluster without GPUs, ``members`` (else ``cpu_members``) CPU actors (the interpreter)."""
     try:
@@ -230,4 +236,4 @@ def ray_pool(address: str | None, members: int | None = None, gpus_per_member: f
     if not gpus_in_cluster:
         harness_kwargs.setdefault("device", "cpu")
     actor_cls = ray.remote(num_gpus=num_gpus, num_cpus=1)(HarnessActor)
-    return HarnessPool([_RemoteHarness(actor_cls.remote(harness_kwargs)) for _ in range(members)])
+    return HarnessPool([_RemoteHarness(actor_cls.remote(harness_kwargs, factory)) for _ in range(members)])

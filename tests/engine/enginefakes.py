@@ -44,7 +44,7 @@ class FakeHarness:
     def device_info(self) -> dict:
         return {"name": "fake", "timing_meaningful": False}
 
-    def evaluate(self, task_dir, kernel_source=None, quick=False, owned_hashes=None) -> Report:
+    def evaluate(self, task_dir, kernel_source=None, quick=False, owned_hashes=None, **options) -> Report:
         source = kernel_source if kernel_source is not None else (Path(task_dir) / "kernel.py").read_text()
         self.calls.append("evaluate")
         time.sleep(self.delay_s)
@@ -57,7 +57,7 @@ class FakeHarness:
         return Report(status=status, reason="" if status == "PASS" else f"fake {status.lower()}", stage="timing",
                       task=Path(task_dir).name, device="fake", summary=summary)
 
-    def compare(self, task_dir, candidate_source, incumbent_source) -> Comparison:
+    def compare(self, task_dir, candidate_source, incumbent_source, **options) -> Comparison:
         self.calls.append("compare")
         sp = latency_of(incumbent_source) / latency_of(candidate_source)
         return Comparison(speedup=sp, ci_low=sp * 0.98, ci_high=sp * 1.02, faster=sp * 0.98 > 1.01, n_samples=20,
@@ -111,4 +111,17 @@ def make_agent(settings, env):
 
 
 def make_harness(settings):
-    return FakeHarness(delay_s=float(os.environ.get("AUTOKERNEL_TEST_HARNESS_DELAY", "0")))
+    """One fake harness, or a pool of AUTOKERNEL_TEST_HARNESS_MEMBERS of them (as on a host of that
+    many GPUs), each taking AUTOKERNEL_TEST_HARNESS_DELAY seconds per evaluation."""
+    from autokernel_tui.harness.pool import HarnessPool
+
+    delay = float(os.environ.get("AUTOKERNEL_TEST_HARNESS_DELAY", "0"))
+    members = int(os.environ.get("AUTOKERNEL_TEST_HARNESS_MEMBERS", "0"))
+    if members:
+        return HarnessPool([FakeHarness(delay_s=delay) for _ in range(members)])
+    return FakeHarness(delay_s=delay)
+
+
+def ray_member(delay_s: float = 0.0, **_harness_kwargs):
+    """A fake harness built on a Ray worker (``ray_pool(factory="enginefakes:ray_member")``)."""
+    return FakeHarness(delay_s=delay_s)

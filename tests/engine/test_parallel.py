@@ -4,6 +4,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from autokernel_tui.engine.loop import Engine
 from autokernel_tui.harness.pool import HarnessPool
 from autokernel_tui.ledger.events import read_events
@@ -57,7 +59,8 @@ def test_k4_gives_more_than_3x_the_experiments_per_hour_of_k1(workspace, setting
     ids = [e["id"] for e in events if e["type"] == "proposal_started"]
     taken = [e["proposal"] for e in events if e["type"] == "experiment_started"]
     assert len(ids) == n and sorted(taken) == sorted(ids)
-    assert max(e["in_flight"] for e in events if e["type"] == "pool") == 4
+    pools = [e for e in events if e["type"] == "pool"]
+    assert max(e["proposing"] for e in pools) == 4 and max(e["in_flight"] for e in pools) <= 8
     # Agents on the same kernel saw the others in flight.
     assert any(len(c.in_flight) >= 3 for c in agent4.contexts)
     # Judged ahead on the pool, several at once; a verdict whose incumbent moved meanwhile was compared again.
@@ -86,7 +89,10 @@ def test_tuner_proposes_distinct_configurations_in_flight(workspace, settings):
 def test_kill9_with_k_in_flight_then_resume(workspace):
     git(workspace, "branch", "-M", "main")
     tag = "par"
-    env = engine_env(AUTOKERNEL_TEST_SCRIPT="90,95,80,85/FAIL,70,75,60,65", AUTOKERNEL_TEST_AGENT_DELAY="0.6")
+    # Kills land while agents write, while proposals are judged ahead on a pool of two, and while
+    # experiments are recorded.
+    env = engine_env(AUTOKERNEL_TEST_SCRIPT="90,95,80,85/FAIL,70,75,60,65", AUTOKERNEL_TEST_AGENT_DELAY="0.6",
+                     AUTOKERNEL_TEST_HARNESS_DELAY="0.3", AUTOKERNEL_TEST_HARNESS_MEMBERS="2")
     flags = ("--policy", "auto", "--tag", tag, "--parallel", "4")
     for wait in (2.5, 1.7):
         proc = start(workspace, *flags, "--max-experiments", "100", env=env)
@@ -144,3 +150,38 @@ def test_journaled_judges_ready_once_and_drops_unwritten():
     ready, writing = journaled(events)
     assert [r.id for r in ready] == ["a"] and ready[0].texts == [("text", "hi")]
     assert ready[0].proposal.tokens_out == 2 and writing == ["d"]
+
+
+def test_the_same_run_on_a_local_ray_cluster_keeps_the_same_ledger(workspace, settings):
+    """Issue 22, item 4: the harness pool as Ray actors of a local cluster (one per "GPU"; here the
+    engine tests' fake harness built on each worker), the engine, git and the ledger on the head;
+    only source text and report dicts travel. The ledger's invariants are those of the local pool."""
+    import os
+    from pathlib import Path
+
+    ray = pytest.importorskip("ray")
+    from autokernel_tui.harness.pool import ray_pool
+
+    git(workspace, "branch", "-M", "main")
+    here = str(Path(__file__).resolve().parent)  # enginefakes, importable on the workers
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}})
+    try:
+        pool = ray_pool(None, members=2, factory="enginefakes:ray_member", delay_s=0.2)
+        settings.run.parallel, settings.run.max_experiments = 4, 8
+        engine = Engine(workspace, settings, tag="ray", new=True, agent=ScriptedAgent(SCRIPT, delay_s=0.3),
+                        harness=pool)
+        try:
+            assert engine.run() == "experiment budget reached (8)"
+            assert engine.snapshot()["pool"]["workers"] == 2
+        finally:
+            engine.close()
+    finally:
+        ray.shutdown()
+    rows = check_consistent(workspace, "ray", final=True)
+    assert [r["experiment"] for r in rows] == list(range(1, 9))
+    assert any(r["status"] == "keep" for r in rows)
+    events = read_events(run_dir(workspace, "ray") / "events.jsonl")
+    taken = [e["proposal"] for e in events if e["type"] == "experiment_started"]
+    assert len(taken) == len(set(taken)) == 8
+    assert all(e.get("judged", "").startswith("ahead") for e in events if e["type"] == "verdict")

@@ -58,7 +58,9 @@ def status_line(state: LiveState, now: float, attached: bool = False) -> Text:
         part("best", fmt.speedup(best) + (" vs base" if best is not None else ""), "bold #5fd75f")
     pool = state.pool or {}
     if (fmt.to_float(pool.get("parallel")) or 1) > 1:  # K in flight: only worth a place when K > 1
-        part("in flight", f"{pool.get('in_flight', 0)}/{pool.get('parallel')}")
+        part("agents", f"{pool.get('proposing', 0)}/{pool.get('parallel')}")  # writing proposals
+        if pool.get("ready"):  # written, being judged or waiting to be recorded
+            part("queued", str(pool.get("ready")))
         part("pool", f"{pool.get('workers_busy', 0)}/{pool.get('workers', 1)} busy")
         part("exp/h", f"{fmt.to_float(pool.get('experiments_per_hour')) or 0:.0f}")
         if pool.get("waiting_approval"):
