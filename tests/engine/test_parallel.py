@@ -185,3 +185,35 @@ def test_the_same_run_on_a_local_ray_cluster_keeps_the_same_ledger(workspace, se
     taken = [e["proposal"] for e in events if e["type"] == "experiment_started"]
     assert len(taken) == len(set(taken)) == 8
     assert all(e.get("judged", "").startswith("ahead") for e in events if e["type"] == "verdict")
+
+
+def test_approvals_queue_up_and_are_answered_in_turn(workspace, settings):
+    """Issue 22, item 3: with the manual policy and K in flight, judged proposals queue for a human;
+    the count says how many wait, and each answer brings the next question with its own deadline."""
+    git(workspace, "branch", "-M", "main")
+    settings.run.policy, settings.run.parallel, settings.run.max_experiments = "manual", 3, 3
+    agent = ScriptedAgent([90, 80, 70], delay_s=0.0)  # each faster than the last: every one asks
+    engine = Engine(workspace, settings, tag="q", new=True, agent=agent, harness=FakeHarness())
+    engine.start()
+    try:
+        answered, most_waiting = [], 0
+        deadline = time.time() + 60
+        while len(answered) < 3 and time.time() < deadline:
+            snap = engine.snapshot()
+            most_waiting = max(most_waiting, snap["pool"]["waiting_approval"])
+            pending = snap["pending"]
+            # The first answer only once the queue behind it was seen: then each in turn.
+            if pending and pending["n"] not in answered and (most_waiting >= 2 or answered):
+                assert engine.command("approve", n=pending["n"])["ok"]
+                answered.append(pending["n"])
+            time.sleep(0.05)
+        engine.join(30)
+    finally:
+        engine.close()
+    assert answered == [1, 2, 3] and most_waiting >= 2
+    rows = check_consistent(workspace, "q", final=True)
+    assert [r["status"] for r in rows] == ["keep", "keep", "keep"]
+    events = read_events(run_dir(workspace, "q") / "events.jsonl")
+    asked = [e for e in events if e["type"] == "awaiting_approval"]
+    assert [e["n"] for e in asked] == [1, 2, 3] and len({e["deadline"] for e in asked}) == 3
+    assert all(e["by"] == "human" for e in events if e["type"] == "decision")

@@ -126,3 +126,19 @@ def test_the_header_says_when_candidates_run_less_confined():
     assert "Landlock only" in sandbox_warning({"sandbox": "no bwrap (bubblewrap cannot create namespaces here)"})
     assert sandbox_warning({"sandbox": "NO SANDBOX (harness.sandbox = off): ..."}).startswith("NO SANDBOX")
     assert sandbox_warning({"name": "CPU"}) is None and sandbox_warning(None) is None
+
+
+def test_the_header_shows_agents_queue_pool_rate_and_waiting_approvals_with_k_in_flight():
+    """Issue 22, item 5: with K > 1 the header says how many agents write, how many proposals wait to
+    be judged or recorded, the pool's use, experiments/hour and the approvals waiting."""
+    from autokernel_tui.tui.widgets.run_header import status_line
+
+    state = LiveState.from_snapshot(snapshot())
+    plain = status_line(state, 0.0).plain
+    assert "agents" not in plain and "waiting" not in plain  # K = 1: nothing to show
+    state.apply({"t": 1.0, "type": "pool", "run": TAG, "in_flight": 6, "proposing": 4, "ready": 2, "judging": 1,
+                 "judged": 1, "parallel": 4, "waiting_approval": 2, "workers": 2, "workers_busy": 1,
+                 "experiments_per_hour": 1705.2})
+    plain = status_line(state, 0.0).plain
+    for part in ("agents 4/4", "queued 2", "pool 1/2 busy", "exp/h 1705", "waiting 2"):
+        assert part in plain, plain
