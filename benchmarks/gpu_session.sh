@@ -18,13 +18,16 @@
 #   train:     `verify --train` of one model (gpt2 or llama) in every mode, a call of its own
 #   launch:    host us per call of every forward starter (issue 21), and the nine backward starters'
 #              gradient checks at full default shapes (issue 20)
+#   split:     where a warm evaluation's time goes (harness_speed's time split), this tree only, few comparisons
+#   parallel:  issue 22 on one GPU: the offline tuner behind a 30 s latency, K = 1, 4, 8, the real engine and
+#              sandboxed harness pool (experiments/hour, the harness's busy fraction)
 #   anyop:     GPT-2 small (bf16, 8x1024) profiled, `init --from-profile --top 12`, and every generated
 #              task's starter (GEMM template or Inductor's Triton) benched through the sandboxed harness
 #
 # Usage on the device (carry .whl; for `speed` also .old):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS [TASKS]] | gputests | launch | e2e [bwd] | train [gpt2|llama] | anyop
+#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS [TASKS]] | gputests | launch | e2e [bwd] | train [gpt2|llama] | anyop | split | parallel
 set -u
-part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train or anyop}
+part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, split or parallel}
 if [ -d .whl ] && [ ! -d .site ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target .site .whl/*.whl || exit 1
 fi
@@ -100,6 +103,14 @@ launch)
     step launch_cost 200 python3 benchmarks/launch_cost.py --json "$R/launch_cost.json"
     bwd=$(cd kernels && ls -d *_bwd | paste -sd, -)
     step bwd_check 360 python3 benchmarks/starters_check.py --tasks "$bwd" --json "$R/bwd_check.json"
+    ;;
+split)
+    step speed_split 200 python3 benchmarks/harness_speed.py --tasks rmsnorm --runs 6 --ab-runs 2 \
+        --detect-runs 2 --pairs 0.003:0.03 --json "$R/speed_split.json"
+    ;;
+parallel)
+    step parallel 560 python3 benchmarks/parallel_throughput.py --latency 30 --k 1,4,8 --experiments 4,8,8 \
+        --json "$R/parallel.json"
     ;;
 anyop)
     step profile 180 python3 -m autokernel_tui profile gpt2 --device cuda --batch 8 --seq 1024 --dtype bfloat16 \

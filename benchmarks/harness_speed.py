@@ -83,16 +83,22 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
     if first.status != "PASS":
         log(f"{task_dir.name}: starter did not pass: {first.status} {first.reason}")
         return result
-    walls, jits = [], []
+    walls, jits, splits = [], [], []
     for i in range(runs):
         rep = harness.evaluate(task_dir, quick=quick)
         walls.append(rep.wall_s)
         jits.append(rep.compile_s)
+        splits.append(rep.time_split or {})
         log(f"  {task_dir.name} eval {i + 1}/{runs}: {rep.status} wall {rep.wall_s:.2f} s, JIT {rep.compile_s:.2f} s")
     result["eval_wall_s"] = _spread(walls)
     result["eval_jit_s"] = _spread(jits)
     result["eval_wall_ex_jit_s"] = _spread([w - j for w, j in zip(walls, jits)])
     result["summary"] = rep.summary.to_dict() if rep.summary else None
+    # Where a warm evaluation's wall time goes (the report's time_split), median seconds by part.
+    parts = sorted({k for sp in splits for k in sp})
+    result["eval_split_s"] = {k: round(stats.median([sp.get(k, 0.0) for sp in splits]), 4) for k in parts}
+    for k, v in sorted(result["eval_split_s"].items(), key=lambda kv: -kv[1]):
+        log(f"  {task_dir.name} warm eval split: {k:<40} {v:7.3f} s")
 
     log(f"  {task_dir.name}: {ab_runs} A/A comparisons, then {detect_runs} against each planted slowdown")
     aa = [harness.compare(task_dir, source, source, quick=quick) for _ in range(ab_runs)]

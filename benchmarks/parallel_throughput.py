@@ -124,7 +124,7 @@ def one_run(k: int, n: int, latency_s: float, tasks: list[str], fake_judge: floa
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--latency", type=float, default=5.0, help="seconds the agent takes per proposal")
-    ap.add_argument("--experiments", type=int, default=12)
+    ap.add_argument("--experiments", default="12", help="experiments per run, or one count per K (4,8,8)")
     ap.add_argument("--k", default="1,4", help="comma-separated values of run.parallel")
     ap.add_argument("--tasks", default="rmsnorm,softmax")
     ap.add_argument("--json", type=Path, default=None)
@@ -133,9 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--members", type=int, default=2, help="harnesses in the pool (CPU workers, or fakes)")
     args = ap.parse_args(argv)
     results = []
-    for k in [int(x) for x in args.k.split(",")]:
-        results.append(one_run(k, args.experiments, args.latency, args.tasks.split(","), args.fake_judge,
-                               args.members))
+    ks = [int(x) for x in args.k.split(",")]
+    counts = [int(x) for x in args.experiments.split(",")]
+    counts = counts * len(ks) if len(counts) == 1 else counts
+    if len(counts) != len(ks):
+        ap.error("--experiments: one count, or one per K")
+    for k, n in zip(ks, counts):
+        results.append(one_run(k, n, args.latency, args.tasks.split(","), args.fake_judge, args.members))
         r = results[-1]
         print(f"K={r['k']}: {r['experiments']} experiments in {r['wall_s']} s = {r['per_hour']}/h, harness busy "
               f"{r['harness_busy']:.0%} of {r['members']}, numbered in order: {r['numbered_in_order']}, {r['statuses']}", flush=True)
