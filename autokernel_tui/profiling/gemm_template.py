@@ -30,8 +30,9 @@ BINARY = {"aten.add.Tensor": "x + y", "aten.sub.Tensor": "x - y", "aten.mul.Tens
           "aten.div.Tensor": "x / y"}
 GELU = {"none": "0.5 * x * (1.0 + _erf(x * 0.7071067811865476))",
         "tanh": "0.5 * x * (1.0 + _tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))"}
-KNOBS = {"BLOCK_M": [32, 64, 128], "BLOCK_N": [32, 64, 128], "BLOCK_K": [32, 64], "NUM_WARPS": [4, 8],
-         "NUM_STAGES": [2, 3, 4]}
+# The 16-bit tile (fp32 inputs take FP32_* in kernel.py: IEEE dots need more registers per element).
+KNOBS = {"BLOCK_M": [64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "NUM_WARPS": [4, 8],
+         "NUM_STAGES": [2, 3, 4], "GROUP_M": [1, 4, 8, 16]}
 
 
 class NoTemplate(ValueError):
@@ -169,7 +170,10 @@ def template_source(spec: dict, name: str) -> tuple[str, dict[str, list[int]]]:
                                       (POINTWISE, bool(pointwise))) if used]
     parts.append(TAIL.format(pointwise=kernels, params=params, body=code,
                              ret=outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"))
-    return "".join(parts), dict(KNOBS)
+    knobs = dict(KNOBS)
+    if "_gemm(" not in code and "_bmm(" not in code:
+        knobs.pop("GROUP_M")  # the convolution's tiles go in grid order
+    return "".join(parts), knobs
 
 
 HEAD = '''"""Starter for generated task {name}: {chain}, from autokernel_tui/profiling/gemm_template.py.
@@ -177,18 +181,30 @@ HEAD = '''"""Starter for generated task {name}: {chain}, from autokernel_tui/pro
 Inductor calls a library (cuBLAS, cuDNN) for the matmul or convolution, so this starter is a template rather than Inductor's
 Triton: the matmul is a tiled tl.dot kernel (fp32 accumulation, the bias added in its epilogue), each
 pointwise op an elementwise Triton kernel, views the recorded views. Nothing is fused yet: folding the
-pointwise ops into the GEMM's epilogue saves a round trip to memory each. Knobs: the tile sizes.
+pointwise ops into the GEMM's epilogue saves a round trip to memory each. Knobs: the 16-bit tile
+(BLOCK_*, warps, stages) and GROUP_M, the rows of tiles visited together so their B columns stay in L2.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-BLOCK_M = 64
-BLOCK_N = 64
-BLOCK_K = 32
-NUM_WARPS = 4
+# 16-bit inputs: a Hopper-sized tile (tl.dot lowers to wgmma on sm_90).
+BLOCK_M = 128
+BLOCK_N = 128
+BLOCK_K = 64
+NUM_WARPS = 8
 NUM_STAGES = 3
+GROUP_M = 8
+# fp32 inputs (IEEE dots, as precise as the reference): a smaller tile.
+FP32_TILE = (64, 64, 32, 4, 3)
+
+
+def _tile(dtype):
+    """(BM, BN, BK, warps, stages) for inputs of ``dtype``."""
+    if dtype == torch.float32:
+        return FP32_TILE
+    return BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES
 
 
 '''
@@ -209,9 +225,16 @@ def _tanh(x):
 GEMM = '''@triton.jit
 def _gemm_kernel(A, B, C, BIAS, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn, sbias,
                  HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
-                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr):
+    # Tiles in groups of GM rows, column by column: a group's B columns are read from L2, not HBM.
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BM)
+    tiles_n = tl.cdiv(N, BN)
+    group = pid // (GM * tiles_n)
+    first_m = group * GM
+    rows = tl.minimum(tiles_m - first_m, GM)
+    pid_m = first_m + (pid % (GM * tiles_n)) % rows
+    pid_n = (pid % (GM * tiles_n)) // rows
     batch = tl.program_id(2)  # bmm: one matrix of the batch per grid plane (mm: a single plane)
     A += batch * sab
     B += batch * sbb
@@ -243,12 +266,13 @@ def _gemm(a, b, bias):
         bias = bias.reshape(-1) if bias.shape[0] == 1 else None
         if bias is None:
             raise ValueError("a bias with more than one row is not written by this template")
-    grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, BLOCK_N), 1)
+    bm, bn, bk, warps, stages = _tile(a.dtype)
+    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), 1, 1)
     _gemm_kernel[grid](a, b, c, bias if bias is not None else c, m, n, k, 0, a.stride(0), a.stride(1),
                        0, b.stride(0), b.stride(1), 0, c.stride(0), c.stride(1),
                        bias.stride(0) if bias is not None else 0, HAS_BIAS=bias is not None,
-                       IEEE=a.dtype == torch.float32, BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K,
-                       num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+                       IEEE=a.dtype == torch.float32, BM=bm, BN=bn, BK=bk, GM=GROUP_M,
+                       num_warps=warps, num_stages=stages)
     return c
 
 
@@ -257,10 +281,11 @@ def _bmm(a, b):
     nb, m, k = a.shape
     n = b.shape[2]
     c = torch.empty((nb, m, n), dtype=a.dtype, device=a.device)
-    grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, BLOCK_N), nb)
+    bm, bn, bk, warps, stages = _tile(a.dtype)
+    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), 1, nb)
     _gemm_kernel[grid](a, b, c, c, m, n, k, *a.stride(), *b.stride(), *c.stride(), 0, HAS_BIAS=False,
-                       IEEE=a.dtype == torch.float32, BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K,
-                       num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+                       IEEE=a.dtype == torch.float32, BM=bm, BN=bn, BK=bk, GM=GROUP_M,
+                       num_warps=warps, num_stages=stages)
     return c
 
 
@@ -307,12 +332,13 @@ def _conv2d(x, w, bias, stride, padding, dilation):
     ow = (wi + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
     y = torch.empty((n, oc, oh, ow), dtype=x.dtype, device=x.device)
     m = n * oh * ow
-    grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(oc, BLOCK_N))
+    bm, bn, bk, warps, stages = _tile(x.dtype)
+    grid = (triton.cdiv(m, bm), triton.cdiv(oc, bn))
     _conv2d_kernel[grid](x, w, bias if bias is not None else y, y, m, c, h, wi, oc, oh, ow, kh, kw,
                          stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1],
                          *x.stride(), *w.stride(), *y.stride(), bias.stride(0) if bias is not None else 0,
                          HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32,
-                         BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+                         BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages)
     return y
 
 

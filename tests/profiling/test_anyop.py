@@ -116,11 +116,32 @@ def test_a_generated_matmul_chain_starts_from_the_gemm_template_and_passes_the_h
     source = (task / "kernel.py").read_text()
     assert "NO STARTER" not in source and "_gemm(" in source and check_source(source) == []
     spec = taskspec.load_spec(task)
-    assert set(spec.knob_space) == {"BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_WARPS", "NUM_STAGES"}
+    assert set(spec.knob_space) == {"BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_WARPS", "NUM_STAGES", "GROUP_M"}
     assert "gemm_template" in (task / "task.toml").read_text() and "gemm_template" in (task / "README.md").read_text()
     with Harness(timeout_s=300, device="cpu") as h:
         report = h.evaluate(task, quick=True)
     assert report.status == "PASS", report.reason
+
+
+def test_the_gemm_templates_16_bit_tile_visits_grouped_tiles_correctly(tmp_path):
+    """The 16-bit path (Hopper-sized tile, tiles visited in groups of GROUP_M rows) on ragged sizes:
+    3 x 2 tiles of 128, a group taller than the grid, a K that is not a multiple of the tile."""
+    import importlib.util
+
+    created, _ = _extract(_profile("gemm", Gemm(), [torch.randn(6, 24)]), tmp_path)
+    (task,) = _generated(created, "matmul")
+    spec_ = importlib.util.spec_from_file_location("gemm_kernel_16", task / "kernel.py")
+    kernel = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(kernel)
+    g = torch.Generator().manual_seed(0)
+    for group in (8, 1, 2):
+        kernel.GROUP_M = group
+        a = torch.randn(300, 70, generator=g).to(torch.float16)
+        b = torch.randn(70, 200, generator=g).to(torch.float16)
+        bias = torch.randn(200, generator=g).to(torch.float16)
+        out = kernel._gemm(a, b, bias)
+        want = torch.addmm(bias.float(), a.float(), b.float())
+        torch.testing.assert_close(out.float(), want, atol=0.08, rtol=0.02)
 
 
 def test_a_generated_conv_chain_starts_from_the_implicit_gemm_and_passes_the_harness(tmp_path):
