@@ -48,15 +48,10 @@ class SlowTuner:
 
 
 class TimedHarness:
-    """A harness pool, with the member-seconds it spent judging counted (its busy time)."""
+    """One member of the pool, with the seconds it spent judging counted (its busy time)."""
 
     def __init__(self, harness) -> None:
         self.harness, self.busy_s = harness, 0.0
-        self.size = getattr(harness, "size", 1)
-
-    @property
-    def busy(self):
-        return getattr(self.harness, "busy", 0)
 
     def __getattr__(self, name):
         attr = getattr(self.harness, name)
@@ -104,7 +99,8 @@ def one_run(k: int, n: int, latency_s: float, tasks: list[str], fake_judge: floa
             agent = SlowTuner(latency_s)
             settings.harness.cpu_workers = members
             pool = make_harness(settings, {})
-        harness = TimedHarness(pool)
+        members = [TimedHarness(m) for m in pool.members]  # busy time counted inside each member
+        harness = HarnessPool(members)
         engine = Engine(ws, settings, tag=f"k{k}", new=True, agent=agent, harness=harness)
         try:
             t0 = time.perf_counter()
@@ -114,9 +110,9 @@ def one_run(k: int, n: int, latency_s: float, tasks: list[str], fake_judge: floa
         finally:
             engine.close()
     numbers = [r["experiment"] for r in rows]
-    size = harness.size
+    size, busy_s = len(members), sum(m.busy_s for m in members)
     return {"k": k, "experiments": len(rows), "wall_s": round(wall, 1), "per_hour": round(3600 * len(rows) / wall),
-            "members": size, "harness_busy": round(harness.busy_s / (wall * size), 3), "ended": reason,
+            "members": size, "harness_busy": round(busy_s / (wall * size), 3), "ended": reason,
             "numbered_in_order": numbers == list(range(1, len(rows) + 1)),
             "statuses": {s: sum(1 for r in rows if r["status"] == s) for s in sorted({r["status"] for r in rows})}}
 
