@@ -109,7 +109,7 @@ split)
         --detect-runs 2 --pairs 0.003:0.03 --json "$R/speed_split.json"
     ;;
 parallel)
-    step parallel 560 python3 benchmarks/parallel_throughput.py --latency 30 --k 1,4,8 --experiments 4,8,8 \
+    step parallel 420 python3 benchmarks/parallel_throughput.py --latency 30 --k 1,4,8 --experiments 3,6,8 \
         --json "$R/parallel.json"
     ;;
 anyop)
