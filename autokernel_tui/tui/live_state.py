@@ -386,7 +386,7 @@ class LiveState:
 
     def _on_pool(self, e: dict) -> set[str]:
         self.pool = {k: v for k, v in e.items() if k not in ("t", "type", "run")}
-        return {HEADER}
+        return {HEADER, APPROVAL} if self.pending is not None else {HEADER}  # "N more waiting"
 
     def _on_budget(self, e: dict) -> set[str]:
         self.tokens = float(e.get("tokens") or self.tokens)

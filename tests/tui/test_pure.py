@@ -142,3 +142,20 @@ def test_the_header_shows_agents_queue_pool_rate_and_waiting_approvals_with_k_in
     plain = status_line(state, 0.0).plain
     for part in ("agents 4/4", "queued 2", "pool 1/2 busy", "exp/h 1705", "waiting 2"):
         assert part in plain, plain
+
+
+def test_the_approval_panel_says_how_many_questions_wait_behind_this_one():
+    from autokernel_tui.tui.widgets.approval_panel import approval_renderable
+
+    state = LiveState.from_snapshot(snapshot())
+    assert state.apply(pending_event(8)) >= {APPROVAL}
+    pool = {"t": 1.0, "type": "pool", "run": TAG, "in_flight": 3, "proposing": 0, "ready": 2, "parallel": 4,
+            "waiting_approval": 3, "workers": 1, "workers_busy": 1, "experiments_per_hour": 60.0}
+    assert state.apply(pool) >= {APPROVAL}  # the panel's count is redrawn
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(approval_renderable(state.pending, None, 2))
+    assert "2 more waiting" in console.export_text()
+    console.print(approval_renderable(state.pending, None, 0))
+    assert console.export_text().count("more waiting") == 0

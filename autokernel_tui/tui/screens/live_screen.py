@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from autokernel_tui.config import POLICIES
+from autokernel_tui.tui import formatting as fmt
 from autokernel_tui.tui import keys, workspace_files
 from autokernel_tui.tui.live_state import APPROVAL, DIFF, HEADER, KERNELS, REASONING, RESULTS, LiveState, Notice
 from autokernel_tui.tui.messages import CommandDone, EngineEvent
@@ -175,7 +176,9 @@ class LiveScreen(FittedFooter, Screen):
         for selector in ("#approval-banner", "#approval", "#diff", "#reasoning"):
             self.query_one(selector).set_class(pending is not None, "-awaiting")
         self._sync_left_pane()
-        self.query_one(ApprovalPanel).show(pending, self.state.chain(str((pending or {}).get("task") or "")))
+        waiting = int(fmt.to_float((self.state.pool or {}).get("waiting_approval")) or 0)
+        self.query_one(ApprovalPanel).show(pending, self.state.chain(str((pending or {}).get("task") or "")),
+                                           max(0, waiting - 1))
         banner = self.query_one("#approval-banner", Static)
         if pending is None:
             banner.update("")

@@ -81,9 +81,10 @@ def shapes_table(report: dict) -> Table:
     return table
 
 
-def approval_renderable(pending: dict, vs_start: float | None = None) -> Group:
+def approval_renderable(pending: dict, vs_start: float | None = None, behind: int = 0) -> Group:
     """``vs_start``: the kernel's speedup over the starter before this candidate (LiveState), shown
-    times the candidate's speedup vs incumbent where vs baseline means nothing (the CPU)."""
+    times the candidate's speedup vs incumbent where vs baseline means nothing (the CPU); ``behind``:
+    questions queued after this one (K experiments in flight), each asked when this is answered."""
     report = pending.get("report") or {}
     comparison = pending.get("comparison") or {}
     summary = report.get("summary") or {}
@@ -95,6 +96,8 @@ def approval_renderable(pending: dict, vs_start: float | None = None) -> Group:
         head.append(fmt.speedup(comparison.get("speedup")), "bold")
         head.append(f" CI {fmt.interval(comparison.get('ci_low'), comparison.get('ci_high'))}", "")
         head.append(f" ({comparison.get('n_samples', '?')} samples, {comparison.get('method', '')})", "dim")
+    if behind > 0:
+        head.append(f"  {behind} more waiting", "bold #ffaf00")
     lines = [head]
     if summary and report.get("timing_meaningful") is False:
         line = Text()
@@ -132,5 +135,5 @@ class ApprovalPanel(VerticalScroll):
     def compose(self):
         yield self._body
 
-    def show(self, pending: dict | None, vs_start: float | None = None) -> None:
-        self._body.update(approval_renderable(pending, vs_start) if pending else Text(""))
+    def show(self, pending: dict | None, vs_start: float | None = None, behind: int = 0) -> None:
+        self._body.update(approval_renderable(pending, vs_start, behind) if pending else Text(""))
