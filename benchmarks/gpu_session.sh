@@ -19,15 +19,16 @@
 #   launch:    host us per call of every forward starter (issue 21), and the nine backward starters'
 #              gradient checks at full default shapes (issue 20)
 #   split:     where a warm evaluation's time goes (harness_speed's time split), this tree only, few comparisons
+#   sandboxcost: warm evaluations of this tree with the sandbox off, then on, back to back
 #   parallel:  issue 22 on one GPU: the offline tuner behind a 30 s latency, K = 1, 4, 8, the real engine and
 #              sandboxed harness pool (experiments/hour, the harness's busy fraction)
 #   anyop:     GPT-2 small (bf16, 8x1024) profiled, `init --from-profile --top 12`, and every generated
 #              task's starter (GEMM template or Inductor's Triton) benched through the sandboxed harness
 #
 # Usage on the device (carry .whl; for `speed` also .old):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS [TASKS]] | gputests | launch | e2e [bwd] | train [gpt2|llama] | anyop | split | parallel
+#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS [TASKS]] | gputests | launch | e2e [bwd] | train [gpt2|llama] | anyop | split | sandboxcost | parallel
 set -u
-part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, split or parallel}
+part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, split, sandboxcost or parallel}
 if [ -d .whl ] && [ ! -d .site ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target .site .whl/*.whl || exit 1
 fi
@@ -107,6 +108,12 @@ launch)
 split)
     step speed_split 200 python3 benchmarks/harness_speed.py --tasks rmsnorm --runs 6 --ab-runs 2 \
         --detect-runs 2 --pairs 0.003:0.03 --json "$R/speed_split.json"
+    ;;
+sandboxcost)  # the same tree with and without confinement, back to back: what the sandbox itself costs
+    for sb in off auto; do
+        step "speed_$sb" 100 python3 benchmarks/harness_speed.py --tasks rmsnorm --runs 6 --ab-runs 0 \
+            --detect-runs 0 --pairs 0.003:0.03 --sandbox "$sb" --json "$R/speed_${sb}_$SECONDS.json"
+    done
     ;;
 parallel)
     step parallel 420 python3 benchmarks/parallel_throughput.py --latency 30 --k 1,4,8 --experiments 3,6,8 \

@@ -156,13 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="write the raw results here")
     parser.add_argument("--smoke", action="store_true", help="CPU interpreter, quick evaluations, N = 1")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--sandbox", default="auto", choices=("auto", "bwrap", "landlock", "off"),
+                        help="harness.sandbox: 'off' gives the same tree's time without confinement")
     args = parser.parse_args(argv)
     device = "cpu" if args.smoke else "auto"
     if args.smoke:
         args.runs, args.ab_runs, args.detect_runs = 1, 1, 1
     dirs = [Path(t) if "/" in t else starters_dir() / t for t in args.tasks.split(",") if t]
     results = []
-    with Harness(timeout_s=args.timeout, device=device) as harness:
+    with Harness(timeout_s=args.timeout, device=device, sandbox=args.sandbox) as harness:
         info = harness.device_info()
         for task_dir in dirs:
             results.append(measure_task(harness, task_dir, args.runs, args.ab_runs, args.detect_runs,
