@@ -516,8 +516,24 @@ def choose(fams: list[str], build, time_models, mode: str, progress=None) -> dic
     base_us = results["none"]["median_us"]
     for n in names:
         results[n]["speedup"] = base_us / results[n]["median_us"]
+        predicted = predict_set(base_us, [alone[f] for f in results[n]["families"]])
+        if predicted is not None and n != "none":
+            results[n]["predicted_speedup"] = predicted
+            results[n]["prediction_error_pct"] = 100.0 * (results[n]["speedup"] / predicted - 1.0)
     return {"mode": mode, "alone": alone, "sets": results, "ship_families": results[best]["families"],
             "ship_speedup": results[best]["speedup"], "min_gain": SELECT_MIN_GAIN}
+
+
+def predict_set(base_us: float, alone: list[dict]) -> float | None:
+    """The speedup a set of kernels should give in a mode, from each one timed alone in that mode:
+    the time each saved beside its own interleaved base, summed (Amdahl: the savings add, the kernels
+    replacing different ops), over the set's base. In a compiled or graph-captured mode the host's
+    launch cost is gone, so what each kernel saves alone is what it saves in the set; a miss says the
+    kernels interact (fusion lost around them, memory, clocks)."""
+    if not base_us or not alone or not all(a.get("median_us") and a.get("base_median_us") for a in alone):
+        return None
+    predicted_us = base_us - sum(a["base_median_us"] - a["median_us"] for a in alone)
+    return base_us / predicted_us if predicted_us > 0 else None
 
 
 COMPILE_CALL = {"compile": "torch.compile(model)", "cudagraphs": 'torch.compile(model, mode="reduce-overhead")'}
@@ -546,14 +562,19 @@ def _selection_reason(sel: dict) -> str | None:
     if "error" in sel:
         return None
     mode, fams = sel["mode"], sel["ship_families"]
-    us = next(r["median_us"] for r in sel["sets"].values() if r.get("families") == fams)
+    shipped = next(r for r in sel["sets"].values() if r.get("families") == fams)
+    us = shipped["median_us"]
     out = [f"{mode}" + (f"+kernels with {', '.join(fams)}" if fams else " without kernels") +
-           f": {us / 1e3:.3f} ms, {sel['ship_speedup']:.3f}x {mode} without them"]
+           f": {us / 1e3:.3f} ms, {sel['ship_speedup']:.3f}x {mode} without them" +
+           (f" (predicted {shipped['predicted_speedup']:.3f}x from each kernel alone, "
+            f"{shipped['prediction_error_pct']:+.1f}%)" if shipped.get("predicted_speedup") else "")]
     left = [f"{f} {_alone(a)}" for f, a in sel["alone"].items() if f not in fams]
     if left:
         out.append("left out: " + ", ".join(left))
     if "all" in sel["sets"]:
-        out.append(f"all kernels: {_alone(sel['sets']['all']).replace(' alone', '')}")
+        every = sel["sets"]["all"]
+        out.append(f"all kernels: {_alone(every).replace(' alone', '')}" +
+                   (f" (predicted {every['predicted_speedup']:.3f}x)" if every.get("predicted_speedup") else ""))
     return "; ".join(out)
 
 

@@ -383,6 +383,10 @@ def test_selection_ships_only_the_kernels_that_make_the_model_faster(tmp_path):
     assert set(sel["sets"]) == {"none", "chosen", "all"} and sel["sets"]["all"]["correct"] is False
     reason = _selection_reason(sel)
     assert reason.startswith("eager+kernels with gelu") and "layernorm 0." in reason and "softmax wrong outputs" in reason
+    # The shipped set's speedup predicted from each kernel timed alone in the mode, beside the measured one.
+    chosen = sel["sets"]["chosen"]
+    assert abs(chosen["prediction_error_pct"]) < 15, chosen
+    assert "predicted" in reason and "from each kernel alone" in reason
     text = format_result({"model": "m", "device": "cpu", "dtype": "float32", "batch": 1, "seq": 1, "mode": "forward",
                           "patched": {"gelu": 1}, "unpatched_families": [], "correct": True, "finite": True,
                           "rel_l2_vs_original": 0.0, "tolerance": 1e-4, "model_noise_rel_l2": 0.0,
@@ -428,3 +432,13 @@ def test_a_compiled_model_trains_through_the_kernels_and_their_backward_ops():
     assert r["ship"] in ("eager", "eager+kernels", "compile+kernels") and r["ship"] in r["ship_reason"]
     text = format_training(r)
     assert "compile+kernels" in text and "CUDA graphs need a GPU" in text
+
+
+def test_a_set_of_kernels_is_predicted_from_the_time_each_saves_alone():
+    from autokernel_tui.profiling.verify import predict_set
+
+    # base 100 us; one kernel saves 10 us (beside a base of 101), another costs 5 us more: 100 / 95.
+    alone = [{"base_median_us": 101.0, "median_us": 91.0}, {"base_median_us": 99.0, "median_us": 104.0}]
+    assert abs(predict_set(100.0, alone) - 100.0 / 95.0) < 1e-9
+    assert predict_set(100.0, [{"base_median_us": 100.0}]) is None  # a kernel that did not run
+    assert predict_set(100.0, [{"base_median_us": 300.0, "median_us": 100.0}]) is None  # nothing left: no ratio
