@@ -186,7 +186,6 @@ class LiveScreen(FittedFooter, Screen):
         approve = keys.display_key(keys.STEERING[1], self.app.user_keys)
         veto = keys.display_key(keys.STEERING[2], self.app.user_keys)
         comparison = pending.get("comparison") or {}
-        from autokernel_tui.tui import formatting as fmt
         banner.update(Text(f" ▶ {approve} approve · {veto} veto — exp {pending.get('n')} {pending.get('task', '')}: "
                       f"{fmt.speedup(comparison.get('speedup'))} {fmt.interval(comparison.get('ci_low'), comparison.get('ci_high'))}"
                       " vs incumbent"))
