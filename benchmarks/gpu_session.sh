@@ -125,7 +125,6 @@ anyop)
     step init 120 python3 -m autokernel_tui init /tmp/anyop_ws --from-profile "$R/profile_gpt2.json" --top 12
     cp /tmp/anyop_ws/init-skipped.json "$R/" 2>/dev/null
     for t in $(cd /tmp/anyop_ws/kernels 2>/dev/null && ls -d gen_*); do
-        cp -r "/tmp/anyop_ws/kernels/$t" "$R/task_$t"
         step "bench_$t" 150 python3 -m autokernel_tui bench "/tmp/anyop_ws/kernels/$t" --device cuda --quick \
             --json "$R/bench_$t.json"
     done
