@@ -36,7 +36,8 @@ AHEAD, AGAIN = "ahead", "ahead, compared again: a keep of this kernel landed aft
 
 
 @dataclass
-class Verdict:
+class Judged:
+    """A proposal's verdict judged ahead (the harness's report and comparison)."""
     report: Report
     comparison: Comparison | None
     incumbent: str  # the incumbent source the comparison was taken against ("" when not compared)
@@ -53,7 +54,7 @@ class AheadJudge:
         self._cv = cv
         self._task_dir, self._owned = task_dir, owned_hashes
         self._queue: deque[Any] = deque()
-        self._verdicts: dict[str, Verdict] = {}
+        self._verdicts: dict[str, Judged] = {}
         self._incumbents: dict[str, str] = {}
         self._judging = 0
         self._closed = False
@@ -73,7 +74,7 @@ class AheadJudge:
             self._queue.append(ready)
             self._cv.notify_all()
 
-    def verdict(self, pid: str) -> Verdict | None:
+    def verdict(self, pid: str) -> Judged | None:
         with self._cv:
             return self._verdicts.get(pid)
 
@@ -81,7 +82,7 @@ class AheadJudge:
         with self._cv:
             self._verdicts.pop(pid, None)
 
-    def judged(self) -> list[Verdict]:
+    def judged(self) -> list[Judged]:
         """The verdicts judged ahead and waiting to be recorded."""
         with self._cv:
             return list(self._verdicts.values())
@@ -108,36 +109,37 @@ class AheadJudge:
                 ready = self._queue.popleft()
                 self._judging += 1
             try:
-                verdict = self._judge(ready)
-            finally:
-                with self._cv:
-                    self._judging -= 1
+                judged = self._judge(ready)
+            except Exception as exc:  # noqa: BLE001 - a judge thread that died would leave its proposal waiting forever
+                judged = Judged(Report(status="CRASH", stage="static", task=ready.task,
+                                       reason=f"judging ahead failed: {type(exc).__name__}: {exc}"), None, "")
             with self._cv:
+                self._judging -= 1
                 if self._closed:
                     return
-                self._verdicts[ready.id] = verdict
+                self._verdicts[ready.id] = judged
                 self._cv.notify_all()
             try:
                 self._on_judged()
             except Exception:  # noqa: BLE001 - a closed journal at shutdown: the count is only for show
                 pass
 
-    def _judge(self, ready: Any) -> Verdict:
+    def _judge(self, ready: Any) -> Judged:
         task, source = ready.task, ready.proposal.source
         task_dir = self._task_dir(task)
         report = self._evaluator.evaluate(task_dir, task, self._owned(task), kernel_source=source)
         if not report.passed:
-            return Verdict(report, None, "")
+            return Judged(report, None, "")
         with self._cv:
             incumbent = self._incumbents.get(task, "")
         comparison = self._evaluator.compare(task_dir, source, incumbent) if incumbent else None
-        return Verdict(report, comparison, incumbent)
+        return Judged(report, comparison, incumbent)
 
 
-def settle(verdict: Verdict, incumbent: str, compare: Callable[[], Comparison | None]) -> tuple[
+def settle(judged: Judged, incumbent: str, compare: Callable[[], Comparison | None]) -> tuple[
         Report, Comparison | None, str]:
     """A verdict judged ahead, made current: (report, comparison, how it was judged). The
     comparison is taken again when it was against another incumbent than the one on the branch."""
-    if not verdict.report.passed or verdict.incumbent == incumbent:
-        return verdict.report, verdict.comparison, AHEAD
-    return verdict.report, compare(), AGAIN
+    if not judged.report.passed or judged.incumbent == incumbent:
+        return judged.report, judged.comparison, AHEAD
+    return judged.report, compare(), AGAIN

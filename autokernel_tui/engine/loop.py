@@ -35,7 +35,7 @@ from autokernel_tui.engine.bus import EventBus
 from autokernel_tui.engine.experiment import AGENT_DOWN, NOTHING_LEFT, Experiment, Lab, Outcome
 from autokernel_tui.engine.gate import ApprovalGate, Pending
 from autokernel_tui.engine.gate import decide as gate_rule
-from autokernel_tui.engine.judging import AheadJudge, Verdict
+from autokernel_tui.engine.judging import AheadJudge, Judged
 from autokernel_tui.engine.lock import EngineLock
 from autokernel_tui.engine.orchestrator import ACTIVE, EXHAUSTED, SKIPPED, Orchestrator, roofline_if_meaningful
 from autokernel_tui.engine.revert import Reverts
@@ -508,6 +508,7 @@ class Engine:
     def _loop_parallel_judging(self, k: int, judge: AheadJudge) -> str:
         flight = self._inflight
         announced: str | None = None
+        incumbents_at = -1  # the row count when the judge was last told the incumbents
         self._pool_event()
 
         def judged(r: parallel.Ready) -> bool:
@@ -554,9 +555,12 @@ class Engine:
                     announced = task
                 self.current_task = self.current_task or task
                 self._start_proposal(task)
-            # Between experiments the worktree is the branch: its kernels are the incumbents.
-            for task in self.record.tasks:
-                judge.set_incumbent(task, (self.repo.task_dir(task) / "kernel.py").read_text(encoding="utf-8"))
+            # Between experiments the worktree is the branch: its kernels are the incumbents. They change
+            # only with a new row (a keep, a revert), so they are read again only then.
+            if len(self.record.rows) != incumbents_at:
+                incumbents_at = len(self.record.rows)
+                for task in self.record.tasks:
+                    judge.set_incumbent(task, (self.repo.task_dir(task) / "kernel.py").read_text(encoding="utf-8"))
             for arrival in flight.arrived():
                 if not judged(arrival):
                     judge.submit(arrival)
@@ -583,7 +587,7 @@ class Engine:
         self._inflight.start(task, lab.agent, ctx)
         self._pool_event()
 
-    def _judge(self, ready: parallel.Ready, verdict: Verdict | None) -> None:
+    def _judge(self, ready: parallel.Ready, verdict: Judged | None) -> None:
         self._set_state(RUNNING)
         self.current_task = ready.task
         self.current_n = self.record.next_n()

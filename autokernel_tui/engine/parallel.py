@@ -200,24 +200,30 @@ class InFlight:
                     out.append(slot.ready)
             return out
 
+    def _first(self, judged: Callable[[Ready], bool]) -> Ready | None:
+        """The oldest arrival that ``judged`` says may be recorded now (arrivals dropped meanwhile
+        are forgotten on the way). Under the lock."""
+        for pid in list(self._arrivals):
+            slot = self._slots.get(pid)
+            if slot is None or slot.ready is None:
+                self._arrivals.remove(pid)
+            elif judged(slot.ready):
+                return slot.ready
+        return None
+
     def take(self, judged: Callable[[Ready], bool] = lambda r: True) -> Ready | None:
         """The oldest ready proposal that ``judged`` says may be recorded now (it leaves the set in
         flight when its experiment ends)."""
         with self._cv:
-            for pid in list(self._arrivals):
-                slot = self._slots.get(pid)
-                if slot is None or slot.ready is None:
-                    self._arrivals.remove(pid)
-                elif judged(slot.ready):
-                    self._arrivals.remove(pid)
-                    return slot.ready
-            return None
+            ready = self._first(judged)
+            if ready is not None:
+                self._arrivals.remove(ready.id)
+            return ready
 
     def take_is_empty(self, judged: Callable[[Ready], bool]) -> bool:
         """No ready proposal may be recorded now (``take`` would give nothing)."""
         with self._cv:
-            return not any(slot.ready is not None and judged(slot.ready)
-                           for slot in (self._slots.get(pid) for pid in self._arrivals) if slot is not None)
+            return self._first(judged) is None
 
     def done(self, pid: str) -> None:
         with self._cv:

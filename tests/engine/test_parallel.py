@@ -217,3 +217,25 @@ def test_approvals_queue_up_and_are_answered_in_turn(workspace, settings):
     asked = [e for e in events if e["type"] == "awaiting_approval"]
     assert [e["n"] for e in asked] == [1, 2, 3] and len({e["deadline"] for e in asked}) == 3
     assert all(e["by"] == "human" for e in events if e["type"] == "decision")
+
+
+def test_a_judge_that_raises_gives_a_crash_verdict_not_a_proposal_waiting_forever(tmp_path):
+    import threading
+
+    from autokernel_tui.engine.judging import AheadJudge
+    from autokernel_tui.engine.parallel import Ready
+
+    class Broken:
+        def evaluate(self, *args, **kwargs):
+            raise OSError("disk gone")
+
+    cv = threading.Condition(threading.RLock())
+    judge = AheadJudge(Broken(), 1, cv, lambda task: tmp_path, lambda task: None)
+    proposal = type("P", (), {"source": "def kernel_fn(x):\n    return x\n"})()
+    judge.submit(Ready("p1", "rmsnorm", proposal, []))
+    with cv:
+        cv.wait_for(lambda: judge.verdict("p1") is not None, timeout=10)
+    judged = judge.verdict("p1")
+    judge.close()
+    assert judged.report.status == "CRASH" and "disk gone" in judged.report.reason
+    assert judge.counts() == (0, 1)

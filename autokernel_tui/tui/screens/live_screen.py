@@ -141,8 +141,7 @@ class LiveScreen(FittedFooter, Screen):
                 table.kinds = workspace_files.task_kinds(self.workspace)
             table.show(state.kernels, state.task, state.meaningful)
             cpu = state.meaningful is False
-            table.border_title = ("kernels by Amdahl share (CPU: vs starter)"
-                                                        if cpu else "kernels by Amdahl share")
+            table.border_title = "kernels by Amdahl share (CPU: vs starter)" if cpu else "kernels by Amdahl share"
         if RESULTS in parts:
             cpu = state.meaningful is False
             self.query_one(ResultsTable).use_vs_start(cpu)
