@@ -45,7 +45,7 @@ RANKS: dict[str, int] = {
 # A place is a module path prefix relative to the package ("tui/", "agents/claude.py").
 # Anything else that is not the standard library is refused.
 THIRD_PARTY: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "torch": (("harness/worker/", "profiling/"), ("harness/worker/", "profiling/patch.py",
+    "torch": (("harness/worker/", "profiling/"), ("harness/worker/", "profiling/patch.py", "profiling/graph_patch.py",
                                                  # compile and count recorded calls; imported only when used
                                                  "profiling/inductor_starter.py", "profiling/kernelbench.py")),
     "triton": (("harness/worker/",), ("harness/worker/",)),

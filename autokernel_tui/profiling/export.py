@@ -5,8 +5,11 @@ a copy of each task's ``kernel.py``; its ``__init__`` only maps families to thos
 
     OUT/
       __init__.py        patch(model, families=None) -> {family: modules replaced}
+                         patch_graph(model, example_inputs) -> (new module, {task: sites}), generated tasks too
       _patch.py          = autokernel_tui/profiling/patch.py
-      kernels/<task>.py  = <workspace>/kernels/<task>/kernel.py
+      _graph_patch.py    = autokernel_tui/profiling/graph_patch.py
+      kernels/<task>.py  = <workspace>/kernels/<task>/kernel.py (a starter)
+      kernels/<task>/    kernel.py and reference.py of a generated task (its recorded chain is in reference.py)
       manifest.json      source, sha256 of each kernel, commit of the workspace when known
 """
 
@@ -32,11 +35,13 @@ Needs only torch and triton. Without a GPU, kernels run in Triton's interpreter
 (set TRITON_INTERPRET=1 before importing triton): correct, but slow.
 """
 
+import copy
 from pathlib import Path
 
-from . import _patch
+from . import _graph_patch, _patch
 
 KERNELS = {kernels!r}  # task/family -> file in this package
+GENERATED = {generated!r}  # generated task -> its kernel.py (its recorded chain beside it, in reference.py)
 _HERE = Path(__file__).resolve().parent
 
 
@@ -49,6 +54,21 @@ def patch(model, families=None, custom_ops=False):
     _patch.use_interpreter_if_no_gpu(next((p.device.type for p in model.parameters()), "auto"))
     fns = _patch.load_kernels({{f: _HERE / rel for f, rel in KERNELS.items()}})
     return _patch.patch_model(model, fns, families, custom_ops=custom_ops)
+
+
+def patch_graph(model, example_inputs, custom_ops=False):
+    """Every kernel, generated tasks' too: returns (a new module, {{task: sites replaced}}); ``model``
+    is not changed. A generated kernel replaces a recorded chain of aten calls wherever it occurs in
+    the model's forward graph, traced once at ``example_inputs`` (inference, shapes fixed: other
+    inputs run the model without the generated kernels)."""
+    _patch.use_interpreter_if_no_gpu(next((p.device.type for p in model.parameters()), "auto"))
+    m = copy.deepcopy(model)
+    counts = patch(m, custom_ops=True) if KERNELS else {{}}  # custom ops: a trace sees them
+    if GENERATED:
+        m, sites = _graph_patch.patch_graph(m, tuple(example_inputs),
+                                            {{t: _HERE / rel for t, rel in GENERATED.items()}}, custom_ops=custom_ops)
+        counts.update(sites)
+    return m, counts
 
 
 def unpatch(model):
@@ -78,17 +98,27 @@ def export_package(out: Path, kernels: dict[str, Path], source: str = "") -> Pat
         raise ExportError(f"{out} exists and is not empty; choose a new folder")
     if not kernels:
         raise ExportError("no kernels to export")
+    from autokernel_tui.profiling.graph_patch import is_generated
+
     (out / "kernels").mkdir(parents=True, exist_ok=True)
-    files, manifest = {}, {"source": source, "kernels": {}}
+    files, generated, manifest = {}, {}, {"source": source, "kernels": {}}
     for family, path in sorted(kernels.items()):
         path = Path(path)
-        rel = f"kernels/{family}.py"
+        if is_generated(path):
+            rel = f"kernels/{family}/kernel.py"
+            (out / "kernels" / family).mkdir()
+            shutil.copyfile(path.parent / "reference.py", out / "kernels" / family / "reference.py")
+            generated[family] = rel
+        else:
+            rel = f"kernels/{family}.py"
+            files[family] = rel
         shutil.copyfile(path, out / rel)
-        files[family] = rel
         manifest["kernels"][family] = {"file": rel, "from": str(path),
                                        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
                                        "commit": _git_head(path.parent)}
     shutil.copyfile(Path(__file__).with_name("patch.py"), out / "_patch.py")
-    (out / "__init__.py").write_text(INIT_TEMPLATE.format(name=name, kernels=files), encoding="utf-8")
+    shutil.copyfile(Path(__file__).with_name("graph_patch.py"), out / "_graph_patch.py")
+    (out / "__init__.py").write_text(INIT_TEMPLATE.format(name=name, kernels=files, generated=generated),
+                                     encoding="utf-8")
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return out

@@ -231,7 +231,10 @@ def extract_all(profile: dict, dest_kernels_dir: Path, top: int = 5,
             if n > MAX_PER_FAMILY:
                 skip(family, f"beyond the {MAX_PER_FAMILY} costliest distinct calls of the family", what)
                 continue
-            name = gen.task_name(fam, record, e["unit"], n)
+            name, k = gen.task_name(fam, record, e["unit"], n), n
+            while dest_kernels_dir / name in created:  # another family's call of the same op (T5: causal and not)
+                k += 1
+                name = gen.task_name(fam, record, e["unit"], k)
             dest = dest_kernels_dir / name
             if dest.exists():
                 raise WorkspaceError(f"{dest} already exists; remove it or extract into another workspace")

@@ -390,6 +390,7 @@ def _scaled(inputs, g):
 ADVERSARIAL = {{"scaled_activations": _scaled}}
 '''
 
+NO_STARTER_MARK = "NO STARTER YET"  # the first words of a generated kernel.py that only raises
 KERNEL_MISSING = '''"""NO STARTER YET for generated task {name}.
 
 This task's starter kernel is Inductor's Triton for the chain, written here by

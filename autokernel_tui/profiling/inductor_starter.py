@@ -13,7 +13,7 @@ rewrites it into a kernel.py:
   knob space (``StarterResult.knobs``); launches compute their grid from the knobs, and
   every kernel masks against its numel, so any power-of-two block stays correct;
 * the ``call(args)`` body becomes plain Python: ``empty_strided_*`` -> ``torch.empty_strided``
-  on the inputs' device, ``reinterpret_tensor`` -> ``torch.as_strided`` (a view),
+  on the inputs' device, ``reinterpret_tensor(t, ...)`` -> ``t.as_strided(...)`` (a view),
   ``K.run(...)`` -> ``K[grid](...)``. Anything else (``extern_kernels.mm``, ``aten.*``,
   a cpp kernel, a template) is reported as the reason no starter was made.
 
@@ -312,16 +312,35 @@ def _launch_src(k: _Kernel, call: ast.Call, variant: int) -> str:
     return f"{k.name}[{grid}]({', '.join(args + consts)})"
 
 
+class _Reinterpret(ast.NodeTransformer):
+    """``reinterpret_tensor(t, size, stride, offset)`` -> ``t.as_strided(size, stride, offset)``: the same
+    view, as a tensor method (the static check keeps ``torch.*`` to allocation and metadata)."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id == "reinterpret_tensor" and node.args:
+            return ast.Call(func=ast.Attribute(value=node.args[0], attr="as_strided", ctx=ast.Load()),
+                            args=node.args[1:], keywords=node.keywords)
+        return node
+
+
+def _plain(src: str) -> str:
+    """A line of Inductor's call() with its helpers inside expressions (e.g. the returned tuple) as torch."""
+    if "reinterpret_tensor(" not in src:
+        return src
+    return ast.unparse(_Reinterpret().visit(ast.parse(src)))
+
+
 def _call_body(call_fn: ast.FunctionDef, kernels: dict[str, _Kernel], variant: int) -> list[str]:
     lines: list[str] = []
     for stmt in call_fn.body:
-        s = ast.unparse(stmt)
+        s = _plain(ast.unparse(stmt))
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
             func = ast.unparse(stmt.value.func)
             if func in ("args.clear", "assert_size_stride", "assert_alignment"):
                 continue
             if func.endswith(".run") and func[:-4] in kernels:
-                lines.append(_launch_src(kernels[func[:-4]], stmt.value, variant))
+                lines.append(_plain(_launch_src(kernels[func[:-4]], stmt.value, variant)))
                 continue
             raise NoStarter(f"Inductor's code calls {func}(): {_extern_reason(func)}")
         if isinstance(stmt, ast.Delete):
@@ -346,8 +365,7 @@ def _call_body(call_fn: ast.FunctionDef, kernels: dict[str, _Kernel], variant: i
                                  f"dtype={dtype}, device=device)")
                     continue
                 if func == "reinterpret_tensor":
-                    lines.append(f"{ast.unparse(stmt.targets[0])} = torch.as_strided("
-                                 f"{', '.join(ast.unparse(a) for a in v.args)})")
+                    lines.append(s)  # a view, written as t.as_strided(...) by _plain
                     continue
                 raise NoStarter(f"Inductor's code calls {func}(): {_extern_reason(func)}")
         raise NoStarter(f"unsupported statement in Inductor's call(): {s[:120]}")

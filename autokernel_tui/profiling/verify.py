@@ -202,6 +202,57 @@ def _family_times(bundle, model, steps: int, on_step=None) -> dict:
                          for f in prof["families"]}}
 
 
+def without_placeholders(kernels: dict[str, Path]) -> tuple[dict[str, Path], list[str]]:
+    """(the kernels that are kernels, the generated tasks whose kernel.py only raises: no starter yet)."""
+    from autokernel_tui.profiling.generate import NO_STARTER_MARK
+
+    empty = sorted(t for t, p in kernels.items()
+                   if Path(p).read_text(encoding="utf-8", errors="replace").lstrip('"\n ').startswith(NO_STARTER_MARK))
+    return {t: p for t, p in kernels.items() if t not in empty}, empty
+
+
+def split_generated(kernels: dict[str, Path]) -> tuple[dict[str, Path], dict[str, Path]]:
+    """(starters: patched by module, generated tasks: patched into the model's traced graph)."""
+    from autokernel_tui.profiling.graph_patch import is_generated
+
+    generated = {t: p for t, p in kernels.items() if is_generated(p)}
+    return {t: p for t, p in kernels.items() if t not in generated}, generated
+
+
+def profiled_family(task: str, kernel_path: Path) -> str:
+    """The family a task's kernel time is profiled under: a starter's name is its patch family; a
+    generated task's kernel runs under its task.toml family (``graph_patch`` labels it so)."""
+    from autokernel_tui.profiling.graph_patch import is_generated
+
+    if not is_generated(kernel_path):
+        return task
+    try:
+        return taskspec.load_spec(Path(kernel_path).parent).family
+    except Exception:  # noqa: BLE001 - a task.toml that does not load: profile it under its name
+        return task
+
+
+def patched_copy(original, kernels: dict[str, Path], families, inputs, custom_ops: bool = False):
+    """(a copy of ``original`` with ``kernels`` in, {task: sites replaced}). Starters replace modules
+    (``patch.py``); generated tasks replace their recorded chain in the model's traced graph
+    (``graph_patch.py``), which then runs as a ``GraphPatched`` module. The starters are custom ops
+    whenever the graph is traced: a plain Triton launch is invisible to the trace."""
+    from autokernel_tui.profiling.graph_patch import patch_graph
+    from autokernel_tui.profiling.patch import load_kernels, patch_model
+
+    starters, generated = split_generated(kernels)
+    if families:
+        generated = {t: p for t, p in generated.items() if t in families}
+    m = copy.deepcopy(original)
+    counts = patch_model(m, load_kernels(starters), families, custom_ops=custom_ops or bool(generated)) \
+        if starters else {}
+    if generated:
+        m, sites = patch_graph(m, inputs, generated, custom_ops=custom_ops,
+                               labels={t: profiled_family(t, p) for t, p in generated.items()})
+        counts.update(sites)
+    return m, counts
+
+
 def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=None, device="auto", train=False,
            layers=None, iters: int | None = None, warmup: int | None = None, families: list[str] | None = None,
            profile_steps: int | None = None, modes: tuple[str, ...] | None = None, progress=None,
@@ -222,7 +273,6 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
     est = Estimate()
 
     from autokernel_tui.profiling.pipeline import default_dtype
-    from autokernel_tui.profiling.patch import load_kernels, patch_model
     from autokernel_tui.profiling.zoo import load_model
 
     if train:
@@ -239,8 +289,8 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
     run_modes = [m for m in (modes or (GPU_MODES if gpu else CPU_MODES))
                  if m in MODES and not (MODES[m][1] == "reduce-overhead" and not gpu)]
     original = bundle.model.eval()
-    patched = copy.deepcopy(original)
-    counts = patch_model(patched, load_kernels(kernels), families)
+    kernels, no_kernel = without_placeholders(kernels)
+    patched, counts = patched_copy(original, kernels, families, bundle.inputs)
     if not any(counts.values()):
         raise VerifyError(f"none of the kernels ({', '.join(sorted(kernels))}) has a patch site in {model}")
     inputs = bundle.inputs
@@ -261,7 +311,11 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
 
     checks = 3 if dtype != "float32" else 2
     out0 = timed_forward(original, "orig", "checking outputs: the original model", 0, checks)
-    out1 = timed_forward(patched, "patched", "checking outputs: the model with the kernels", 1, checks)
+    try:
+        out1 = timed_forward(patched, "patched", "checking outputs: the model with the kernels", 1, checks)
+    except Exception as exc:  # a kernel that raises inside the model: one line, where it was
+        raise VerifyError(f"the model with the kernels failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+                          + " (" + ", ".join(where(exc, 2)) + ")") from None
     # The model's own precision noise: the original against a float32 copy of itself.
     noise = 0.0
     if dtype != "float32":
@@ -298,7 +352,8 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
 
     prof0 = _family_times(bundle, original, steps, profiling("orig", "the original model"))
     prof1 = _family_times(bundle, patched, steps, profiling("patched", "the model with the kernels"))
-    patched_fams = [f for f, n in counts.items() if n]
+    fam_of = {t: profiled_family(t, kernels[t]) for t in counts if t in kernels}
+    patched_fams = sorted({fam_of.get(t, t) for t, n in counts.items() if n})
     per_family = []
     t_before = t_after = 0.0
     for f in patched_fams:
@@ -306,7 +361,8 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
         b = prof1["families"].get(f, {}).get("time_us", 0.0)
         t_before += a
         t_after += b
-        per_family.append({"family": f, "modules": counts[f], "share": a / prof0["total_us"] if prof0["total_us"] else 0,
+        sites = sum(n for t, n in counts.items() if fam_of.get(t, t) == f)
+        per_family.append({"family": f, "modules": sites, "share": a / prof0["total_us"] if prof0["total_us"] else 0,
                            "before_us": a, "after_us": b, "kernel_speedup": a / b if b > 0 else None,
                            "kernels_after": prof1["families"].get(f, {}).get("kernels", [])})
     # Same basis as the measurement: the measured forward time before, minus the patched
@@ -331,7 +387,7 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
         "timing_meaningful": gpu, "timing_method": "CUDA events, interleaved, median" if gpu
         else "perf_counter on the CPU (Triton interpreter): not meaningful",
         "patched": counts, "unpatched_families": [f for f, n in counts.items() if not n],
-        "correct": passed, "finite": finite, "rel_l2_vs_original": err, "tolerance": tol,
+        "no_kernel_yet": no_kernel, "correct": passed, "finite": finite, "rel_l2_vs_original": err, "tolerance": tol,
         "model_noise_rel_l2": noise,
         "before": before, "after": after,
         "measured_speedup": before["median_us"] / after["median_us"] if after["median_us"] > 0 else None,
@@ -405,11 +461,11 @@ def _build_mode(original, kernels: dict, families, compile_mode: str | None, inp
 
     import torch
 
-    from autokernel_tui.profiling.patch import load_kernels, patch_model
-
-    m = copy.deepcopy(original)
-    if kernels:
-        patch_model(m, load_kernels(kernels), families, custom_ops=compile_mode is not None)
+    try:
+        m = patched_copy(original, kernels, families, inputs, custom_ops=compile_mode is not None)[0] \
+            if kernels else copy.deepcopy(original)
+    except AutokernelError as exc:  # a generated kernel the model cannot take: this mode's finding
+        return None, {"error": str(exc).splitlines()[0][:300], "where": []}
     if compile_mode is not None:
         allow_recompiles()
         m = torch.compile(m, mode=compile_mode, dynamic=False)
@@ -553,6 +609,11 @@ def ship_how(r: dict) -> str | None:
         return None
     compiled = COMPILE_CALL.get(mode)
     use = "my_kernels.patch(model" + (", custom_ops=True)" if compiled else ")")
+    from autokernel_tui.profiling.graph_patch import is_generated
+
+    paths = r.get("kernels", {})
+    if any(f in paths and is_generated(paths[f]) for f in fams):  # generated tasks go into the traced graph
+        use = "model, _ = my_kernels.patch_graph(model, example_inputs" + (", custom_ops=True)" if compiled else ")")
     return (f"to ship it: autokernel-tui export my_kernels --tasks {','.join(fams)}; then "
             f"import my_kernels; {use}" + (f"; model = {compiled}" if compiled else ""))
 
@@ -612,14 +673,25 @@ def prof_device(device: str) -> str:
     return device_name(device)
 
 
+def _site_word(r: dict, task: str) -> str:
+    """A starter replaces modules; a generated task's kernel replaces a recorded chain in the graph."""
+    from autokernel_tui.profiling.graph_patch import is_generated
+
+    path = r.get("kernels", {}).get(task)
+    return "graph sites" if path and is_generated(path) else "modules"
+
+
 def format_result(r: dict) -> str:
     def x(v):
         return f"{v:.3f}x" if isinstance(v, (int, float)) else "n/a"
 
     lines = [f"verify {r['model']} on {r['device']}: {r['dtype']}, batch {r['batch']} x seq {r['seq']}, {r['mode']}",
-             "patched: " + ", ".join(f"{f} ({n} modules)" for f, n in r["patched"].items() if n)]
+             "patched: " + ", ".join(f"{f} ({n} {_site_word(r, f)})" for f, n in r["patched"].items() if n)]
     if r["unpatched_families"]:
-        lines.append("no patch site in this model for: " + ", ".join(r["unpatched_families"]))
+        lines.append("no patch site in this model (or only inside another kernel's) for: "
+                     + ", ".join(r["unpatched_families"]))
+    if r.get("no_kernel_yet"):
+        lines.append("left out (generated tasks with no starter kernel yet): " + ", ".join(r["no_kernel_yet"]))
     verdict = "PASS" if r["correct"] else "FAIL"
     lines.append(f"outputs: {verdict}: rel L2 {r['rel_l2_vs_original']:.2e} vs original (tolerance {r['tolerance']:.1e}; "
                  f"the model's own {r['dtype']} noise {r['model_noise_rel_l2']:.1e})" + ("" if r["finite"] else ", NON-FINITE"))
@@ -729,6 +801,10 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
     iters = iters or (20 if gpu else 2)
     warmup = warmup if warmup is not None else (3 if gpu else 1)
     original = bundle.model.train()
+    kernels, generated = split_generated(kernels)
+    if not kernels:
+        raise VerifyError(f"generated tasks ({', '.join(sorted(generated))}) go into a model for inference only "
+                          "(their chain is found in a traced forward graph): verify them without --train")
     backwards = backward_kernels(kernels)
     patched = copy.deepcopy(original)
     counts = patch_model(patched, load_kernels(kernels), families, backwards=backwards)
@@ -798,6 +874,7 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
         "patched": counts, "unpatched_families": [f for f, n in counts.items() if not n],
         "backward": {f: ("its own backward kernel" if b.kernel is not None else "autograd through the reference")
                      for f, b in backwards.items() if counts.get(f)},
+        "inference_only": sorted(generated),
         "correct": loss_ok and all(p["ok"] for p in params), "loss": [float(loss0), float(loss1)],
         "loss_rel_err": loss_err, "loss_tolerance": loss_tol, "gradients": params,
         "worst_gradient": max(params, key=_badness),
@@ -914,6 +991,9 @@ def format_training(r: dict) -> str:
              f"{r['mode']}",
              "patched: " + ", ".join(f"{f} ({n} modules; backward: {r['backward'].get(f, 'none')})"
                                      for f, n in r["patched"].items() if n)]
+    if r.get("inference_only"):
+        lines.append("not in the training step (generated tasks go in for inference only): "
+                     + ", ".join(r["inference_only"]))
     verdict = "PASS" if r["correct"] else "FAIL"
     w = r["worst_gradient"]
     lines.append(f"training step: {verdict}: loss {r['loss'][0]:.5g} -> {r['loss'][1]:.5g} (rel {r['loss_rel_err']:.1e}, "

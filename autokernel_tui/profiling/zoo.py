@@ -2,8 +2,9 @@
 
 ``load_model(spec, ...) -> ModelBundle`` accepts:
 
-* a zoo name: ``gpt2``, ``llama``, ``bert`` (full size) or ``gpt2-tiny``, ``llama-tiny``,
-  ``bert-tiny`` (a few thousand parameters, for the CPU interpreter and tests);
+* a zoo name: ``gpt2``, ``llama``, ``bert``, ``resnet`` (ResNet-18), ``vit`` (ViT-B/16), ``t5``
+  (T5-small's shape) at full size, or the same with ``-tiny`` (a few thousand parameters, for the
+  CPU interpreter and tests);
 * ``hf:ClassName``: a ``transformers`` model class built from its default config;
 * ``path/to/file.py:factory``: ``factory(batch=, seq=, dtype=, device=)`` (each keyword
   only if the factory accepts it) returns ``(model, example_inputs)``;
@@ -299,7 +300,152 @@ def _modules():
                 return x
             return self.loss(self.mlm_head(x), targets)
 
-    return {"GPT2": GPT2, "Llama": Llama, "Bert": Bert}
+    # ---------------------------------------------------------------- ResNet (convolutions)
+
+    class BasicBlock(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.down = None if stride == 1 and cin == cout else nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            y = F.relu(self.bn1(self.conv1(x)))
+            y = self.bn2(self.conv2(y))
+            return F.relu(y + (x if self.down is None else self.down(x)))
+
+    class ResNet(nn.Module):
+        """ResNet-18's shape (basic blocks, 2 per stage): images in, class logits out."""
+
+        def __init__(self, widths=(64, 128, 256, 512), blocks=2, classes=1000, layers=None):
+            super().__init__()
+            widths = tuple(widths)[: layers or len(widths)]
+            self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 7, 2, 3, bias=False), nn.BatchNorm2d(widths[0]),
+                                      nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+            stages, cin = [], widths[0]
+            for i, w in enumerate(widths):
+                for j in range(blocks):
+                    stages.append(BasicBlock(cin, w, 2 if i and not j else 1))
+                    cin = w
+            self.stages = nn.Sequential(*stages)
+            self.fc = nn.Linear(cin, classes)
+
+        def forward(self, img):
+            x = self.stages(self.stem(img))
+            return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+        @staticmethod
+        def make_inputs(batch, size, g, train):
+            return (torch.randn(batch, 3, size, size, generator=g),)
+
+    # ---------------------------------------------------------------- ViT (bidirectional attention)
+
+    class ViTBlock(nn.Module):
+        def __init__(self, dim, heads):
+            super().__init__()
+            self.heads = heads
+            self.ln_1, self.ln_2 = LayerNorm(dim, eps=1e-6), LayerNorm(dim, eps=1e-6)
+            self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+            self.sdpa = SDPA(causal=False)
+            self.fc1, self.act, self.fc2 = nn.Linear(dim, 4 * dim), GELU("none"), nn.Linear(4 * dim, dim)
+
+        def forward(self, x):
+            b, s, d = x.shape
+            q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2)
+                       for t in self.qkv(self.ln_1(x)).split(d, dim=-1))
+            x = x + self.proj(self.sdpa(q, k, v).transpose(1, 2).reshape(b, s, d))
+            return x + self.fc2(self.act(self.fc1(self.ln_2(x))))
+
+    class ViT(nn.Module):
+        """ViT-B/16's shape: 16x16 patches by a strided convolution, a class token, pre-LN blocks."""
+
+        def __init__(self, image=224, patch=16, dim=768, layers=12, heads=12, classes=1000):
+            super().__init__()
+            self.patch = nn.Conv2d(3, dim, patch, patch)
+            self.cls = nn.Parameter(0.02 * torch.randn(1, 1, dim))
+            self.pos = nn.Parameter(0.02 * torch.randn(1, (image // patch) ** 2 + 1, dim))
+            self.blocks = nn.ModuleList(ViTBlock(dim, heads) for _ in range(layers))
+            self.ln = LayerNorm(dim, eps=1e-6)
+            self.head = nn.Linear(dim, classes)
+
+        def forward(self, img):
+            x = self.patch(img).flatten(2).transpose(1, 2)
+            x = torch.cat((self.cls.expand(x.shape[0], -1, -1), x), dim=1) + self.pos[:, : x.shape[1] + 1]
+            for blk in self.blocks:
+                x = blk(x)
+            return self.head(self.ln(x[:, 0]))
+
+        @staticmethod
+        def make_inputs(batch, size, g, train):
+            return (torch.randn(batch, 3, size, size, generator=g),)
+
+    # ---------------------------------------------------------------- T5 (encoder-decoder)
+
+    class T5Attention(nn.Module):
+        def __init__(self, dim, heads, causal):
+            super().__init__()
+            self.heads = heads
+            self.q, self.k, self.v, self.o = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+            self.sdpa = SDPA(causal=causal)
+
+        def forward(self, x, memory=None):
+            src = x if memory is None else memory
+            b, s, d = x.shape
+            split = lambda t: t.view(b, t.shape[1], self.heads, d // self.heads).transpose(1, 2)  # noqa: E731
+            y = self.sdpa(split(self.q(x)), split(self.k(src)), split(self.v(src)))
+            return self.o(y.transpose(1, 2).reshape(b, s, d))
+
+    class T5FF(nn.Module):
+        def __init__(self, dim, ffn):
+            super().__init__()
+            self.wi, self.wo = nn.Linear(dim, ffn, bias=False), nn.Linear(ffn, dim, bias=False)
+
+        def forward(self, x):
+            return self.wo(F.relu(self.wi(x)))
+
+    class T5Layer(nn.Module):
+        def __init__(self, dim, heads, ffn, decoder):
+            super().__init__()
+            self.norm_self, self.norm_ff = RMSNorm(dim), RMSNorm(dim)
+            self.self_attn = T5Attention(dim, heads, causal=decoder)
+            self.cross = T5Attention(dim, heads, causal=False) if decoder else None
+            self.norm_cross = RMSNorm(dim) if decoder else None
+            self.ff = T5FF(dim, ffn)
+
+        def forward(self, x, memory=None):
+            x = x + self.self_attn(self.norm_self(x))
+            if self.cross is not None:
+                x = x + self.cross(self.norm_cross(x), memory)
+            return x + self.ff(self.norm_ff(x))
+
+    class T5(nn.Module):
+        """T5-small's shape (RMSNorm, ReLU feed-forward, no biases); learned absolute positions stand in
+        for T5's relative position buckets. Source and target tokens in, target logits out."""
+
+        def __init__(self, vocab=32128, dim=512, layers=6, heads=8, ffn=2048, ctx=1024):
+            super().__init__()
+            self.embed, self.pos = nn.Embedding(vocab, dim), nn.Embedding(ctx, dim)
+            self.encoder = nn.ModuleList(T5Layer(dim, heads, ffn, decoder=False) for _ in range(layers))
+            self.decoder = nn.ModuleList(T5Layer(dim, heads, ffn, decoder=True) for _ in range(layers))
+            self.enc_norm, self.dec_norm = RMSNorm(dim), RMSNorm(dim)
+            self.lm_head = nn.Linear(dim, vocab, bias=False)
+            self.loss = CrossEntropy()
+
+        def forward(self, src, tgt, targets=None):
+            x = self.embed(src) + self.pos(torch.arange(src.shape[1], device=src.device))
+            for layer in self.encoder:
+                x = layer(x)
+            memory = self.enc_norm(x)
+            y = self.embed(tgt) + self.pos(torch.arange(tgt.shape[1], device=tgt.device))
+            for layer in self.decoder:
+                y = layer(y, memory)
+            logits = self.lm_head(self.dec_norm(y))
+            return logits if targets is None else self.loss(logits, targets)
+
+    return {"GPT2": GPT2, "Llama": Llama, "Bert": Bert, "ResNet": ResNet, "ViT": ViT, "T5": T5}
 
 
 # name -> (class, constructor kwargs, default (batch, seq) on a GPU, on the CPU)
@@ -310,6 +456,14 @@ ZOO: dict[str, tuple[str, dict, tuple[int, int], tuple[int, int]]] = {
     "gpt2-tiny": ("GPT2", dict(vocab=97, ctx=64, dim=32, layers=2, heads=2), (2, 16), (2, 16)),
     "llama-tiny": ("Llama", dict(vocab=97, dim=64, hidden=96, layers=2, heads=4, kv_heads=2), (2, 16), (2, 16)),
     "bert-tiny": ("Bert", dict(vocab=97, ctx=64, dim=32, layers=2, heads=2, ffn=64), (2, 16), (2, 16)),
+    # Neither GPT-2 nor LLaMA (issue 19): convolutions, bidirectional attention, an encoder-decoder.
+    # For the image models "seq" is the image side.
+    "resnet": ("ResNet", {}, (32, 224), (1, 64)),
+    "vit": ("ViT", {}, (32, 224), (1, 64)),
+    "t5": ("T5", {}, (8, 512), (1, 64)),
+    "resnet-tiny": ("ResNet", dict(widths=(4, 8), blocks=1, classes=10), (2, 16), (2, 16)),
+    "vit-tiny": ("ViT", dict(image=16, patch=4, dim=32, layers=2, heads=2, classes=10), (2, 16), (2, 16)),
+    "t5-tiny": ("T5", dict(vocab=97, dim=32, layers=1, heads=2, ffn=64, ctx=64), (2, 16), (2, 16)),
 }
 
 
@@ -384,14 +538,21 @@ def _zoo(name, batch, seq, device, train, layers) -> ModelBundle:
         kwargs["layers"] = layers
     with torch.device(device):  # initialise on the device: seconds saved on a 7B-layer model
         model = _modules()[cls_name](**kwargs)
+    g = torch.Generator().manual_seed(1234)
+    if hasattr(model, "make_inputs"):  # an image model: "seq" is the image's side
+        inputs = model.make_inputs(batch, seq, g, train)
+        return ModelBundle(name, model, inputs, train, "", device, batch, seq, {"kind": "zoo", **kwargs})
     vocab = model.lm_head.weight.shape[0] if hasattr(model, "lm_head") else model.mlm_head.weight.shape[0]
     positions = getattr(model, "wpe", None) or getattr(model, "pos", None)  # LLaMA has RoPE: no limit
     ctx = positions.weight.shape[0] if positions is not None else seq
     if seq > ctx:
         raise ModelError(f"{name}: --seq {seq} exceeds the model's context of {ctx}")
-    g = torch.Generator().manual_seed(1234)
     idx = torch.randint(0, vocab, (batch, seq), generator=g)
-    inputs = (idx, torch.randint(0, vocab, (batch, seq), generator=g)) if train else (idx,)
+    if hasattr(model, "decoder"):  # encoder-decoder: source and target tokens of the same length
+        idx = (idx, torch.randint(0, vocab, (batch, seq), generator=g))
+    else:
+        idx = (idx,)
+    inputs = idx + ((torch.randint(0, vocab, (batch, seq), generator=g),) if train else ())
     return ModelBundle(name, model, inputs, train, "", device, batch, seq, {"kind": "zoo", **kwargs})
 
 

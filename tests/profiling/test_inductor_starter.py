@@ -40,6 +40,10 @@ def _two_outputs(x, w):
     return x + w, (x * w).sum(-1)
 
 
+def _spatial_mean(x):
+    return x.mean((2, 3), keepdim=True)  # Inductor returns reinterpret_tensor(buf, ...) (ResNet's pooling)
+
+
 def _mm_relu(a, b):
     return torch.relu(a @ b)
 
@@ -55,6 +59,7 @@ CASES = {
     "looped_reduction": (_sumsq_looped, lambda: (torch.randn(3, 3000, generator=_g()),)),
     "multi_kernel": (_multi_kernel, lambda: (torch.randn(37, 50, generator=_g()),)),
     "two_outputs": (_two_outputs, lambda: (torch.randn(6, 40, generator=_g()), torch.randn(40, generator=_g(1)))),
+    "spatial_mean": (_spatial_mean, lambda: (torch.randn(2, 8, 4, 4, generator=_g()),)),
 }
 
 

@@ -1,0 +1,353 @@
+"""Put generated kernels into any model: find each recorded chain in the model's aten graph, call the kernel there.
+
+A starter has a module to replace (``patch.py``); a generated task (``generate.py``) has none: it is
+a chain of aten calls recorded at the dispatcher (``replay.py``), e.g. ``convolution -> relu`` or
+``addmm -> mul -> leaky_relu``, that may sit anywhere inside a user's module. So the model is traced
+once at the same level (``make_fx``: the calls the dispatcher sees, below autograd and every
+CompositeImplicit decomposition, which is what the recorder saw), and each task's chain is looked for
+in that graph: the same overloads in the same data flow, every non-tensor argument equal, every
+tensor of the same shape, stride and dtype. Each site found is replaced by one call of the task's
+``kernel_fn`` on the chain's outside tensors; a site that differs in anything is left alone, so a
+kernel only ever runs on the exact call its task checked.
+
+The result is a ``GraphPatched`` module: the traced graph (parameters held as constants, shapes
+fixed to the traced call) with the kernels in it. Called with inputs of other shapes, dtypes or
+devices it runs the original model instead (the graph would be wrong for them) and counts it.
+In eager mode it runs the aten calls one by one like the model (without the modules' Python);
+``custom_ops=True`` makes each kernel a ``torch.library`` custom op, so ``torch.compile`` of the
+patched module keeps the kernel and compiles the rest, and CUDA graphs capture it.
+
+Inference only (the trace is taken under ``no_grad``). Self-contained (torch and the standard
+library): ``export`` copies it into the package it writes beside ``patch.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import operator
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+
+try:  # inside autokernel-tui: the CLI prints these as one line
+    from autokernel_tui.errors import AutokernelError as _Base
+except ImportError:  # inside an exported package
+    _Base = Exception
+
+
+class GraphPatchError(_Base):
+    """A generated kernel cannot be put into the model."""
+
+
+def is_generated(kernel_path: str | Path) -> bool:
+    """Whether a kernel.py belongs to a generated task (its reference.py replays a recorded UNIT)."""
+    ref = Path(kernel_path).parent / "reference.py"
+    return ref.is_file() and "\nUNIT = " in ref.read_text(encoding="utf-8", errors="replace")
+
+
+def load_unit(kernel_path: str | Path) -> dict:
+    """The recorded chain (``UNIT``) of a generated task's kernel.py, read from its reference.py."""
+    ref = Path(kernel_path).parent / "reference.py"
+    text = ref.read_text(encoding="utf-8") if ref.is_file() else ""
+    start = text.find("UNIT = json.loads(r'''")
+    if start < 0:
+        raise GraphPatchError(f"{ref}: not a generated task's reference (no recorded UNIT)")
+    body = text[start + len("UNIT = json.loads(r'''"):]
+    end = body.find("''')")
+    try:
+        return json.loads(body[:end])
+    except ValueError as exc:
+        raise GraphPatchError(f"{ref}: its UNIT is not valid JSON: {exc}") from None
+
+
+# Matching -----------------------------------------------------------------------------------------
+def _meta_of(node: Any) -> Any:
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _tensor_matches(node: Any, meta: dict) -> bool:
+    val = _meta_of(node)
+    return (isinstance(val, torch.Tensor) and list(val.shape) == list(meta["shape"])
+            and list(val.stride()) == list(meta["stride"]) and str(val.dtype).replace("torch.", "") == meta["dtype"])
+
+
+def _scalar_matches(recorded: Any, value: Any) -> bool:
+    if isinstance(recorded, dict):
+        for key, conv in (("dtype", lambda v: str(v).replace("torch.", "")), ("device", lambda v: v.type),
+                          ("layout", lambda v: str(v).replace("torch.", "")),
+                          ("memory_format", lambda v: str(v).replace("torch.", ""))):
+            if key in recorded:
+                try:
+                    return conv(value) == recorded[key]
+                except AttributeError:
+                    return False
+        if "float" in recorded:
+            return isinstance(value, float) and repr(value) == recorded["float"]
+        return False
+    if isinstance(recorded, bool) or isinstance(value, bool):
+        return recorded is value or recorded == value and type(recorded) is type(value)
+    return recorded == value
+
+
+class _Binding:
+    """Recorded tensor ids bound to graph nodes while one site is being matched."""
+
+    def __init__(self, unit: dict) -> None:
+        self.unit = unit
+        self.env: dict[int, Any] = {}
+
+    def arg(self, recorded: Any, value: Any) -> bool:
+        if isinstance(recorded, dict) and "tensor" in recorded:
+            tid = recorded["tensor"]
+            if tid in self.env:
+                return self.env[tid] is value
+            if not isinstance(value, torch.fx.Node) or not _tensor_matches(value, self.unit["tensors"][str(tid)]):
+                return False
+            self.env[tid] = value
+            return True
+        if isinstance(recorded, list):
+            return (isinstance(value, (list, tuple)) and len(value) == len(recorded)
+                    and all(self.arg(r, v) for r, v in zip(recorded, value)))
+        return not isinstance(value, torch.fx.Node) and _scalar_matches(recorded, value)
+
+    def outputs(self, op: dict, node: torch.fx.Node) -> bool:
+        """Bind the op's recorded outputs to ``node`` (one tensor) or its ``getitem`` users (several)."""
+        outs = op["outputs"]
+        val = _meta_of(node)
+        if not isinstance(val, (tuple, list)):
+            if len(outs) != 1 or outs[0] is None or not _tensor_matches(node, self.unit["tensors"][str(outs[0])]):
+                return False
+            self.env[outs[0]] = node
+            return True
+        items = {u.args[1]: u for u in node.users if u.target is operator.getitem}
+        for i, tid in enumerate(outs):
+            if tid is None or str(tid) not in self.unit["tensors"]:
+                continue
+            if i in items:
+                if not _tensor_matches(items[i], self.unit["tensors"][str(tid)]):
+                    return False
+                self.env[tid] = items[i]
+            else:
+                self.env[tid] = (node, i)  # unused in the model: nothing to rewire
+        return True
+
+
+def _target_name(node: torch.fx.Node) -> str:
+    return str(node.target) if node.op == "call_function" else ""
+
+
+def _try_op(b: _Binding, op: dict, node: torch.fx.Node) -> bool:
+    if _target_name(node) != op["op"]:
+        return False
+    saved = dict(b.env)
+    kwargs = op["kwargs"]
+    ok = (len(node.args) == len(op["args"]) and all(b.arg(r, v) for r, v in zip(op["args"], node.args))
+          and set(kwargs) == set(node.kwargs) and all(b.arg(kwargs[k], node.kwargs[k]) for k in kwargs)
+          and b.outputs(op, node))
+    if not ok:
+        b.env = saved
+    return ok
+
+
+def match_site(unit: dict, root: torch.fx.Node) -> dict | None:
+    """The unit matched with its first op at ``root``: {"nodes", "inputs", "outputs"} or None."""
+    b = _Binding(unit)
+    ops = unit["ops"]
+    if not _try_op(b, ops[0], root):
+        return None
+    nodes = [root]
+    for op in ops[1:]:
+        # A later op reads a value an earlier op of the chain made: look among that value's users.
+        made = [b.env[t] for t in _tensor_ids(op) if t in b.env and isinstance(b.env[t], torch.fx.Node)]
+        users = [u for n in made for u in n.users if u not in nodes]
+        hit = next((u for u in users if _try_op(b, op, u)), None)
+        if hit is None:
+            return None
+        nodes.append(hit)
+    inputs = [b.env.get(t) for t in unit["inputs"]]
+    outputs = [b.env.get(t) for t in unit["outputs"]]
+    if any(not isinstance(n, torch.fx.Node) for n in inputs) or any(o is None for o in outputs):
+        return None
+    # The chain's inner values must not be read outside it (the recorded chain had single consumers).
+    inner = set(nodes) | {u for n in nodes for u in n.users if u.target is operator.getitem}
+    exits = {o for o in outputs if isinstance(o, torch.fx.Node)}
+    for n in inner - exits:
+        if any(u not in inner for u in n.users):
+            return None
+    return {"nodes": nodes, "inputs": inputs, "outputs": outputs}
+
+
+def _tensor_ids(op: dict) -> list[int]:
+    found: list[int] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, dict) and "tensor" in v:
+            found.append(v["tensor"])
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+    walk(op["args"])
+    walk(list(op["kwargs"].values()))
+    return found
+
+
+def find_sites(gm: torch.fx.GraphModule, unit: dict) -> list[dict]:
+    """Every non-overlapping place the unit's chain occurs in ``gm``'s graph, in graph order."""
+    sites, taken = [], set()
+    for node in list(gm.graph.nodes):
+        if node in taken or _target_name(node) != unit["ops"][0]["op"]:
+            continue
+        site = match_site(unit, node)
+        if site is not None and not taken.intersection(site["nodes"]):
+            sites.append(site)
+            taken.update(site["nodes"])
+    return sites
+
+
+# The kernel as a call in the graph ------------------------------------------------------------------
+_CALLS: dict[str, Callable] = {}
+
+
+def _restride(out: torch.Tensor, meta: dict, inputs: tuple) -> torch.Tensor:
+    """``out`` in the layout the recorded call had (the rest of the graph was traced reading that
+    layout), and never one of the inputs itself (a custom op may not return an alias)."""
+    if list(out.stride()) != list(meta["stride"]) or any(out is x for x in inputs):
+        fixed = torch.empty_strided(meta["shape"], meta["stride"], dtype=out.dtype, device=out.device)
+        fixed.copy_(out)
+        return fixed
+    return out
+
+
+def kernel_call(name: str, fn: Callable, unit: dict, custom_op: bool, label: str | None = None) -> Callable:
+    """``fn`` (a generated task's kernel_fn) as the graph calls it: outside tensors in, a list of the
+    chain's outputs (in the recorded layout) out; a torch custom op with ``custom_op``. Each call runs
+    inside ``record_function("autokernel::<label>")`` (default: the task's name), so a profile of the
+    patched model puts the kernel's time under that family."""
+    metas = [unit["tensors"][str(t)] for t in unit["outputs"]]
+    digest = hashlib.sha256(repr((name, id(fn), fn.__module__, custom_op, label)).encode()).hexdigest()[:12]
+    key = f"gen_{digest}"
+    if key in _CALLS:
+        return _CALLS[key]
+    label = f"autokernel::{label or name}"
+
+    def run(xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        xs = tuple(xs)
+        with torch.profiler.record_function(label):
+            out = fn(*xs)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        if len(outs) != len(metas):
+            raise GraphPatchError(f"{name}: kernel_fn returned {len(outs)} tensors, the chain makes {len(metas)}")
+        return [_restride(o, m, xs) for o, m in zip(outs, metas)]
+
+    if custom_op:
+        op = torch.library.custom_op(f"autokernel::{key}", run, mutates_args=())
+
+        @op.register_fake
+        def _(xs):
+            dev = xs[0].device if xs else torch.device("cpu")
+            return [torch.empty_strided(m["shape"], m["stride"], dtype=getattr(torch, m["dtype"]), device=dev)
+                    for m in metas]
+        call = getattr(torch.ops.autokernel, key).default  # the overload: what FX writes as a call
+    else:
+        run.__name__ = key
+        call = run
+    _CALLS[key] = call
+    return call
+
+
+def _rewire(gm: torch.fx.GraphModule, site: dict, call: Callable) -> None:
+    g = gm.graph
+    with g.inserting_after(site["nodes"][-1]):
+        new = g.call_function(call, (list(site["inputs"]),))
+    for i, old in enumerate(site["outputs"]):
+        if not isinstance(old, torch.fx.Node):
+            continue  # a recorded output nothing in the model reads
+        with g.inserting_after(new):
+            item = g.call_function(operator.getitem, (new, i))
+        item.meta = dict(old.meta)  # later sites are matched on this value's shape and layout
+        old.replace_all_uses_with(item)
+    dead = set(site["nodes"]) | {u for n in site["nodes"] for u in n.users if u.target is operator.getitem}
+    for n in reversed(list(g.nodes)):
+        if n in dead and not n.users:
+            g.erase_node(n)
+
+
+# The patched module ------------------------------------------------------------------------------
+def _signature(inputs: tuple) -> list:
+    return [(tuple(x.shape), x.dtype, x.device.type) if isinstance(x, torch.Tensor) else repr(x) for x in inputs]
+
+
+class GraphPatched(nn.Module):
+    """The model's traced graph with kernels in it; other inputs than the traced ones run ``original``."""
+
+    def __init__(self, original: nn.Module, gm: torch.fx.GraphModule, inputs: tuple, counts: dict[str, int]):
+        super().__init__()
+        self.original = original
+        self.graph_module = gm
+        self.counts = counts
+        self._signature = _signature(inputs)
+        self.fallbacks = 0  # calls with other inputs, which ran the original model
+
+    def forward(self, *inputs):
+        if _signature(inputs) != self._signature:
+            self.fallbacks += 1
+            return self.original(*inputs)
+        return self.graph_module(*inputs)
+
+
+def trace(model: nn.Module, inputs: tuple) -> torch.fx.GraphModule:
+    """The model's forward as the dispatcher runs it (aten overloads), under no_grad, shapes fixed."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with torch.no_grad():
+        try:
+            return make_fx(lambda *xs: model(*xs), tracing_mode="real")(*inputs)
+        except Exception as exc:  # a model make_fx cannot follow: say what, keep the model as it is
+            raise GraphPatchError(f"the model could not be traced to put generated kernels in: "
+                                  f"{type(exc).__name__}: {exc}".splitlines()[0][:300]) from None
+
+
+def load_kernel_fn(kernel_path: str | Path) -> Callable:
+    """``kernel_fn`` of a generated task's kernel.py (imported under a name unique to its contents)."""
+    path = Path(kernel_path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    name = f"_autokernel_gen_{path.parent.name}_{digest}"
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # triton.jit reads the source through the module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            sys.modules.pop(name, None)
+            raise GraphPatchError(f"{path}: import failed: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+    fn = getattr(module, "kernel_fn", None)
+    if not callable(fn):
+        raise GraphPatchError(f"{path}: defines no kernel_fn")
+    return fn
+
+
+def patch_graph(model: nn.Module, inputs: tuple, kernels: dict[str, str | Path], custom_ops: bool = False,
+                labels: dict[str, str] | None = None) -> tuple[GraphPatched, dict[str, int]]:
+    """``model`` with every site of each generated task in ``kernels`` ({task: kernel.py}) calling
+    its kernel: (the patched module, {task: sites replaced}). ``model`` itself is not changed.
+    ``labels``: {task: the family its kernel's time is profiled under} (default: the task name)."""
+    gm = trace(model, inputs)
+    counts: dict[str, int] = {}
+    for name, path in kernels.items():
+        unit = load_unit(path)
+        sites = find_sites(gm, unit)
+        counts[name] = len(sites)
+        if sites:
+            call = kernel_call(name, load_kernel_fn(path), unit, custom_ops, (labels or {}).get(name))
+            for site in sites:
+                _rewire(gm, site, call)
+    gm.graph.lint()
+    gm.recompile()
+    return GraphPatched(model, gm, inputs, counts), counts

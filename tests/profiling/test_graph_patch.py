@@ -1,0 +1,183 @@
+"""Generated kernels inside any model (issue 19): the recorded chain found in the traced graph and replaced.
+
+CPU, Triton interpreter (conftest sets it), tiny shapes. The three models that are neither GPT-2 nor
+LLaMA (a ResNet, a ViT, a T5-style encoder-decoder) go through the real CLI: profile, init
+--from-profile, verify.
+"""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autokernel_tui.cli import main as cli_main
+from autokernel_tui.profiling import graph_patch as gp
+from autokernel_tui.profiling.amdahl import rank
+from autokernel_tui.profiling.capture import profile_bundle
+from autokernel_tui.profiling.extract import extract_all
+from autokernel_tui.profiling.zoo import ModelBundle
+
+
+CONVNET = textwrap.dedent("""
+    class ConvNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+            self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+            self.fc = nn.Linear(8 * 7 * 7, 10)
+
+        def forward(self, x):
+            y = F.relu(self.conv1(x))
+            y = F.relu(self.conv2(y)) * 0.5
+            return self.fc(y.flatten(1))
+""")  # source text: the exported package's test runs it in a process without autokernel_tui
+exec(CONVNET)
+
+
+@pytest.fixture(scope="module")
+def convnet(tmp_path_factory):
+    """The model, its input, and its generated tasks' kernel.py files ({task: path})."""
+    torch.manual_seed(0)
+    model, x = ConvNet().eval(), torch.randn(2, 3, 7, 7)
+    prof = rank(profile_bundle(ModelBundle("convnet", model, (x,), False, "float32", "cpu", 0, 0), steps=1, warmup=0))
+    created, _ = extract_all(prof, tmp_path_factory.mktemp("ws") / "kernels", top=20, threshold=0.0)
+    kernels = {p.name: p / "kernel.py" for p in created if gp.is_generated(p / "kernel.py")}
+    assert len(kernels) == 3, sorted(p.name for p in created)  # conv+relu, conv+relu+mul(+flatten), addmm
+    return model, x, kernels
+
+
+def test_every_recorded_chain_is_found_and_the_model_still_computes_the_same(convnet):
+    model, x, kernels = convnet
+    patched, counts = gp.patch_graph(model, (x,), kernels)
+    assert counts == {name: 1 for name in kernels}
+    code = patched.graph_module.code
+    assert "aten.convolution" not in code and "aten.addmm" not in code  # every chain now a kernel call
+    with torch.no_grad():
+        torch.testing.assert_close(patched(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_call_that_differs_in_anything_recorded_is_left_alone(convnet):
+    model, x, kernels = convnet
+    name = next(n for n in kernels if n.startswith("gen_addmm"))
+    unit = gp.load_unit(kernels[name])
+    gm = gp.trace(model, (x,))
+    assert len(gp.find_sites(gm, unit)) == 1
+    for field, value in (("shape", [2, 393]), ("stride", [1, 2]), ("dtype", "bfloat16")):
+        tid = str(unit["inputs"][1])
+        other = json.loads(json.dumps(unit))
+        other["tensors"][tid][field] = value
+        assert gp.find_sites(gm, other) == [], field
+    other = json.loads(json.dumps(unit))
+    other["ops"][0]["op"] = "aten.mm.default"
+    assert gp.find_sites(gm, other) == []
+
+
+def test_a_chain_whose_inner_value_is_read_elsewhere_is_not_replaced(convnet, tmp_path):
+    """The recorded chain's inner values had one reader; where the model also reads one elsewhere,
+    replacing the chain would drop that value: the site does not match."""
+    _, _, kernels = convnet
+    name = next(n for n in kernels if "relu_mul" in n)
+    unit = gp.load_unit(kernels[name])
+
+    class Reads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
+
+        def forward(self, x):
+            r = F.relu(self.conv2(F.relu(self.conv1(x))))
+            return (r * 0.5).flatten(1), r.sum()  # relu's output read twice
+
+    gm = gp.trace(Reads().eval(), (torch.randn(2, 3, 7, 7),))
+    assert gp.find_sites(gm, unit) == []
+
+
+def test_other_inputs_run_the_original_and_custom_ops_compile(convnet):
+    model, x, kernels = convnet
+    patched, _ = gp.patch_graph(model, (x,), kernels, custom_ops=True)
+    assert "torch.ops.autokernel.gen_" in patched.graph_module.code
+    with torch.no_grad():
+        other = torch.randn(3, 3, 7, 7)
+        torch.testing.assert_close(patched(other), model(other))
+        assert patched.fallbacks == 1  # the graph is fixed to the traced shapes: the model ran
+        compiled = torch.compile(patched)
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+        assert patched.fallbacks == 1
+
+
+def test_a_kernel_that_raises_in_the_model_is_one_line_from_verify(convnet, tmp_path):
+    from autokernel_tui.profiling.verify import VerifyError, verify
+
+    _, _, kernels = convnet
+    name = next(iter(kernels))
+    bad = tmp_path / name
+    bad.mkdir()
+    (bad / "reference.py").write_text(kernels[name].with_name("reference.py").read_text())
+    (bad / "kernel.py").write_text("def kernel_fn(*inputs):\n    raise RuntimeError('boom')\n")
+    factory = tmp_path / "convnet.py"
+    factory.write_text("import torch, torch.nn as nn, torch.nn.functional as F\n" + CONVNET +
+                       "\ndef make():\n    return ConvNet().eval(), (torch.randn(2, 3, 7, 7),)\n")
+    with pytest.raises(VerifyError, match=r"the model with the kernels failed: RuntimeError: boom \(.*kernel\.py"):
+        verify(f"{factory}:make", {name: bad / "kernel.py"}, dtype="float32", device="cpu", iters=1, warmup=0,
+               profile_steps=1)
+
+
+@pytest.mark.parametrize("model", ["resnet-tiny", "vit-tiny", "t5-tiny"])
+def test_three_models_beyond_gpt2_and_llama_profile_extract_and_verify_on_the_cli(model, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """Issue 19: convolutions + batch norm, bidirectional attention + a patch convolution, an encoder-
+    decoder: every model gets tasks, and verify puts the generated kernels in and checks the outputs.
+    T5 runs with Inductor's starters on (the suite turns them off for speed): its generated kernels
+    are Inductor's Triton, the others' the GEMM template's."""
+    if model == "t5-tiny":
+        monkeypatch.setenv("AUTOKERNEL_INDUCTOR_STARTERS", "1")
+    prof = tmp_path / "profile.json"
+    assert cli_main(["profile", model, "--device", "cpu", "--steps", "1", "--json", str(prof)]) == 0
+    ws = tmp_path / "ws"
+    assert cli_main(["init", str(ws), "--from-profile", str(prof), "--top", "6"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    out_json = tmp_path / "verify.json"
+    assert cli_main(["verify", str(ws), "--device", "cpu", "--iters", "1", "--json", str(out_json)]) == 0
+    text = capsys.readouterr().out
+    r = json.loads(out_json.read_text())
+    generated = {t for t, n in r["patched"].items() if n and t.startswith("gen_")}
+    assert generated, text
+    assert r["correct"] and "outputs: PASS" in text
+    assert "graph sites" in text
+
+
+def test_the_exported_package_puts_generated_kernels_in_without_autokernel(convnet, tmp_path):
+    _, _, kernels = convnet
+    out = tmp_path / "pkgs" / "conv_kernels"
+    kdir = next(iter(kernels.values())).parent.parent
+    assert cli_main(["export", str(out), "--kernels", str(kdir), "--tasks", ",".join(kernels)]) == 0
+    assert (out / "_graph_patch.py").read_text() == open(gp.__file__).read()  # the very code verify uses
+    script = textwrap.dedent(f"""
+        import sys, importlib.abc
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "autokernel_tui":
+                    raise ImportError("blocked: the package must not need autokernel_tui")
+        sys.meta_path.insert(0, Block())
+        import torch, torch.nn as nn, torch.nn.functional as F
+        sys.path.insert(0, {str(out.parent)!r})
+        import conv_kernels
+    """) + CONVNET + textwrap.dedent("""
+        torch.manual_seed(0)
+        model, x = ConvNet().eval(), torch.randn(2, 3, 7, 7)
+        with torch.no_grad():
+            ref = model(x)
+            patched, counts = conv_kernels.patch_graph(model, (x,))
+            got = patched(x)
+        err = ((got - ref).norm() / ref.norm()).item()
+        print(sorted(counts.values()), err, "autokernel_tui" in sys.modules)
+        assert sorted(counts.values()) == [1, 1, 1] and err < 1e-5
+    """)
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr[-2000:]
+    assert "False" in res.stdout
