@@ -24,11 +24,14 @@
 #              sandboxed harness pool (experiments/hour, the harness's busy fraction)
 #   anyop:     GPT-2 small (bf16, 8x1024) profiled, `init --from-profile --top 12`, and every generated
 #              task's starter (GEMM template or Inductor's Triton) benched through the sandboxed harness
+#   models:    a model that is neither GPT-2 nor LLaMA (resnet, vit or t5; default resnet) at its full
+#              default size: profiled, `init --from-profile --top 8`, and `verify` with every task it
+#              made (generated kernels put into the traced graph): outputs checked, every mode timed
 #
 # Usage on the device (carry .whl; for `speed` also .old):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS [TASKS]] | gputests | launch | e2e [bwd] | train [gpt2|llama] | anyop | split | sandboxcost | parallel
+#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS [TASKS]] | gputests | launch | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5] | split | sandboxcost | parallel
 set -u
-part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, split, sandboxcost or parallel}
+part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, sandboxcost or parallel}
 if [ -d .whl ] && [ ! -d .site ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target .site .whl/*.whl || exit 1
 fi
@@ -128,6 +131,14 @@ anyop)
         step "bench_$t" 150 python3 -m autokernel_tui bench "/tmp/anyop_ws/kernels/$t" --device cuda --quick \
             --json "$R/bench_$t.json"
     done
+    ;;
+models)
+    m=${2:-resnet}
+    step "profile_$m" 180 python3 -m autokernel_tui profile "$m" --device cuda --dtype bfloat16 \
+        --json "$R/profile_$m.json" --top 12
+    step "init_$m" 240 python3 -m autokernel_tui init "/tmp/ws_$m" --from-profile "$R/profile_$m.json" --top 8
+    cp "/tmp/ws_$m/init-skipped.json" "$R/skipped_$m.json" 2>/dev/null
+    step "verify_$m" 420 python3 -m autokernel_tui verify "/tmp/ws_$m" --device cuda --json "$R/verify_$m.json"
     ;;
 esac
 tar czf "$OUT/$part.tgz" -C "$R" .

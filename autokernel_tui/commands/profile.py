@@ -14,9 +14,11 @@ def add_model_arguments(parser: argparse.ArgumentParser, model_required: bool = 
     """The model flags shared by profile and verify."""
     kw = {} if model_required else {"nargs": "?", "default": None}
     parser.add_argument("model", metavar="MODEL", **kw,
-                        help="gpt2 | llama | bert (or -tiny), hf:ClassName, file.py:factory, or a KernelBench file.py")
+                        help="gpt2 | llama | bert | resnet | vit | t5 (or -tiny), hf:ClassName, file.py:factory, "
+                             "or a KernelBench file.py")
     parser.add_argument("--batch", type=int, default=None, help="batch size (default: per model)")
-    parser.add_argument("--seq", type=int, default=None, help="sequence length (default: per model)")
+    parser.add_argument("--seq", type=int, default=None,
+                        help="sequence length; the image side for resnet and vit (default: per model)")
     parser.add_argument("--dtype", default=None, choices=["bfloat16", "float16", "float32"],
                         help="model dtype (default bfloat16 on a GPU, float32 on the CPU)")
     parser.add_argument("--train", action="store_true", help="profile a training step (forward + backward)")
