@@ -176,20 +176,7 @@ def template_source(spec: dict, name: str) -> tuple[str, dict[str, list[int]]]:
     return "".join(parts), knobs
 
 
-HEAD = '''"""Starter for generated task {name}: {chain}, from autokernel_tui/profiling/gemm_template.py.
-
-Inductor calls a library (cuBLAS, cuDNN) for the matmul or convolution, so this starter is a template rather than Inductor's
-Triton: the matmul is a tiled tl.dot kernel (fp32 accumulation, the bias added in its epilogue), each
-pointwise op an elementwise Triton kernel, views the recorded views. Nothing is fused yet: folding the
-pointwise ops into the GEMM's epilogue saves a round trip to memory each. Knobs: the 16-bit tile
-(BLOCK_*, warps, stages) and GROUP_M, the rows of tiles visited together so their B columns stay in L2.
-"""
-
-import torch
-import triton
-import triton.language as tl
-
-# 16-bit inputs: a Hopper-sized tile (tl.dot lowers to wgmma on sm_90).
+TILE = '''# 16-bit inputs: a Hopper-sized tile (tl.dot lowers to wgmma on sm_90).
 BLOCK_M = 128
 BLOCK_N = 128
 BLOCK_K = 64
@@ -208,6 +195,20 @@ def _tile(dtype):
 
 
 '''
+HEAD = '''"""Starter for generated task {name}: {chain}, from autokernel_tui/profiling/gemm_template.py.
+
+Inductor calls a library (cuBLAS, cuDNN) for the matmul or convolution, so this starter is a template rather than Inductor's
+Triton: the matmul is a tiled tl.dot kernel (fp32 accumulation, the bias added in its epilogue), each
+pointwise op an elementwise Triton kernel, views the recorded views. Nothing is fused yet: folding the
+pointwise ops into the GEMM's epilogue saves a round trip to memory each. Knobs: the 16-bit tile
+(BLOCK_*, warps, stages) and GROUP_M, the rows of tiles visited together so their B columns stay in L2.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+''' + TILE
 # The helpers kernel.py needs, each written only when the chain uses it.
 MATH = '''@triton.jit
 def _erf(x):
@@ -257,11 +258,11 @@ def _gemm_kernel(A, B, C, BIAS, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm,
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-def _gemm(a, b, bias):
-    """a @ b (+ bias over the last dim), any strides, the output packed."""
+def _gemm(a, b, bias, out=None):
+    """a @ b (+ bias over the last dim), any strides; written into ``out`` (any strides) or a packed result."""
     m, k = a.shape
     n = b.shape[1]
-    c = torch.empty((m, n), dtype=a.dtype, device=a.device)
+    c = torch.empty((m, n), dtype=a.dtype, device=a.device) if out is None else out
     if bias is not None and bias.dim() == 2:  # a (1, N) or (M, N) bias: only one row is supported
         bias = bias.reshape(-1) if bias.shape[0] == 1 else None
         if bias is None:
@@ -276,11 +277,11 @@ def _gemm(a, b, bias):
     return c
 
 
-def _bmm(a, b):
-    """a @ b for a batch of matrices, any strides, the output packed."""
+def _bmm(a, b, out=None):
+    """a @ b for a batch of matrices, any strides; written into ``out`` or a packed result."""
     nb, m, k = a.shape
     n = b.shape[2]
-    c = torch.empty((nb, m, n), dtype=a.dtype, device=a.device)
+    c = torch.empty((nb, m, n), dtype=a.dtype, device=a.device) if out is None else out
     bm, bn, bk, warps, stages = _tile(a.dtype)
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), 1, nb)
     _gemm_kernel[grid](a, b, c, c, m, n, k, *a.stride(), *b.stride(), *c.stride(), 0, HAS_BIAS=False,
@@ -324,13 +325,14 @@ def _conv2d_kernel(X, W, BIAS, Y, M, C, H, WI, OC, OH, OW, KH, KW, sh, sw, ph, p
              acc.to(Y.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < OC))
 
 
-def _conv2d(x, w, bias, stride, padding, dilation):
-    """A 2-D convolution (NCHW, ungrouped) as an implicit GEMM; the output packed NCHW."""
+def _conv2d(x, w, bias, stride, padding, dilation, out=None):
+    """A 2-D convolution (NCHW, ungrouped) as an implicit GEMM; written into ``out`` (any strides: e.g.
+    channels-last) or a packed NCHW result."""
     n, c, h, wi = x.shape
     oc, _, kh, kw = w.shape
     oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
     ow = (wi + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    y = torch.empty((n, oc, oh, ow), dtype=x.dtype, device=x.device)
+    y = torch.empty((n, oc, oh, ow), dtype=x.dtype, device=x.device) if out is None else out
     m = n * oh * ow
     bm, bn, bk, warps, stages = _tile(x.dtype)
     grid = (triton.cdiv(m, bm), triton.cdiv(oc, bn))

@@ -14,8 +14,11 @@ rewrites it into a kernel.py:
   every kernel masks against its numel, so any power-of-two block stays correct;
 * the ``call(args)`` body becomes plain Python: ``empty_strided_*`` -> ``torch.empty_strided``
   on the inputs' device, ``reinterpret_tensor(t, ...)`` -> ``t.as_strided(...)`` (a view),
-  ``K.run(...)`` -> ``K[grid](...)``. Anything else (``extern_kernels.mm``, ``aten.*``,
-  a cpp kernel, a template) is reported as the reason no starter was made.
+  ``K.run(...)`` -> ``K[grid](...)``; a library call Inductor makes (``extern_kernels.mm``,
+  ``addmm``, ``bmm``, a 2-D ``convolution``) becomes the GEMM template's Triton kernel
+  (``gemm_template``: ``_gemm``/``_bmm``/``_conv2d``, writing into the buffer Inductor laid out),
+  with the template's tile as knobs. Anything else (another library call, ``aten.*``, a cpp
+  kernel) is reported as the reason no starter was made.
 
 Shapes are static (as torch.compile specialises them): the kernels hold their numels.
 ``more_inputs`` adds further input signatures (e.g. the task's CPU test shapes), each a
@@ -45,7 +48,8 @@ from unittest import mock
 
 import torch
 
-from autokernel_tui.profiling.starter_process import StarterResult
+from autokernel_tui.profiling import gemm_template
+from autokernel_tui.profiling.starter_process import VERIFY_ENV, StarterResult
 
 __all__ = ["StarterResult", "starter_source", "NoStarter"]
 
@@ -331,8 +335,62 @@ def _plain(src: str) -> str:
     return ast.unparse(_Reinterpret().visit(ast.parse(src)))
 
 
-def _call_body(call_fn: ast.FunctionDef, kernels: dict[str, _Kernel], variant: int) -> list[str]:
+def _kwargs(call: ast.Call) -> dict[str, str]:
+    return {k.arg: ast.unparse(k.value) for k in call.keywords if k.arg}
+
+
+def _library_call(call: ast.Call, target: str | None, layouts: dict[str, tuple[str, str]],
+                  uses: set[str]) -> list[str] | None:
+    """Inductor's call of a library matmul/convolution as the GEMM template's Triton (``gemm_template``),
+    writing into the buffer Inductor allocated (or, for a convolution, one of the layout Inductor
+    asserts next), so the rest of Inductor's code reads it as before. None: not one of those calls."""
+    func = ast.unparse(call.func)
+    args = [ast.unparse(a) for a in call.args]
+    kw = _kwargs(call)
+    ones = all(kw.get(k, "1") == "1" for k in ("alpha", "beta"))
+    if func == "extern_kernels.mm" and len(args) == 2 and "out" in kw:
+        uses.add("gemm")
+        return [f"_gemm({args[0]}, {args[1]}, None, out={kw['out']})"]
+    if func == "extern_kernels.addmm" and len(args) == 3 and "out" in kw and ones:
+        uses.add("gemm")
+        return [f"_gemm({args[1]}, {args[2]}, {args[0]}, out={kw['out']})"]
+    if func == "extern_kernels.bmm" and len(args) == 2 and "out" in kw:
+        uses.add("gemm")
+        return [f"_bmm({args[0]}, {args[1]}, out={kw['out']})"]
+    if func == "extern_kernels.convolution" and target is not None:
+        x, w = args[0], args[1]
+        bias = args[2] if len(args) > 2 else kw.get("bias", "None")
+        if kw.get("transposed", "False") != "False" or kw.get("groups", "1") != "1" \
+                or len(ast.literal_eval(kw.get("stride", "()"))) != 2:
+            raise NoStarter("Inductor calls a library convolution that is transposed, grouped or not 2-D: "
+                            "the GEMM template writes 2-D, ungrouped ones only")
+        uses.add("conv")
+        out = [] if target not in layouts else [
+            f"{target} = torch.empty_strided({layouts[target][0]}, {layouts[target][1]}, dtype={x}.dtype, "
+            f"device=device)"]
+        call_src = (f"_conv2d({x}, {w}, {bias}, {kw.get('stride', '(1, 1)')}, {kw.get('padding', '(0, 0)')}, "
+                    f"{kw.get('dilation', '(1, 1)')}")
+        return out + ([f"{call_src}, out={target})"] if out else [f"{target} = {call_src})"])
+    return None
+
+
+def _asserted_layouts(body: list[ast.stmt]) -> dict[str, tuple[str, str]]:
+    """{buffer: (size, stride)} from Inductor's ``assert_size_stride(buf, size, stride, ...)`` lines."""
+    out = {}
+    for stmt in body:
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
+                and ast.unparse(stmt.value.func) == "assert_size_stride" and len(stmt.value.args) >= 3:
+            a = stmt.value.args
+            out[ast.unparse(a[0])] = (ast.unparse(a[1]), ast.unparse(a[2]))
+    return out
+
+
+def _call_body(call_fn: ast.FunctionDef, kernels: dict[str, _Kernel], variant: int,
+               uses: set[str] | None = None) -> list[str]:
+    """call()'s body as plain Python; ``uses`` collects the GEMM template's helpers it calls."""
     lines: list[str] = []
+    uses = set() if uses is None else uses
+    layouts = _asserted_layouts(call_fn.body)
     for stmt in call_fn.body:
         s = _plain(ast.unparse(stmt))
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
@@ -341,6 +399,10 @@ def _call_body(call_fn: ast.FunctionDef, kernels: dict[str, _Kernel], variant: i
                 continue
             if func.endswith(".run") and func[:-4] in kernels:
                 lines.append(_plain(_launch_src(kernels[func[:-4]], stmt.value, variant)))
+                continue
+            library = _library_call(stmt.value, None, layouts, uses)
+            if library is not None:
+                lines += [_plain(ln) for ln in library]
                 continue
             raise NoStarter(f"Inductor's code calls {func}(): {_extern_reason(func)}")
         if isinstance(stmt, ast.Delete):
@@ -367,6 +429,11 @@ def _call_body(call_fn: ast.FunctionDef, kernels: dict[str, _Kernel], variant: i
                 if func == "reinterpret_tensor":
                     lines.append(s)  # a view, written as t.as_strided(...) by _plain
                     continue
+                target = stmt.targets[0].id if isinstance(stmt.targets[0], ast.Name) else None
+                library = _library_call(v, target, layouts, uses)
+                if library is not None:
+                    lines += [_plain(ln) for ln in library]
+                    continue
                 raise NoStarter(f"Inductor's code calls {func}(): {_extern_reason(func)}")
         raise NoStarter(f"unsupported statement in Inductor's call(): {s[:120]}")
     return lines
@@ -374,8 +441,8 @@ def _call_body(call_fn: ast.FunctionDef, kernels: dict[str, _Kernel], variant: i
 
 def _extern_reason(func: str) -> str:
     if func.startswith("extern_kernels.") or func.startswith("aten.") or func.startswith("torch.ops."):
-        return ("Inductor called a library kernel (extern kernel: matmul/conv/...), not Triton; "
-                "a Triton template for it is not built yet")
+        return ("Inductor called a library kernel (extern kernel) that the GEMM template does not write "
+                "(it writes mm, addmm with alpha = beta = 1, bmm and 2-D ungrouped convolutions)")
     return "not a Triton kernel launch or an allocation"
 
 
@@ -394,7 +461,9 @@ def _grid_knobs(k: _Kernel, numels: dict[str, int]) -> dict[str, list[int]]:
     return out
 
 
-def _variant(cap: _Capture, variant: int, helpers: set[str]):
+def _variant(cap: _Capture, variant: int, helpers: set[str], templates: set[str]):
+    """(kernels, call()'s argument names, its body, knobs) of one captured module; ``helpers`` and
+    ``templates`` collect the inlined triton_helpers and the GEMM template parts it needs."""
     tree = ast.parse(cap.code)
     kernels: dict[str, _Kernel] = {}
     call_fn = None
@@ -414,8 +483,6 @@ def _variant(cap: _Capture, variant: int, helpers: set[str]):
             call_fn = node
     if call_fn is None:
         raise NoStarter("no call() in Inductor's module")
-    if not kernels:
-        raise NoStarter("Inductor generated no Triton kernel (the graph has no compute)")
     for stmt in call_fn.body:
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
             func = ast.unparse(stmt.value.func)
@@ -429,11 +496,17 @@ def _variant(cap: _Capture, variant: int, helpers: set[str]):
         raise NoStarter("Inductor's call() does not start by unpacking its arguments")
     targets = first.targets[0]
     names = [e.id for e in targets.elts] if isinstance(targets, ast.Tuple) else [targets.id]
+    used: set[str] = set()
     body = _call_body(ast.FunctionDef(name="call", args=call_fn.args, body=call_fn.body[1:], decorator_list=[]),
-                      kernels, variant)
+                      kernels, variant, used)
+    if not kernels and not used:
+        raise NoStarter("Inductor generated no Triton kernel (the graph has no compute)")
+    templates |= used
     knobs: dict[str, list[int]] = {}
     for k in kernels.values():
         knobs.update(_grid_knobs(k, numels.get(k.name, {})))
+    if used:
+        knobs.update({k: v for k, v in gemm_template.KNOBS.items() if k != "GROUP_M" or "gemm" in used})
     return kernels, names, body, knobs
 
 
@@ -444,6 +517,19 @@ def _variant(cap: _Capture, variant: int, helpers: set[str]):
 def _signature(inputs) -> tuple:
     return tuple((tuple(x.shape), tuple(x.stride()), str(x.dtype)) if isinstance(x, torch.Tensor) else repr(x)
                  for x in inputs)
+
+
+def _template_sources(templates: set[str]) -> list[str]:
+    """The GEMM template's tile knobs and helpers (``_gemm``/``_bmm``, ``_conv2d``) that call() uses."""
+    if not templates:
+        return []
+    parts = ["# The library calls (matmul, convolution) as the GEMM template's Triton (gemm_template.py).\n"
+             + gemm_template.TILE.rstrip()]
+    if "gemm" in templates:
+        parts.append(gemm_template.GEMM.rstrip())
+    if "conv" in templates:
+        parts.append(gemm_template.CONV.rstrip())
+    return parts
 
 
 def _emit(variants, helper_src: list[str], out_spec, description: str) -> str:
@@ -581,6 +667,7 @@ def starter_source(fn: Callable, example_inputs: tuple, device: str = "cuda", *,
         with torch.no_grad():
             spec = _out_spec(fn(*all_inputs[0]))
         helpers: set[str] = set()
+        templates: set[str] = set()
         variants, seen = [], set()
         for j, inputs in enumerate(all_inputs):
             sig = _signature(inputs)
@@ -589,12 +676,12 @@ def starter_source(fn: Callable, example_inputs: tuple, device: str = "cuda", *,
             seen.add(sig)
             cap = _capture(fn, inputs, device)
             codes.append(cap.code)
-            kernels, names, body, knobs = _variant(cap, len(variants), helpers)
+            kernels, names, body, knobs = _variant(cap, len(variants), helpers, templates)
             if len(names) != len(cap.input_order):
                 raise NoStarter(f"Inductor's call() takes {len(names)} arguments, the graph {len(cap.input_order)}")
             variants.append({"kernels": kernels, "names": names, "body": body, "knobs": knobs,
                              "signature": sig, "order": cap.input_order})
-        source = _emit(variants, _helper_sources(helpers), spec, description)
+        source = _emit(variants, _helper_sources(helpers) + _template_sources(templates), spec, description)
         knobs = {k: v for var in variants for k, v in var["knobs"].items()}
         verified = False
         if verify is None:
@@ -634,7 +721,8 @@ def _task_main(task_dir: str) -> int:
     first = dims(spec["shapes"][0])
     inputs = ref.make_inputs(first, dtype, device, 0)
     more = tuple(ref.make_inputs(dims(s), dtype, device, 0) for s in spec.get("test_shapes", []) if dims(s) != first)
-    r = starter_source(ref.reference, tuple(inputs), device, more_inputs=more,
+    check = None if os.environ.get(VERIFY_ENV) != "0" else False
+    r = starter_source(ref.reference, tuple(inputs), device, more_inputs=more, verify=check,
                        description=f"Inductor's Triton for {spec['name']}, as a starting kernel.py.")
     json.dump({"source": r.source, "knobs": r.knobs, "reason": r.reason, "verified": r.verified}, sys.stdout)
     return 0

@@ -17,6 +17,10 @@ from pathlib import Path
 
 TASK_TIMEOUT_S = 900.0
 DISABLE_ENV = "AUTOKERNEL_INDUCTOR_STARTERS"  # "0": generated tasks get no starter (a faster init)
+TIMEOUT_ENV = "AUTOKERNEL_STARTER_TIMEOUT_S"  # seconds per task's starter (default TASK_TIMEOUT_S)
+# "0": the starter is not run against the reference where it is made (the CPU interpreter at a
+# benchmark's full shapes takes hours; the harness checks it before anything is timed either way).
+VERIFY_ENV = "AUTOKERNEL_STARTER_VERIFY"
 
 _BOOT = """
 import os, sys
@@ -43,11 +47,16 @@ class StarterResult:
         return self.source is not None
 
 
-def for_task(task_dir: Path, timeout_s: float = TASK_TIMEOUT_S) -> StarterResult:
+def for_task(task_dir: Path, timeout_s: float | None = None) -> StarterResult:
     """The starter of the generated task in ``task_dir`` (its reference at its recorded shape).
     Never raises: a failure is the result's reason."""
     if os.environ.get(DISABLE_ENV) == "0":
         return StarterResult(None, reason=f"starters turned off ({DISABLE_ENV}=0)")
+    if timeout_s is None:
+        try:
+            timeout_s = float(os.environ.get(TIMEOUT_ENV) or TASK_TIMEOUT_S)
+        except ValueError:
+            timeout_s = TASK_TIMEOUT_S
     try:
         out = subprocess.run([sys.executable, "-c", _BOOT, str(task_dir)], capture_output=True, text=True,
                              timeout=timeout_s)

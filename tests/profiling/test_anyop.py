@@ -293,9 +293,16 @@ def test_from_kernelbench_makes_a_whole_forward_task(tmp_path):
     exec(KB_PROBLEM, ns)
     torch.manual_seed(ref.WEIGHT_SEED)
     model = ns["Model"](*ns["get_init_inputs"]()).eval()
-    (x,) = ref.make_inputs({"CALL": 1}, torch.float32, "cpu", 0)
+    x, *state = ref.make_inputs({"CALL": 1}, torch.float32, "cpu", 0)
     assert x.shape == (2, 3, 9, 7)
-    torch.testing.assert_close(ref.reference(x), model(x).detach())
+    # The Model's weights follow the file's inputs, named in STATE: a kernel gets every tensor it reads.
+    assert ref.STATE == ["conv.weight", "conv.bias", "norm.weight", "norm.bias"]
+    assert [tuple(t.shape) for t in state] == [(8, 3, 3, 3), (8,), (8,), (8,)]
+    torch.testing.assert_close(ref.reference(x, *state), model(x).detach())
+    # ... and the reference computes with the weights it is given, not its own.
+    other = [t * 2 for t in state]
+    torch.testing.assert_close(ref.reference(x, *other),
+                               torch.func.functional_call(model, dict(zip(ref.STATE, other)), (x,)).detach())
     assert ref.flops({}) >= 2 * 2 * 8 * 7 * 5 * 27
 
 

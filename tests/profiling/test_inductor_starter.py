@@ -48,6 +48,22 @@ def _mm_relu(a, b):
     return torch.relu(a @ b)
 
 
+def _linear(x, w, b):
+    return F.linear(x, w, b)  # extern addmm on a transposed view of w
+
+
+def _bmm_scaled(a, b):
+    return torch.bmm(a, b) * 0.5
+
+
+def _conv_relu(x, w, b):
+    return torch.relu(F.conv2d(x, w, b, padding=1)) + 1.0  # the CPU lays the output out channels-last
+
+
+def _conv_transpose(x, w):
+    return F.conv_transpose2d(x, w)
+
+
 def _g(seed=0):
     return torch.Generator().manual_seed(seed)
 
@@ -60,6 +76,13 @@ CASES = {
     "multi_kernel": (_multi_kernel, lambda: (torch.randn(37, 50, generator=_g()),)),
     "two_outputs": (_two_outputs, lambda: (torch.randn(6, 40, generator=_g()), torch.randn(40, generator=_g(1)))),
     "spatial_mean": (_spatial_mean, lambda: (torch.randn(2, 8, 4, 4, generator=_g()),)),
+    # Library calls Inductor makes, written as the GEMM template's Triton (issue 19):
+    "mm_relu": (_mm_relu, lambda: (torch.randn(8, 16, generator=_g()), torch.randn(16, 12, generator=_g(1)))),
+    "linear": (_linear, lambda: (torch.randn(8, 16, generator=_g()), torch.randn(12, 16, generator=_g(1)),
+                                 torch.randn(12, generator=_g(2)))),
+    "bmm_scaled": (_bmm_scaled, lambda: (torch.randn(3, 8, 16, generator=_g()), torch.randn(3, 16, 12, generator=_g(1)))),
+    "conv_relu": (_conv_relu, lambda: (torch.randn(2, 3, 7, 7, generator=_g()), torch.randn(8, 3, 3, 3, generator=_g(1)),
+                                       torch.randn(8, generator=_g(2)))),
 }
 
 
@@ -148,10 +171,17 @@ def test_more_inputs_gives_a_variant_per_signature():
         ns["kernel_fn"](torch.randn(4, 7), torch.randn(7))
 
 
-def test_mm_gives_a_reason_not_a_crash():
-    r = starter_source(_mm_relu, (torch.randn(8, 16), torch.randn(16, 8)), "cpu")
+def test_library_calls_become_the_gemm_templates_triton(starters):
+    for name in ("mm_relu", "linear", "bmm_scaled", "conv_relu"):
+        assert {"BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_WARPS", "NUM_STAGES"} <= set(starters[name].knobs)
+    assert "_conv2d(" in starters["conv_relu"].source and "out=buf" in starters["conv_relu"].source
+    assert "_bmm(" in starters["bmm_scaled"].source and "_gemm(" in starters["linear"].source
+
+
+def test_a_library_call_the_template_does_not_write_gives_a_reason_not_a_crash():
+    r = starter_source(_conv_transpose, (torch.randn(1, 4, 5, 5), torch.randn(4, 2, 3, 3)), "cpu")
     assert not r.ok and r.source is None
-    assert "extern_kernels.mm" in r.reason and "library" in r.reason
+    assert "convolution" in r.reason and "template" in r.reason
 
 
 @pytest.mark.gpu

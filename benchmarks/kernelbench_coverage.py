@@ -1,0 +1,156 @@
+"""KernelBench level 1 and 2 as tasks: how many get a starter, and (on a GPU) how many PASS and how fast.
+
+Issue 19's bar: for at least 95% of the problems, ``init --from-kernelbench`` gives a task whose
+starter PASSes the harness at the problem's shapes, with a geomean starter time within 5% of
+torch.compile. KernelBench's files are read from a checkout (fetch the repository; nothing of it is
+committed here)::
+
+    # the starters only (the CPU: Inductor's code is captured, not run at these shapes)
+    AUTOKERNEL_STARTER_VERIFY=0 python benchmarks/kernelbench_coverage.py --kb KernelBench/KernelBench \\
+        --levels 1,2 --json kb_cpu.json
+    # on a GPU: every task also goes through the harness (quick), beside eager and torch.compile
+    python benchmarks/kernelbench_coverage.py --kb KernelBench/KernelBench --levels 1,2 --bench --json kb.json
+
+Each problem becomes a task folder in one workspace (``kernelbench.write_task``, what ``init
+--from-kernelbench`` runs); its starter is made in a process of its own with a time limit
+(``--starter-timeout``). Prints one line per problem, then the misses grouped by reason and the
+totals last. Needs torch + triton (the harness too with ``--bench``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):  # run as a file: the repository's packages before any installed copy
+    sys.path.insert(0, str(ROOT))
+
+
+def _args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--kb", required=True, help="KernelBench's problem folder (holding level1/, level2/)")
+    p.add_argument("--levels", default="1,2")
+    p.add_argument("--limit", type=int, default=0, help="the first N problems of each level (0: all)")
+    p.add_argument("--only", default="", help="comma-separated problem numbers to run (e.g. 1,23,40)")
+    p.add_argument("--bench", action="store_true", help="run each task through the harness (needs a GPU)")
+    p.add_argument("--starter-timeout", type=float, default=300.0, help="seconds per starter")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--json", default="", help="write every row here")
+    p.add_argument("--workspace", default="", help="kernels folder to fill (default: a temporary one)")
+    return p.parse_args()
+
+
+def _number(path: Path) -> int:
+    m = re.match(r"(\d+)_", path.name)
+    return int(m.group(1)) if m else 10**6
+
+
+def _problems(kb: Path, levels: list[str], limit: int, only: set[int]) -> list[tuple[str, Path]]:
+    out = []
+    for level in levels:
+        files = sorted((kb / f"level{level}").glob("*.py"), key=_number)
+        files = [f for f in files if not only or _number(f) in only]
+        out += [(level, f) for f in (files[:limit] if limit else files)]
+    return out
+
+
+def _starter_reason(task: Path) -> str | None:
+    """None when kernel.py is a starter; else why not (from the placeholder it raises with)."""
+    from autokernel_tui.profiling.generate import NO_STARTER_MARK
+
+    text = (task / "kernel.py").read_text(encoding="utf-8")
+    if not text.lstrip('"\n ').startswith(NO_STARTER_MARK):
+        return None
+    m = re.search(r'no starter kernel \((.*)\)"\)', text)
+    return m.group(1) if m else "no starter"
+
+
+def _bench(task: Path) -> dict:
+    from autokernel_tui.harness.runner import Harness
+
+    with Harness(device="cuda") as h:
+        report = h.evaluate(task, quick=True)
+    row = {"status": report.status, "why": report.reason}
+    shapes = [s for s in report.shapes if s.median_us]
+    if shapes:
+        s = shapes[0]
+        row.update(kernel_us=s.median_us, eager_us=s.baseline_us, compile_us=s.compile_ref_us)
+    return row
+
+
+def _reason_class(reason: str) -> str:
+    """A short name for a miss's reason, to group them."""
+    r = reason.lower()
+    for key, name in (("extern kernel", "library call the template does not write"),
+                      ("took over", "starter timed out"), ("turned off", "starters off"),
+                      ("meta device", "forward does not run on the meta device"),
+                      ("cpp", "Inductor made a C++ kernel"), ("does not match", "starter wrong"),
+                      ("libdevice", "libdevice function without an interpreter stand-in")):
+        if key in r:
+            return name
+    return reason.split(":")[0][:80]
+
+
+def main() -> int:
+    args = _args()
+    os.environ.setdefault("AUTOKERNEL_STARTER_TIMEOUT_S", str(args.starter_timeout))
+    from autokernel_tui.errors import AutokernelError
+    from autokernel_tui.profiling import kernelbench
+
+    only = {int(x) for x in args.only.split(",") if x.strip()}
+    problems = _problems(Path(args.kb), [x.strip() for x in args.levels.split(",") if x.strip()], args.limit, only)
+    kernels = Path(args.workspace or tempfile.mkdtemp(prefix="kb-")) / "kernels"
+    kernels.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for level, f in problems:
+        t0 = time.perf_counter()
+        row = {"level": int(level), "problem": f.name}
+        try:
+            task = kernelbench.write_task(f, kernels, args.dtype)
+        except AutokernelError as exc:
+            row.update(task=None, starter=False, reason=f"no task: {exc}")
+        else:
+            reason = _starter_reason(task)
+            row.update(task=task.name, starter=reason is None, reason=reason)
+            if args.bench and reason is None:
+                row.update(_bench(task))
+        row["seconds"] = round(time.perf_counter() - t0, 1)
+        rows.append(row)
+        status = row.get("status") or ("starter" if row["starter"] else "MISS")
+        timing = (f"  {row['kernel_us']:.1f} us vs compile {row['compile_us']:.1f} us"
+                  if row.get("kernel_us") and row.get("compile_us") else "")
+        print(f"L{level} {f.name[:52]:<52} {status:<8}{timing}  {row['seconds']:.0f} s"
+              + (f"  ({row['reason'][:90]})" if row.get("reason") else ""), flush=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+    print()
+    misses = [r for r in rows if not r["starter"] or (args.bench and r.get("status") != "PASS")]
+    for reason, n in Counter(_reason_class(r.get("reason") or r.get("why") or r.get("status", ""))
+                             for r in misses).most_common():
+        print(f"miss x{n}: {reason}")
+    for level in sorted({r["level"] for r in rows}):
+        mine = [r for r in rows if r["level"] == level]
+        made = sum(r["starter"] for r in mine)
+        line = f"level {level}: {made}/{len(mine)} problems have a starter ({100 * made / max(1, len(mine)):.0f}%)"
+        if args.bench:
+            passed = [r for r in mine if r.get("status") == "PASS"]
+            ratios = [r["kernel_us"] / r["compile_us"] for r in passed if r.get("kernel_us") and r.get("compile_us")]
+            line += f"; {len(passed)} PASS ({100 * len(passed) / max(1, len(mine)):.0f}%)"
+            if ratios:
+                geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+                line += f"; geomean starter time / torch.compile {geo:.3f} over {len(ratios)}"
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
