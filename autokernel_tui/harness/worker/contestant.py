@@ -213,7 +213,7 @@ class Contestant:
 
     def fingerprint_batch(self, msg: dict) -> dict:
         seed = int(msg["seed"])
-        return {"fingerprints": [inputs_mod.fingerprints(outs, seed + 1000 * r) for r, outs in enumerate(self.batch)]}
+        return {"fingerprints": inputs_mod.fingerprint_batch(self.batch, seed)}
 
     def fetch_rep(self, msg: dict) -> dict:
         return {"outputs": transfer.export(self.batch[int(msg["rep"])], self.scratch, f"rep{int(msg['rep'])}")}

@@ -91,20 +91,40 @@ def _weights(numel: int, seed: int, device: torch.device) -> torch.Tensor:
     return torch.randn(numel, generator=gen, device=device, dtype=torch.float32)
 
 
-def fingerprint(out: torch.Tensor, seed: int) -> float:
-    """<out, w> for w ~ N(0, 1) drawn from ``seed``, summed in float64 over float32 chunk dots."""
+def _dot(flat: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """<flat, w> as a float64 0-d tensor on the device: float32 chunk dots summed in float64 (no sync)."""
+    parts = [torch.dot(a.float(), b).double() for a, b in zip(flat.split(FINGERPRINT_CHUNK), w.split(FINGERPRINT_CHUNK))]
+    return parts[0] if len(parts) == 1 else torch.stack(parts).sum()
+
+
+def _fingerprint_t(out: torch.Tensor, seed: int) -> torch.Tensor:
     flat = out.detach().reshape(-1)
     if not flat.numel():
-        return 0.0
-    w = _weights(flat.numel(), seed, flat.device)
-    total = 0.0
-    for a, b in zip(flat.split(FINGERPRINT_CHUNK), w.split(FINGERPRINT_CHUNK)):
-        total += float(torch.dot(a.float(), b))
-    return total
+        return torch.zeros((), dtype=torch.float64, device=flat.device)
+    return _dot(flat, _weights(flat.numel(), seed, flat.device))
+
+
+def fingerprint(out: torch.Tensor, seed: int) -> float:
+    """<out, w> for w ~ N(0, 1) drawn from ``seed``, summed in float64 over float32 chunk dots."""
+    return float(_fingerprint_t(out, seed))
 
 
 def fingerprints(outs: Sequence[torch.Tensor], seed: int) -> list[float]:
-    return [fingerprint(o, seed + i) for i, o in enumerate(outs)]
+    return fingerprint_batch([outs], seed)[0]
+
+
+def fingerprint_batch(batch: Sequence[Sequence[torch.Tensor]], seed: int) -> list[list[float]]:
+    """Fingerprints of every output of every rep (rep ``r``'s output ``i`` with seed ``seed + 1000 r + i``),
+    read back from the device once: a sync per output cost more than the dots on a GPU."""
+    values = [[_fingerprint_t(o, seed + 1000 * r + i) for i, o in enumerate(outs)] for r, outs in enumerate(batch)]
+    flat = [v for rep in values for v in rep]
+    if not flat:
+        return [[] for _ in values]
+    if len({v.device for v in flat}) == 1:
+        got = iter(torch.stack(flat).tolist())
+    else:  # outputs on different devices: each read on its own
+        got = iter(float(v) for v in flat)
+    return [[next(got) for _ in rep] for rep in values]
 
 
 def fingerprint_bound(ref: torch.Tensor, seed: int, max_rel_l2: float) -> tuple[float, float]:
@@ -112,14 +132,15 @@ def fingerprint_bound(ref: torch.Tensor, seed: int, max_rel_l2: float) -> tuple[
 
     Cauchy-Schwarz: |<out - ref, w>| <= ||out - ref|| ||w|| <= max_rel_l2 ||ref|| ||w|| for any
     output within the task's relative-L2 tolerance, so no correct output is ever refused; a
-    little is added for float32 rounding in the chunked dots.
+    little is added for float32 rounding in the chunked dots. One read back from the device.
     """
     flat = ref.detach().reshape(-1)
+    if not flat.numel():
+        return 0.0, 1e-30
     w = _weights(flat.numel(), seed, flat.device)
-    ref_fp = fingerprint(ref, seed)
-    ref_norm = float(torch.linalg.vector_norm(flat.double()))
-    w_norm = float(torch.linalg.vector_norm(w.double()))
-    abs_sum = float((flat.double().abs() * w.double().abs()).sum()) if flat.numel() else 0.0
+    d, wd = flat.double(), w.double()
+    ref_fp, ref_norm, w_norm, abs_sum = torch.stack([
+        _dot(flat, w), torch.linalg.vector_norm(d), torch.linalg.vector_norm(wd), (d.abs() * wd.abs()).sum()]).tolist()
     bound = max_rel_l2 * (ref_norm if ref_norm > 0 else 1.0) * w_norm + 1e-5 * abs_sum + 1e-30
     return ref_fp, bound
 
