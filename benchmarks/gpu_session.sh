@@ -20,8 +20,10 @@
 #              gradient checks at full default shapes (issue 20)
 #   split:     where a warm evaluation's time goes (harness_speed's time split), this tree only, few comparisons
 #   sandboxcost: warm evaluations of this tree with the sandbox off, then on, back to back
-#   parallel:  issue 22 on one GPU: the offline tuner behind a 30 s latency, K = 1, 4, 8, the real engine and
-#              sandboxed harness pool (experiments/hour, the harness's busy fraction)
+#   parallel:  issue 22 on one GPU: Claude through the SDK against the fake Messages server answering in
+#              30 s with the tuner's proposals, K = 1, 4, 8, the real engine and sandboxed harness pool
+#              (experiments/hour, the harness's busy fraction)
+#   aa:        A/A at K = 8 (the fake server answers with the incumbent): false keeps out of N
 #   anyop:     GPT-2 small (bf16, 8x1024) profiled, `init --from-profile --top 12`, and every generated
 #              task's starter (GEMM template or Inductor's Triton) benched through the sandboxed harness
 #   models:    a model that is neither GPT-2 nor LLaMA (resnet, vit or t5; default resnet) at its full
@@ -29,9 +31,9 @@
 #              made (generated kernels put into the traced graph): outputs checked, every mode timed
 #
 # Usage on the device (carry .whl; for `speed` also .old):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS [TASKS]] | gputests | launch | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5] | split | sandboxcost | parallel
+#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS [TASKS]] | gputests | launch | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5] | split | sandboxcost | parallel [KS [COUNTS]] | aa [N]
 set -u
-part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, sandboxcost or parallel}
+part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, sandboxcost, parallel or aa}
 if [ -d .whl ] && [ ! -d .site ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target .site .whl/*.whl || exit 1
 fi
@@ -119,8 +121,15 @@ sandboxcost)  # the same tree with and without confinement, back to back: what t
     done
     ;;
 parallel)
-    step parallel 420 python3 benchmarks/parallel_throughput.py --latency 30 --k 1,4,8 --experiments 3,6,8 \
-        --json "$R/parallel.json"
+    # Claude through the SDK against the fake Messages server (30 s per answer, the tuner's proposals);
+    # K and experiment counts as arguments, e.g. `parallel 1,4 3,8` then `parallel 8 12` (two calls).
+    step parallel 560 python3 benchmarks/parallel_throughput.py --agent claude-fake --latency 30 \
+        --k "${2:-1,4,8}" --experiments "${3:-3,8,12}" --json "$R/parallel.json"
+    ;;
+aa)
+    # A/A with K=8: the fake server answers with the incumbent (a comment changed): every keep is false.
+    step aa 560 python3 benchmarks/parallel_throughput.py --agent aa --latency 2 --k 8 --experiments "${2:-100}" \
+        --json "$R/aa.json"
     ;;
 anyop)
     step profile 180 python3 -m autokernel_tui profile gpt2 --device cuda --batch 8 --seq 1024 --dtype bfloat16 \

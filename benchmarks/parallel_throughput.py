@@ -10,6 +10,14 @@ members) and the ledger's invariants (one row, one commit, one number each, numb
 
     python benchmarks/parallel_throughput.py --latency 5 --experiments 12 --k 1,4 [--json OUT]
 
+``--agent claude-fake``: the real Claude agent (the anthropic SDK, streaming) against the fake
+Messages server of the tests (``tests/fakes/anthropic_server.py``) on 127.0.0.1, which answers each
+request after ``--latency`` seconds with the offline tuner's proposal for that context (issue 22's
+H200 case: a fake agent of 30 s latency). ``--agent aa``: the same fake server answering with the
+incumbent kernel itself (a comment changed): every keep is a false keep (A/A).
+
+    python benchmarks/parallel_throughput.py --agent claude-fake --latency 30 --k 1,4,8 --experiments 3,8,12
+
 ``--fake-judge S --members M``: issue 22's CPU done-when case with the engine tests' scripted agent
 and a pool of M fake harnesses whose evaluation takes S seconds of waiting (standing for a GPU's
 warm evaluation, which leaves the CPU free); the engine, git and ledger are the real ones.
@@ -67,6 +75,42 @@ class TimedHarness:
         return timed
 
 
+class FakeLLM:
+    """The real Claude agent against a fake Messages server that answers after ``latency_s`` seconds.
+
+    What the fake model answers: the offline tuner's proposal for the same context (``aa``: the
+    incumbent with one comment changed). Each call gets a server of its own (K calls run at once)."""
+
+    def __init__(self, latency_s: float, aa: bool = False) -> None:
+        from autokernel_tui.agents.tuner import TunerAgent
+
+        self.tuner, self.latency_s, self.aa = TunerAgent(), latency_s, aa
+        self.name = "claude (fake server)"
+        self._n = 0
+
+    def _answer(self, ctx) -> dict:
+        if self.aa:
+            self._n += 1
+            return {"source": f"{ctx.incumbent_source.rstrip()}\n# a/a {self._n}\n",
+                    "description": f"A/A {self._n}: the incumbent again", "hypothesis": "none: a false keep if kept"}
+        p = self.tuner.propose(ctx, lambda ev: None)
+        return {"source": p.source, "description": p.description, "hypothesis": "the tuner's next configuration"}
+
+    def propose(self, ctx, emit):
+        from autokernel_tui.agents.claude import ClaudeAgent
+        from autokernel_tui.config import AgentSettings
+        from tests.fakes.anthropic_server import FakeAnthropicServer, message_stream
+
+        answer = self._answer(ctx)
+        with FakeAnthropicServer(delay_s=self.latency_s) as server:
+            server.queue(message_stream(thinking=["Looking at the incumbent's numbers."], text=["Submitting."],
+                                        tool_input=answer))
+            return ClaudeAgent(AgentSettings(), api_key="fake-key-not-a-secret", base_url=server.url).propose(ctx, emit)
+
+    def close(self) -> None:
+        pass
+
+
 def fakes():
     """The engine tests' scripted agent and fake harness (tests/engine/enginefakes.py)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "engine"))
@@ -78,7 +122,8 @@ def fakes():
 SCRIPT = [90, 95, 80, 85, 70, 75, 60, 65, 55, 58, 50, 52]
 
 
-def one_run(k: int, n: int, latency_s: float, tasks: list[str], fake_judge: float | None, members: int) -> dict:
+def one_run(k: int, n: int, latency_s: float, tasks: list[str], fake_judge: float | None, members: int,
+            agent_kind: str = "tuner") -> dict:
     from autokernel_tui.config import Settings
     from autokernel_tui.engine.backends import make_harness
     from autokernel_tui.engine.loop import Engine
@@ -93,10 +138,11 @@ def one_run(k: int, n: int, latency_s: float, tasks: list[str], fake_judge: floa
         settings.harness.quick, settings.harness.timeout_s = True, 300
         if fake_judge is not None:
             f = fakes()
-            agent = f.ScriptedAgent(SCRIPT, delay_s=latency_s)
+            agent = f.ScriptedAgent(SCRIPT, delay_s=latency_s) if agent_kind == "tuner" else \
+                FakeLLM(latency_s, aa=agent_kind == "aa")
             pool = HarnessPool([f.FakeHarness(delay_s=fake_judge) for _ in range(members)])
         else:
-            agent = SlowTuner(latency_s)
+            agent = SlowTuner(latency_s) if agent_kind == "tuner" else FakeLLM(latency_s, aa=agent_kind == "aa")
             settings.harness.cpu_workers = members
             pool = make_harness(settings, {})
         members = [TimedHarness(m) for m in pool.members]  # busy time counted inside each member
@@ -113,7 +159,7 @@ def one_run(k: int, n: int, latency_s: float, tasks: list[str], fake_judge: floa
     size, busy_s = len(members), sum(m.busy_s for m in members)
     return {"k": k, "experiments": len(rows), "wall_s": round(wall, 1), "per_hour": round(3600 * len(rows) / wall),
             "members": size, "harness_busy": round(busy_s / (wall * size), 3), "ended": reason,
-            "numbered_in_order": numbers == list(range(1, len(rows) + 1)),
+            "numbered_in_order": numbers == list(range(1, len(rows) + 1)), "agent": agent_kind,
             "statuses": {s: sum(1 for r in rows if r["status"] == s) for s in sorted({r["status"] for r in rows})}}
 
 
@@ -127,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fake-judge", type=float, default=None, metavar="S",
                     help="fake harnesses taking S seconds per evaluation, and the scripted agent")
     ap.add_argument("--members", type=int, default=2, help="harnesses in the pool (CPU workers, or fakes)")
+    ap.add_argument("--agent", choices=("tuner", "claude-fake", "aa"), default="tuner",
+                    help="the tuner behind --latency; Claude through the SDK against a fake server; A/A")
     args = ap.parse_args(argv)
     results = []
     ks = [int(x) for x in args.k.split(",")]
@@ -135,15 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     if len(counts) != len(ks):
         ap.error("--experiments: one count, or one per K")
     for k, n in zip(ks, counts):
-        results.append(one_run(k, n, args.latency, args.tasks.split(","), args.fake_judge, args.members))
+        results.append(one_run(k, n, args.latency, args.tasks.split(","), args.fake_judge, args.members, args.agent))
         r = results[-1]
         print(f"K={r['k']}: {r['experiments']} experiments in {r['wall_s']} s = {r['per_hour']}/h, harness busy "
               f"{r['harness_busy']:.0%} of {r['members']}, numbered in order: {r['numbered_in_order']}, {r['statuses']}", flush=True)
     base = results[0]["per_hour"]
-    print("\n  K  exp/h   vs K=1  pool members  pool busy")
+    print("\n  K  exp/h   vs K=1  pool members  pool busy  keeps")
     for r in results:
         print(f"{r['k']:>3} {r['per_hour']:>6} {r['per_hour'] / base:>7.2f}x {r['members']:>13} "
-              f"{r['harness_busy']:>10.0%}")
+              f"{r['harness_busy']:>10.0%} {r['statuses'].get('keep', 0):>6}"
+              + ("  (A/A: every keep is false)" if r["agent"] == "aa" else ""))
     if args.json:
         args.json.write_text(json.dumps({"latency_s": args.latency, "fake_judge_s": args.fake_judge,
                                          "runs": results}, indent=1))

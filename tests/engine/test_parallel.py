@@ -239,3 +239,16 @@ def test_a_judge_that_raises_gives_a_crash_verdict_not_a_proposal_waiting_foreve
     judge.close()
     assert judged.report.status == "CRASH" and "disk gone" in judged.report.reason
     assert judge.counts() == (0, 1)
+
+
+def test_the_h200_throughput_benchmark_drives_claude_through_the_sdk_against_the_fake_server(tmp_path):
+    """benchmarks/parallel_throughput.py --agent claude-fake (issue 22's H200 case): the real Claude agent
+    (anthropic SDK, streaming) against the fake Messages server answering after a delay, K = 2 in flight;
+    --agent aa answers with the incumbent itself (an A/A run: every keep would be false)."""
+    from benchmarks import parallel_throughput as pt
+
+    r = pt.one_run(2, 3, 0.3, ["rmsnorm"], 0.2, 2, agent_kind="claude-fake")
+    assert r["experiments"] == 3 and r["numbered_in_order"] and r["ended"]
+    assert sum(r["statuses"].values()) == 3
+    r = pt.one_run(2, 2, 0.1, ["rmsnorm"], 0.1, 2, agent_kind="aa")
+    assert r["experiments"] == 2 and r["agent"] == "aa"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -29,7 +30,8 @@ class Recorded:
 
 
 class ScriptedServer:
-    def __init__(self) -> None:
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s  # seconds every reply waits before it starts (a model's time to answer)
         self.replies: list[Reply] = []
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
@@ -50,6 +52,8 @@ class ScriptedServer:
                 with server._lock:
                     server.requests.append(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
                     reply = server.replies.pop(0) if server.replies else server.exhausted()
+                if server.delay_s:
+                    time.sleep(server.delay_s)
                 self.send_response(reply.status)
                 for k, v in reply.headers.items():
                     self.send_header(k, v)
