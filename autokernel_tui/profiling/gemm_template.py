@@ -30,9 +30,25 @@ BINARY = {"aten.add.Tensor": "x + y", "aten.sub.Tensor": "x - y", "aten.mul.Tens
           "aten.div.Tensor": "x / y"}
 GELU = {"none": "0.5 * x * (1.0 + _erf(x * 0.7071067811865476))",
         "tanh": "0.5 * x * (1.0 + _tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))"}
-# The 16-bit tile (fp32 inputs take FP32_* in kernel.py: IEEE dots need more registers per element).
+# The 16-bit tile, and the fp32 one (IEEE dots need more registers per element): each task gets the
+# knobs of its dtypes (``knobs_for``), so the tuner never turns a knob its kernel does not read.
 KNOBS = {"BLOCK_M": [64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "NUM_WARPS": [4, 8],
          "NUM_STAGES": [2, 3, 4], "GROUP_M": [1, 4, 8, 16]}
+FP32_KNOBS = {"FP32_BLOCK_M": [32, 64, 128], "FP32_BLOCK_N": [32, 64, 128], "FP32_BLOCK_K": [16, 32, 64],
+              "FP32_NUM_WARPS": [4, 8], "FP32_NUM_STAGES": [2, 3, 4]}
+
+
+def knobs_for(dtypes, gemm: bool = True) -> dict[str, list[int]]:
+    """The tile knobs a kernel for inputs of ``dtypes`` reads (GROUP_M only for a GEMM: a convolution's
+    tiles go in grid order)."""
+    out: dict[str, list[int]] = {}
+    if "float32" in dtypes:
+        out.update(FP32_KNOBS)
+    if set(dtypes) - {"float32"} or not out:
+        out.update({k: v for k, v in KNOBS.items() if k != "GROUP_M"})
+    if gemm:
+        out["GROUP_M"] = KNOBS["GROUP_M"]
+    return out
 
 
 class NoTemplate(ValueError):
@@ -170,10 +186,7 @@ def template_source(spec: dict, name: str) -> tuple[str, dict[str, list[int]]]:
                                       (POINTWISE, bool(pointwise))) if used]
     parts.append(TAIL.format(pointwise=kernels, params=params, body=code,
                              ret=outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"))
-    knobs = dict(KNOBS)
-    if "_gemm(" not in code and "_bmm(" not in code:
-        knobs.pop("GROUP_M")  # the convolution's tiles go in grid order
-    return "".join(parts), knobs
+    return "".join(parts), knobs_for(dtypes, gemm="_gemm(" in code or "_bmm(" in code)
 
 
 TILE = '''# 16-bit inputs: a Hopper-sized tile (tl.dot lowers to wgmma on sm_90).
@@ -184,13 +197,17 @@ NUM_WARPS = 8
 NUM_STAGES = 3
 GROUP_M = 8
 # fp32 inputs (IEEE dots, as precise as the reference): a smaller tile.
-FP32_TILE = (64, 64, 32, 4, 3)
+FP32_BLOCK_M = 64
+FP32_BLOCK_N = 64
+FP32_BLOCK_K = 32
+FP32_NUM_WARPS = 4
+FP32_NUM_STAGES = 3
 
 
 def _tile(dtype):
     """(BM, BN, BK, warps, stages) for inputs of ``dtype``."""
     if dtype == torch.float32:
-        return FP32_TILE
+        return FP32_BLOCK_M, FP32_BLOCK_N, FP32_BLOCK_K, FP32_NUM_WARPS, FP32_NUM_STAGES
     return BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES
 
 
@@ -200,8 +217,9 @@ HEAD = '''"""Starter for generated task {name}: {chain}, from autokernel_tui/pro
 Inductor calls a library (cuBLAS, cuDNN) for the matmul or convolution, so this starter is a template rather than Inductor's
 Triton: the matmul is a tiled tl.dot kernel (fp32 accumulation, the bias added in its epilogue), each
 pointwise op an elementwise Triton kernel, views the recorded views. Nothing is fused yet: folding the
-pointwise ops into the GEMM's epilogue saves a round trip to memory each. Knobs: the 16-bit tile
-(BLOCK_*, warps, stages) and GROUP_M, the rows of tiles visited together so their B columns stay in L2.
+pointwise ops into the GEMM's epilogue saves a round trip to memory each. Knobs: the tile of the
+task's dtype (BLOCK_* and NUM_* for 16-bit inputs, FP32_* for float32) and GROUP_M, the rows of tiles
+visited together so their B columns stay in L2.
 """
 
 import torch

@@ -505,8 +505,6 @@ def _variant(cap: _Capture, variant: int, helpers: set[str], templates: set[str]
     knobs: dict[str, list[int]] = {}
     for k in kernels.values():
         knobs.update(_grid_knobs(k, numels.get(k.name, {})))
-    if used:
-        knobs.update({k: v for k, v in gemm_template.KNOBS.items() if k != "GROUP_M" or "gemm" in used})
     return kernels, names, body, knobs
 
 
@@ -683,6 +681,10 @@ def starter_source(fn: Callable, example_inputs: tuple, device: str = "cuda", *,
                              "signature": sig, "order": cap.input_order})
         source = _emit(variants, _helper_sources(helpers) + _template_sources(templates), spec, description)
         knobs = {k: v for var in variants for k, v in var["knobs"].items()}
+        if templates:  # the GEMM template's tile of the inputs' dtypes
+            floats = {str(x.dtype).replace("torch.", "") for inputs in all_inputs for x in inputs
+                      if isinstance(x, torch.Tensor) and x.is_floating_point()}
+            knobs.update(gemm_template.knobs_for(floats, gemm="gemm" in templates))
         verified = False
         if verify is None:
             verify = _can_run(device)

@@ -116,7 +116,9 @@ def test_a_generated_matmul_chain_starts_from_the_gemm_template_and_passes_the_h
     source = (task / "kernel.py").read_text()
     assert "NO STARTER" not in source and "_gemm(" in source and check_source(source) == []
     spec = taskspec.load_spec(task)
-    assert set(spec.knob_space) == {"BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_WARPS", "NUM_STAGES", "GROUP_M"}
+    # float32: the fp32 tile's knobs (the 16-bit tile is never read for these inputs), and GROUP_M
+    assert set(spec.knob_space) == {"FP32_BLOCK_M", "FP32_BLOCK_N", "FP32_BLOCK_K", "FP32_NUM_WARPS",
+                                    "FP32_NUM_STAGES", "GROUP_M"}
     assert "gemm_template" in (task / "task.toml").read_text() and "gemm_template" in (task / "README.md").read_text()
     with Harness(timeout_s=300, device="cpu") as h:
         report = h.evaluate(task, quick=True)

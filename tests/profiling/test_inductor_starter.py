@@ -173,7 +173,8 @@ def test_more_inputs_gives_a_variant_per_signature():
 
 def test_library_calls_become_the_gemm_templates_triton(starters):
     for name in ("mm_relu", "linear", "bmm_scaled", "conv_relu"):
-        assert {"BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_WARPS", "NUM_STAGES"} <= set(starters[name].knobs)
+        assert {"FP32_BLOCK_M", "FP32_BLOCK_N", "FP32_BLOCK_K", "FP32_NUM_WARPS"} <= set(starters[name].knobs)
+        assert "BLOCK_M" not in starters[name].knobs  # float32 inputs never read the 16-bit tile
     assert "_conv2d(" in starters["conv_relu"].source and "out=buf" in starters["conv_relu"].source
     assert "_bmm(" in starters["bmm_scaled"].source and "_gemm(" in starters["linear"].source
 
