@@ -24,10 +24,8 @@ library): ``export`` copies it into the package it writes beside ``patch.py``.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import operator
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,8 +34,10 @@ import torch.nn as nn
 
 try:  # inside autokernel-tui: the CLI prints these as one line
     from autokernel_tui.errors import AutokernelError as _Base
-except ImportError:  # inside an exported package
+    from autokernel_tui.profiling.patch import load_kernel
+except ImportError:  # inside an exported package, beside its copy of patch.py
     _Base = Exception
+    from ._patch import load_kernel  # type: ignore[no-redef]
 
 
 class GraphPatchError(_Base):
@@ -312,27 +312,6 @@ def trace(model: nn.Module, inputs: tuple) -> torch.fx.GraphModule:
                                   f"{type(exc).__name__}: {exc}".splitlines()[0][:300]) from None
 
 
-def load_kernel_fn(kernel_path: str | Path) -> Callable:
-    """``kernel_fn`` of a generated task's kernel.py (imported under a name unique to its contents)."""
-    path = Path(kernel_path)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-    name = f"_autokernel_gen_{path.parent.name}_{digest}"
-    module = sys.modules.get(name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # triton.jit reads the source through the module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:
-            sys.modules.pop(name, None)
-            raise GraphPatchError(f"{path}: import failed: {type(exc).__name__}: {exc}".splitlines()[0]) from None
-    fn = getattr(module, "kernel_fn", None)
-    if not callable(fn):
-        raise GraphPatchError(f"{path}: defines no kernel_fn")
-    return fn
-
-
 def patch_graph(model: nn.Module, inputs: tuple, kernels: dict[str, str | Path], custom_ops: bool = False,
                 labels: dict[str, str] | None = None) -> tuple[GraphPatched, dict[str, int]]:
     """``model`` with every site of each generated task in ``kernels`` ({task: kernel.py}) calling
@@ -345,7 +324,7 @@ def patch_graph(model: nn.Module, inputs: tuple, kernels: dict[str, str | Path],
         sites = find_sites(gm, unit)
         counts[name] = len(sites)
         if sites:
-            call = kernel_call(name, load_kernel_fn(path), unit, custom_ops, (labels or {}).get(name))
+            call = kernel_call(name, load_kernel(path), unit, custom_ops, (labels or {}).get(name))
             for site in sites:
                 _rewire(gm, site, call)
     gm.graph.lint()
