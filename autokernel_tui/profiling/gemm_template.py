@@ -3,8 +3,8 @@
 Inductor writes no Triton for ``mm``/``addmm``: it calls cuBLAS (an extern kernel), so a generated
 task such as GPT-2's ``addmm -> view -> gelu -> view`` (the Linear layers: most of a transformer's
 time) had no starter at all. This module writes one as straight-line code over the recorded chain:
-the matmul a tiled ``tl.dot`` kernel with the bias added in its epilogue (a 2-D convolution the same
-as an implicit GEMM over (channel, kernel row, kernel column)), each pointwise op a Triton
+the matmul a tiled ``tl.dot`` kernel with the bias added in its epilogue (a convolution, 1- to 3-D,
+grouped or transposed, the same as an implicit GEMM over (channel, kernel depth, row, column)), each pointwise op a Triton
 elementwise kernel, views as the same views. Unfused and untuned on purpose: correct first, with its
 tile sizes as knobs for the tuner and the fusions (the pointwise ops into the GEMM's epilogue) left
 for the agent. A chain with an op outside these sets gets no template, and says which op.
@@ -119,11 +119,11 @@ def _line(op: dict, pointwise: dict[tuple[str, bool], str]) -> str:
     elif name == "aten.baddbmm.default":
         rhs = f"_pointwise({kernel(BINARY['aten.add.Tensor'], True)}, _bmm({_t(a[1])}, {_t(a[2])}), {_t(a[0])})"
     elif name == "aten.convolution.default":
-        x, w, b, stride, padding, dilation, transposed, _, groups = a[:9]
-        if transposed or groups != 1 or len(stride) != 2:
-            raise NoTemplate("convolution other than 2-D, ungrouped, not transposed has no template")
-        rhs = (f"_conv2d({_t(x)}, {_t(w)}, {_t(b)}, {tuple(stride)!r}, {tuple(padding)!r}, "
-               f"{tuple(dilation)!r})")
+        x, w, b, stride, padding, dilation, transposed, output_padding, groups = a[:9]
+        if not 1 <= len(stride) <= 3:
+            raise NoTemplate(f"a {len(stride)}-D convolution has no template (1-, 2- and 3-D only)")
+        rhs = (f"_conv({_t(x)}, {_t(w)}, {_t(b)}, {tuple(stride)!r}, {tuple(padding)!r}, {tuple(dilation)!r}, "
+               f"{bool(transposed)!r}, {tuple(output_padding)!r}, {int(groups)!r})")
     elif name == "aten.gelu.default":
         rhs = f"_pointwise({kernel(GELU[kw.get('approximate', 'none')], False)}, {_t(a[0])})"
     elif name in UNARY:
@@ -182,7 +182,7 @@ def template_source(spec: dict, name: str) -> tuple[str, dict[str, list[int]]]:
     code = "\n".join(body)
     parts = [HEAD.format(name=name, chain=chain)]
     parts += [part for part, used in ((MATH, "_erf(" in kernels or "_tanh(" in kernels),
-                                      (GEMM, "_gemm(" in code or "_bmm(" in code), (CONV, "_conv2d(" in code),
+                                      (GEMM, "_gemm(" in code or "_bmm(" in code), (CONV, "_conv(" in code),
                                       (POINTWISE, bool(pointwise))) if used]
     parts.append(TAIL.format(pointwise=kernels, params=params, body=code,
                              ret=outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"))
@@ -310,56 +310,104 @@ def _bmm(a, b, out=None):
 
 '''
 CONV = '''@triton.jit
-def _conv2d_kernel(X, W, BIAS, Y, M, C, H, WI, OC, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw,
-                   sxn, sxc, sxh, sxw, swo, swc, swh, sww, syn, syc, syh, syw, sbias,
-                   HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
-                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    """Implicit GEMM: rows are output pixels (n, oh, ow), columns output channels, K is (c, kh, kw)."""
+def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw,
+                 sxn, sxc, sxd, sxh, sxw, swa, swb, swd, swh, sww, syn, syc, syd, syh, syw, sbias,
+                 TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    # Implicit GEMM for one group (grid axis 2): rows are output points (n, od, oh, ow), columns the
+    # group's output channels, K runs over (the group's input channel, kd, kh, kw). Transposed, an
+    # output point reads the input points that land on it: i = (o + p - k d) / s where s divides it.
+    g = tl.program_id(2)
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
-    n = rm // (OH * OW)
-    oh = (rm % (OH * OW)) // OW
     ow = rm % OW
-    ktot = C * KH * KW
+    t = rm // OW
+    oh = t % OH
+    t = t // OH
+    od = t % OD
+    n = t // OD
+    oc = g * OCG + rn
+    ktot = CG * KD * KH * KW
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, ktot, BK):
         kk = k0 + tl.arange(0, BK)
-        c = kk // (KH * KW)
-        kh = (kk % (KH * KW)) // KW
         kw = kk % KW
-        ih = oh[:, None] * sh - ph + kh[None, :] * dh
-        iw = ow[:, None] * sw - pw + kw[None, :] * dw
-        inside = (rm[:, None] < M) & (kk[None, :] < ktot) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < WI)
-        a = tl.load(X + n[:, None] * sxn + c[None, :] * sxc + ih * sxh + iw * sxw, mask=inside, other=0.0)
-        b = tl.load(W + rn[None, :] * swo + c[:, None] * swc + kh[:, None] * swh + kw[:, None] * sww,
-                    mask=(kk[:, None] < ktot) & (rn[None, :] < OC), other=0.0)
+        t2 = kk // KW
+        kh = t2 % KH
+        t2 = t2 // KH
+        kd = t2 % KD
+        c = t2 // KD
+        cin = g * CG + c
+        if TRANSPOSED:
+            nd = od[:, None] + pd - kd[None, :] * dd
+            nh = oh[:, None] + ph - kh[None, :] * dh
+            nw = ow[:, None] + pw - kw[None, :] * dw
+            ok = (nd >= 0) & (nh >= 0) & (nw >= 0) & (nd % sd == 0) & (nh % sh == 0) & (nw % sw == 0)
+            i_d = nd // sd
+            i_h = nh // sh
+            i_w = nw // sw
+            wp = W + cin[:, None] * swa + rn[None, :] * swb
+        else:
+            i_d = od[:, None] * sd - pd + kd[None, :] * dd
+            i_h = oh[:, None] * sh - ph + kh[None, :] * dh
+            i_w = ow[:, None] * sw - pw + kw[None, :] * dw
+            ok = (i_d >= 0) & (i_h >= 0) & (i_w >= 0)
+            wp = W + oc[None, :] * swa + c[:, None] * swb
+        inside = ok & (i_d < D) & (i_h < H) & (i_w < WI) & (rm[:, None] < M) & (kk[None, :] < ktot)
+        a = tl.load(X + n[:, None] * sxn + cin[None, :] * sxc + i_d * sxd + i_h * sxh + i_w * sxw,
+                    mask=inside, other=0.0)
+        b = tl.load(wp + kd[:, None] * swd + kh[:, None] * swh + kw[:, None] * sww,
+                    mask=(kk[:, None] < ktot) & (rn[None, :] < OCG), other=0.0)
         if IEEE:
             acc += tl.dot(a, b, input_precision="ieee")
         else:
             acc += tl.dot(a, b)
     if HAS_BIAS:
-        acc += tl.load(BIAS + rn * sbias, mask=rn < OC, other=0.0).to(tl.float32)[None, :]
-    tl.store(Y + n[:, None] * syn + rn[None, :] * syc + oh[:, None] * syh + ow[:, None] * syw,
-             acc.to(Y.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < OC))
+        acc += tl.load(BIAS + oc * sbias, mask=rn < OCG, other=0.0).to(tl.float32)[None, :]
+    tl.store(Y + n[:, None] * syn + oc[None, :] * syc + od[:, None] * syd + oh[:, None] * syh + ow[:, None] * syw,
+             acc.to(Y.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < OCG))
 
 
-def _conv2d(x, w, bias, stride, padding, dilation, out=None):
-    """A 2-D convolution (NCHW, ungrouped) as an implicit GEMM; written into ``out`` (any strides: e.g.
-    channels-last) or a packed NCHW result."""
-    n, c, h, wi = x.shape
-    oc, _, kh, kw = w.shape
-    oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    ow = (wi + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    y = torch.empty((n, oc, oh, ow), dtype=x.dtype, device=x.device) if out is None else out
-    m = n * oh * ow
+def _as_3d(t, spatial):
+    # N-C-(1-3 spatial dims) as N-C-D-H-W: size-1 dims in front, a view (writes reach t)
+    for _ in range(3 - spatial):
+        t = t.unsqueeze(2)
+    return t
+
+
+def _conv(x, w, bias, stride, padding, dilation, transposed=False, output_padding=(0,), groups=1, out=None):
+    # A 1-, 2- or 3-D convolution, grouped or not, transposed or not, as an implicit GEMM; written
+    # into out (any strides: e.g. channels-last) or a packed result.
+    spatial = x.dim() - 2
+    lead = 3 - spatial
+    stride = (1,) * lead + tuple(stride)
+    padding = (0,) * lead + tuple(padding)
+    dilation = (1,) * lead + tuple(dilation)
+    output_padding = (0,) * lead + (tuple(output_padding) + (0,) * spatial)[:spatial]
+    x5, w5 = _as_3d(x, spatial), _as_3d(w, spatial)
+    n, c = x5.shape[0], x5.shape[1]
+    if transposed:
+        cg, ocg = c // groups, w5.shape[1]
+    else:
+        cg, ocg = w5.shape[1], w5.shape[0] // groups
+    ks = w5.shape[2:]
+    if transposed:
+        size = [(i - 1) * s - 2 * p + d * (k - 1) + op + 1
+                for i, s, p, d, k, op in zip(x5.shape[2:], stride, padding, dilation, ks, output_padding)]
+    else:
+        size = [(i + 2 * p - d * (k - 1) - 1) // s + 1 for i, s, p, d, k in zip(x5.shape[2:], stride, padding, dilation, ks)]
+    if out is None:
+        out = torch.empty((n, ocg * groups, *size[lead:]), dtype=x.dtype, device=x.device)
+    y5 = _as_3d(out, spatial)
+    m = n * size[0] * size[1] * size[2]
     bm, bn, bk, warps, stages = _tile(x.dtype)
-    grid = (triton.cdiv(m, bm), triton.cdiv(oc, bn))
-    _conv2d_kernel[grid](x, w, bias if bias is not None else y, y, m, c, h, wi, oc, oh, ow, kh, kw,
-                         stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1],
-                         *x.stride(), *w.stride(), *y.stride(), bias.stride(0) if bias is not None else 0,
-                         HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32,
-                         BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages)
-    return y
+    grid = (triton.cdiv(m, bm), triton.cdiv(ocg, bn), groups)
+    _conv_kernel[grid](x5, w5, bias if bias is not None else y5, y5, m, cg, *x5.shape[2:], ocg, *size, *ks,
+                       *stride, *padding, *dilation, *x5.stride(), *w5.stride(), *y5.stride(),
+                       bias.stride(0) if bias is not None else 0, TRANSPOSED=bool(transposed),
+                       HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32,
+                       BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages)
+    return out
 
 
 '''

@@ -15,8 +15,8 @@ rewrites it into a kernel.py:
 * the ``call(args)`` body becomes plain Python: ``empty_strided_*`` -> ``torch.empty_strided``
   on the inputs' device, ``reinterpret_tensor(t, ...)`` -> ``t.as_strided(...)`` (a view),
   ``K.run(...)`` -> ``K[grid](...)``; a library call Inductor makes (``extern_kernels.mm``,
-  ``addmm``, ``bmm``, a 2-D ``convolution``) becomes the GEMM template's Triton kernel
-  (``gemm_template``: ``_gemm``/``_bmm``/``_conv2d``, writing into the buffer Inductor laid out),
+  ``addmm``, ``bmm``, a 1- to 3-D ``convolution``, grouped or transposed) becomes the GEMM template's Triton kernel
+  (``gemm_template``: ``_gemm``/``_bmm``/``_conv``, writing into the buffer Inductor laid out),
   with the template's tile as knobs. Anything else (another library call, ``aten.*``, a cpp
   kernel) is reported as the reason no starter was made.
 
@@ -360,16 +360,15 @@ def _library_call(call: ast.Call, target: str | None, layouts: dict[str, tuple[s
     if func == "extern_kernels.convolution" and target is not None:
         x, w = args[0], args[1]
         bias = args[2] if len(args) > 2 else kw.get("bias", "None")
-        if kw.get("transposed", "False") != "False" or kw.get("groups", "1") != "1" \
-                or len(ast.literal_eval(kw.get("stride", "()"))) != 2:
-            raise NoStarter("Inductor calls a library convolution that is transposed, grouped or not 2-D: "
-                            "the GEMM template writes 2-D, ungrouped ones only")
+        if not 1 <= len(ast.literal_eval(kw.get("stride", "()"))) <= 3:
+            raise NoStarter("Inductor calls a library convolution of more than 3 spatial dims: "
+                            "the GEMM template writes 1- to 3-D ones")
         uses.add("conv")
         out = [] if target not in layouts else [
             f"{target} = torch.empty_strided({layouts[target][0]}, {layouts[target][1]}, dtype={x}.dtype, "
             f"device=device)"]
-        call_src = (f"_conv2d({x}, {w}, {bias}, {kw.get('stride', '(1, 1)')}, {kw.get('padding', '(0, 0)')}, "
-                    f"{kw.get('dilation', '(1, 1)')}")
+        call_src = (f"_conv({x}, {w}, {bias}, {kw.get('stride')}, {kw.get('padding')}, {kw.get('dilation')}, "
+                    f"{kw.get('transposed', 'False')}, {kw.get('output_padding', '(0,)')}, {kw.get('groups', '1')}")
         return out + ([f"{call_src}, out={target})"] if out else [f"{target} = {call_src})"])
     return None
 
@@ -442,7 +441,7 @@ def _call_body(call_fn: ast.FunctionDef, kernels: dict[str, _Kernel], variant: i
 def _extern_reason(func: str) -> str:
     if func.startswith("extern_kernels.") or func.startswith("aten.") or func.startswith("torch.ops."):
         return ("Inductor called a library kernel (extern kernel) that the GEMM template does not write "
-                "(it writes mm, addmm with alpha = beta = 1, bmm and 2-D ungrouped convolutions)")
+                "(it writes mm, addmm with alpha = beta = 1, bmm and 1- to 3-D convolutions)")
     return "not a Triton kernel launch or an allocation"
 
 
@@ -518,7 +517,7 @@ def _signature(inputs) -> tuple:
 
 
 def _template_sources(templates: set[str]) -> list[str]:
-    """The GEMM template's tile knobs and helpers (``_gemm``/``_bmm``, ``_conv2d``) that call() uses."""
+    """The GEMM template's tile knobs and helpers (``_gemm``/``_bmm``, ``_conv``) that call() uses."""
     if not templates:
         return []
     parts = ["# The library calls (matmul, convolution) as the GEMM template's Triton (gemm_template.py).\n"

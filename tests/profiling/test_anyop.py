@@ -160,7 +160,7 @@ def test_a_generated_conv_chain_starts_from_the_implicit_gemm_and_passes_the_har
 
     created, _ = _extract(_profile("convnet", Net(), [torch.randn(2, 3, 9, 7)]), tmp_path)
     (task,) = _generated(created, "conv")
-    assert "_conv2d(" in (task / "kernel.py").read_text()
+    assert "_conv(" in (task / "kernel.py").read_text()
     with Harness(timeout_s=300, device="cpu") as h:
         report = h.evaluate(task, quick=True)
     assert report.status == "PASS", report.reason
@@ -326,3 +326,37 @@ def test_a_generated_task_starts_from_inductors_triton_and_passes_the_harness(tm
     with Harness(timeout_s=300, device="cpu") as h:
         report = h.evaluate(task, quick=True)
     assert report.status == "PASS", report.reason
+
+
+CONV_CASES = {  # x, w, bias, stride, padding, dilation, transposed, output_padding, groups
+    "1d": ((2, 4, 9), (6, 4, 3), True, (2,), (1,), (1,), False, (0,), 1),
+    "2d_grouped": ((2, 4, 7, 6), (6, 2, 3, 3), True, (1, 2), (1, 0), (2, 1), False, (0, 0), 2),
+    "2d_depthwise": ((1, 4, 5, 5), (4, 1, 3, 3), False, (1, 1), (1, 1), (1, 1), False, (0, 0), 4),
+    "3d": ((1, 3, 4, 5, 6), (5, 3, 2, 3, 2), True, (1, 2, 1), (1, 0, 1), (1, 1, 2), False, (0, 0, 0), 1),
+    "transposed_1d": ((2, 4, 5), (4, 3, 3), True, (2,), (1,), (1,), True, (1,), 1),
+    "transposed_2d": ((2, 4, 5, 4), (4, 6, 3, 2), True, (2, 3), (1, 0), (1, 2), True, (1, 2), 1),
+    "transposed_2d_grouped": ((1, 4, 3, 3), (4, 3, 3, 3), True, (2, 2), (0, 1), (1, 1), True, (0, 1), 2),
+    "transposed_3d": ((1, 2, 3, 3, 2), (2, 3, 2, 2, 3), True, (2, 1, 2), (0, 1, 1), (1, 1, 1), True, (1, 0, 1), 1),
+}
+
+
+@pytest.mark.parametrize("case", list(CONV_CASES))
+def test_the_convolution_template_writes_every_kind_kernelbench_has(case):
+    """Issue 19: KernelBench's convolutions are 1-3-D, grouped, depthwise, transposed; the template's
+    implicit GEMM matches aten.convolution on each (strides, padding, dilation, output padding)."""
+    from autokernel_tui.profiling import gemm_template as gt
+
+    ns = {"__name__": "conv_template"}
+    exec("import torch\nimport triton\nimport triton.language as tl\n" + gt.TILE + gt.CONV, ns)
+    xs, ws, has_bias, stride, padding, dilation, transposed, output_padding, groups = CONV_CASES[case]
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(xs, generator=g), torch.randn(ws, generator=g)
+    bias = torch.randn(ws[1] * groups if transposed else ws[0], generator=g) if has_bias else None
+    want = torch.ops.aten.convolution(x, w, bias, list(stride), list(padding), list(dilation), transposed,
+                                      list(output_padding), groups)
+    got = ns["_conv"](x, w, bias, stride, padding, dilation, transposed, output_padding, groups)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    if len(xs) == 4:  # into a buffer laid out channels-last, as Inductor's are on the CPU
+        out = torch.empty_strided(want.shape, (want[0].numel(), 1, want.shape[3] * want.shape[1], want.shape[1]))
+        ns["_conv"](x, w, bias, stride, padding, dilation, transposed, output_padding, groups, out=out)
+        torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)

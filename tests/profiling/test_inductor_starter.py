@@ -61,7 +61,11 @@ def _conv_relu(x, w, b):
 
 
 def _conv_transpose(x, w):
-    return F.conv_transpose2d(x, w)
+    return F.conv_transpose2d(x, w, stride=2)  # KernelBench level 2's staple
+
+
+def _inverse(a):
+    return torch.linalg.inv(a) + 1  # a library call with no template
 
 
 def _g(seed=0):
@@ -81,6 +85,8 @@ CASES = {
     "linear": (_linear, lambda: (torch.randn(8, 16, generator=_g()), torch.randn(12, 16, generator=_g(1)),
                                  torch.randn(12, generator=_g(2)))),
     "bmm_scaled": (_bmm_scaled, lambda: (torch.randn(3, 8, 16, generator=_g()), torch.randn(3, 16, 12, generator=_g(1)))),
+    "conv_transpose": (_conv_transpose, lambda: (torch.randn(1, 4, 5, 5, generator=_g()),
+                                                 torch.randn(4, 2, 3, 3, generator=_g(1)))),
     "conv_relu": (_conv_relu, lambda: (torch.randn(2, 3, 7, 7, generator=_g()), torch.randn(8, 3, 3, 3, generator=_g(1)),
                                        torch.randn(8, generator=_g(2)))),
 }
@@ -175,14 +181,14 @@ def test_library_calls_become_the_gemm_templates_triton(starters):
     for name in ("mm_relu", "linear", "bmm_scaled", "conv_relu"):
         assert {"FP32_BLOCK_M", "FP32_BLOCK_N", "FP32_BLOCK_K", "FP32_NUM_WARPS"} <= set(starters[name].knobs)
         assert "BLOCK_M" not in starters[name].knobs  # float32 inputs never read the 16-bit tile
-    assert "_conv2d(" in starters["conv_relu"].source and "out=buf" in starters["conv_relu"].source
+    assert "_conv(" in starters["conv_relu"].source and "out=buf" in starters["conv_relu"].source
     assert "_bmm(" in starters["bmm_scaled"].source and "_gemm(" in starters["linear"].source
 
 
 def test_a_library_call_the_template_does_not_write_gives_a_reason_not_a_crash():
-    r = starter_source(_conv_transpose, (torch.randn(1, 4, 5, 5), torch.randn(4, 2, 3, 3)), "cpu")
+    r = starter_source(_inverse, (torch.randn(4, 4, generator=_g()) + 4 * torch.eye(4),), "cpu")
     assert not r.ok and r.source is None
-    assert "convolution" in r.reason and "template" in r.reason
+    assert "linalg_inv" in r.reason and "template does not write" in r.reason
 
 
 @pytest.mark.gpu
