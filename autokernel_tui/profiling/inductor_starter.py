@@ -56,7 +56,9 @@ __all__ = ["StarterResult", "starter_source", "NoStarter"]
 NUM_WARPS_SPACE = [1, 2, 4, 8, 16, 32]
 NUM_STAGES_SPACE = [1, 2, 3, 4, 5]
 _BLOCK_NAMES = ("XBLOCK", "YBLOCK", "ZBLOCK", "R0_BLOCK", "R1_BLOCK")
-_GRIDS = {"Grid1D": ("x",), "Grid2D": ("x", "y"), "Grid3D": ("x", "y", "z")}
+# "yz": the y blocks beyond the y grid's limit go to grid z (the kernel reads program_id(2) for them).
+_GRIDS = {"Grid1D": ("x",), "Grid2D": ("x", "y"), "Grid3D": ("x", "y", "z"), "Grid2DWithYZOverflow": ("x", "y", "yz")}
+MAX_Y_GRID = 65535  # CUDA's limit on grid y (Inductor's get_max_y_grid)
 
 
 class NoStarter(Exception):
@@ -263,7 +265,7 @@ def _kernel(old: str, new: str, src: str, prefix: str, chosen, helpers: set[str]
         else:
             blocks[c] = int(config.kwargs[c])
     for d in _GRIDS[grid_type]:
-        if f"{d}numel" not in params:
+        if d != "yz" and f"{d}numel" not in params:
             raise NoStarter(f"kernel {old}: grid needs {d}numel, not among its arguments")
     fdef.name = new
     fdef.decorator_list = [ast.parse("triton.jit", mode="eval").body]
@@ -308,6 +310,11 @@ def _launch_src(k: _Kernel, call: ast.Call, variant: int) -> str:
     numel = dict(zip(k.params, args))
     dims = []
     for d in k.grid:
+        if d == "yz":  # y blocks over the limit: y capped, the rest counted on z
+            y = dims[-1]
+            dims[-1] = f"min({y}, {MAX_Y_GRID})"
+            dims.append(f"triton.cdiv({y}, {MAX_Y_GRID})")
+            continue
         b = f"{d.upper()}BLOCK"
         dims.append(f"triton.cdiv({numel[d + 'numel']}, {k.prefix}{b})" if b in k.blocks else numel[d + "numel"])
     grid = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"

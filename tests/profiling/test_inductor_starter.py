@@ -202,3 +202,20 @@ def test_cuda_starter_matches_fn():
     r = starter_source(_gelu_chain, (x, w), "cuda")
     assert r.ok and r.verified, r.reason
     assert os.environ.get("TRITON_INTERPRET") != "1"
+
+
+def test_a_2d_grid_whose_y_blocks_overflow_launches_the_rest_on_z():
+    """Inductor's Grid2DWithYZOverflow (KernelBench's channels-last transposes: ynumel 4,129,024): y is
+    capped at CUDA's 65,535 and the kernel reads program_id(2) for the blocks beyond it."""
+    import ast
+
+    from autokernel_tui.profiling.inductor_starter import MAX_Y_GRID, _Kernel, _launch_src
+
+    k = _Kernel("k", "", ["in_ptr0", "out_ptr0", "ynumel", "xnumel"], {"YBLOCK": 16, "XBLOCK": 64}, {}, 4, 1,
+                ("x", "y", "yz"), "K0_")
+    src = _launch_src(k, ast.parse("k.run(buf0, buf1, 4129024, 128)").body[0].value, 0)
+    grid = src[src.index("[") + 1:src.index("](")]
+    assert grid == (f"(triton.cdiv(128, K0_XBLOCK), min(triton.cdiv(4129024, K0_YBLOCK), {MAX_Y_GRID}), "
+                    f"triton.cdiv(triton.cdiv(4129024, K0_YBLOCK), {MAX_Y_GRID}))")
+    x, y, z = eval(grid, {"triton": __import__("triton"), "K0_XBLOCK": 64, "K0_YBLOCK": 16})
+    assert (x, y, z) == (2, MAX_Y_GRID, 4) and y * z >= 4129024 // 16
