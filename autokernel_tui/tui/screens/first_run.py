@@ -43,8 +43,8 @@ class FirstRunScreen(Screen[list[str] | dict | None]):
                 options.append(Option(f"every starter: {', '.join(starters)}", id="all"))
             options += [Option(f"only {name}", id=f"one:{name}") for name in starters]
             yield OptionList(*options, id="fr-options")
-            yield Input(placeholder="model: gpt2 | llama | bert (or -tiny), hf:ClassName, file.py:factory, "
-                                    "or a KernelBench file.py", id="fr-model")
+            yield Input(placeholder="model: gpt2 | llama | bert | resnet | vit | t5 (or -tiny), hf:ClassName, "
+                                    "file.py:factory, or a KernelBench file.py", id="fr-model")
             yield Static(Text("", "dim"), id="fr-model-help")
         yield Footer()
 
