@@ -4,7 +4,9 @@ For each family: its share ``p`` of device time, its headroom ``s`` = current ti
 roofline floor at the model's own shapes (the floor is max(bytes / bandwidth,
 flops / peak) per op call), and the end-to-end speedup if it reached that floor,
 ``1 / ((1 - p) + p / s)``. Families are ranked by that gain, not by raw time: a
-family at 40% of the time already at its roofline buys nothing.
+family at 40% of the time already at its roofline buys nothing. In a training step a forward
+family is ranked by the gain of itself and its ``_backward`` together (``with_backward``): one
+fused kernel, or a forward and backward starter pair, replaces both.
 """
 
 from __future__ import annotations
@@ -128,12 +130,28 @@ def rank(profile: dict) -> dict:
         f["kernels"] = [{"name": n, "time_us": t} for n, t in sorted(f["kernels"].items(), key=lambda kv: -kv[1])]
         f["shapes"] = _merge_shapes(f["shapes"])
         out.append(f)
-    out.sort(key=lambda f: (-f["gain"], -f["time_us"]))
+    _with_backward(out)
+    out.sort(key=lambda f: (-f.get("with_backward", f)["gain"], -f["time_us"]))
     for i, f in enumerate(out, 1):
         f["rank"] = i
     profile["families"] = out
     profile["roofline"] = {"bandwidth_Bps": peaks[0], "flops": peaks[1], "source": peaks[2]}
     return profile
+
+
+def _with_backward(families: list[dict]) -> None:
+    """A training step's forward family and its ``<family>_backward`` counted together, as one fused
+    forward+backward kernel (or the pair of starters) would replace both: ``with_backward`` on the
+    forward's row (share, time, floor, headroom and the gain if both reached their floors), which
+    ranks it. The backward keeps its own row too."""
+    by_name = {f["family"]: f for f in families}
+    for f in families:
+        b = by_name.get(f"{f['family']}_backward")
+        if b is None or f["family"].endswith("_backward"):
+            continue
+        p, t, floor = f["share"] + b["share"], f["time_us"] + b["time_us"], f["floor_us"] + b["floor_us"]
+        s = max(1.0, t / floor) if floor > 0 else 1.0
+        f["with_backward"] = {"share": p, "time_us": t, "floor_us": floor, "headroom": s, "gain": amdahl(p, s)}
 
 
 def _merge_shapes(shapes: list[dict]) -> list[dict]:
@@ -169,6 +187,10 @@ def format_table(profile: dict, limit: int = 20) -> str:
         head = f"{f['headroom']:.1f}x" if f["floor_known"] else "?"
         lines.append(f"{f['rank']:>2}  {f['family']:<26}{(f['task'] or '-'):<16}{100 * f['share']:>6.1f}%"
                      f"{_fmt_us(f['time_us']):>11}{_fmt_us(f['floor_us']):>11}{head:>9}{f['gain']:>11.3f}x")
+        both = f.get("with_backward")
+        if both:
+            lines.append(f"    {'+ its backward, together':<40}{100 * both['share']:>6.1f}%{_fmt_us(both['time_us']):>11}"
+                         f"{_fmt_us(both['floor_us']):>11}{both['headroom']:>8.1f}x{both['gain']:>11.3f}x")
     if len(fams) > limit:
         rest = fams[limit:]
         lines.append(f"    ... {len(rest)} more families, {100 * sum(f['share'] for f in rest):.1f}% of the time")

@@ -57,3 +57,26 @@ def test_table_shows_every_family_including_other():
     text = format_table(rank(_profile()))
     assert "gelu" in text and "matmul" in text and "other" in text and "other_kernel" in text
     assert "GPU kernel time" in text and "harness roofline" in text
+
+
+def test_a_training_steps_forward_is_ranked_with_its_backward():
+    """Issue 20: a forward family and its _backward count together (a fused forward+backward kernel, or
+    the two starters, replaces both): a small forward with a big backward outranks a mid-sized op."""
+    prof = _profile()
+    ops = prof["ops"]
+    mid = dict(ops[1], family="softmax", time_us=30.0, kernels={"softmax_kernel": {"time_us": 30.0, "count": 1}})
+    small = dict(ops[1], family="cross_entropy", time_us=20.0, dims={"M": 4096, "V": 4096},
+                 kernels={"ce_kernel": {"time_us": 20.0, "count": 1}})
+    back = dict(small, family="cross_entropy_backward", time_us=25.0, dims={"M": 4096, "N": 4096},
+                kernels={"ce_bwd_kernel": {"time_us": 25.0, "count": 1}})
+    prof["ops"] = ops + [mid, small, back]
+    prof["total_us"] += 75.0
+    fams = {f["family"]: f for f in rank(prof)["families"]}
+    ce, both = fams["cross_entropy"], fams["cross_entropy"]["with_backward"]
+    assert both["share"] == pytest.approx((20 + 25) / prof["total_us"])
+    assert both["floor_us"] == pytest.approx(ce["floor_us"] + fams["cross_entropy_backward"]["floor_us"])
+    assert both["gain"] == pytest.approx(amdahl(both["share"], 45.0 / both["floor_us"]))
+    assert ce["gain"] < fams["softmax"]["gain"] < both["gain"]
+    assert ce["rank"] < fams["softmax"]["rank"]  # ranked by the pair's gain
+    assert "with_backward" not in fams["softmax"] and "with_backward" not in fams["cross_entropy_backward"]
+    assert "+ its backward, together" in format_table(rank(prof))
