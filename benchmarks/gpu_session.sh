@@ -23,6 +23,8 @@
 #   parallel:  issue 22 on one GPU: Claude through the SDK against the fake Messages server answering in
 #              30 s with the tuner's proposals, K = 1, 4, 8, the real engine and sandboxed harness pool
 #              (experiments/hour, the harness's busy fraction)
+#   kernelbench: KernelBench problems (carry .kb: the fetched level1/level2 files) through init's path and
+#              the harness: starter PASS rate and its time beside torch.compile
 #   aa:        A/A at K = 8 (the fake server answers with the incumbent): false keeps out of N
 #   anyop:     GPT-2 small (bf16, 8x1024) profiled, `init --from-profile --top 12`, and every generated
 #              task's starter (GEMM template or Inductor's Triton) benched through the sandboxed harness
@@ -31,9 +33,9 @@
 #              made (generated kernels put into the traced graph): outputs checked, every mode timed
 #
 # Usage on the device (carry .whl; for `speed` also .old):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS [TASKS]] | gputests | launch | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5] | split | sandboxcost | parallel [KS [COUNTS]] | aa [N]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS [TASKS]] | gputests | launch | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5] | split | sandboxcost | parallel [KS [COUNTS]] | aa [N] | kernelbench [LEVELS [N [ONLY]]]
 set -u
-part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, sandboxcost, parallel or aa}
+part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, sandboxcost, parallel, aa or kernelbench}
 if [ -d .whl ] && [ ! -d .site ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target .site .whl/*.whl || exit 1
 fi
@@ -125,6 +127,12 @@ parallel)
     # K and experiment counts as arguments, e.g. `parallel 1,4 3,8` then `parallel 8 12` (two calls).
     step parallel 560 python3 benchmarks/parallel_throughput.py --agent claude-fake --latency 30 \
         --k "${2:-1,4,8}" --experiments "${3:-3,8,12}" --json "$R/parallel.json"
+    ;;
+kernelbench)
+    # Carry .kb (KernelBench/level1, level2: fetched for measuring, never committed). LEVELS, then the
+    # first N problems of each (or a list of numbers: `kernelbench 2 0 4,11,23`).
+    step kernelbench 560 python3 benchmarks/kernelbench_coverage.py --kb .kb/KernelBench --levels "${2:-1}" \
+        --limit "${3:-20}" --only "${4:-}" --bench --starter-timeout 120 --json "$R/kernelbench.json"
     ;;
 aa)
     # A/A with K=8: the fake server answers with the incumbent (a comment changed): every keep is false.
