@@ -46,6 +46,10 @@ def _args():
     p.add_argument("--dtype", default="float32")
     p.add_argument("--json", default="", help="write every row here")
     p.add_argument("--workspace", default="", help="kernels folder to fill (default: a temporary one)")
+    p.add_argument("--check-under", type=float, default=0.0, metavar="GFLOP",
+                   help="without a GPU: run each starter whose problem has fewer GFLOPs than this against its "
+                        "reference in the Triton interpreter (a process each, --check-timeout seconds)")
+    p.add_argument("--check-timeout", type=float, default=300.0)
     return p.parse_args()
 
 
@@ -87,6 +91,50 @@ def _bench(task: Path) -> dict:
     return row
 
 
+CHECK = """
+import os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+import importlib.util, torch
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+ref = load(sys.argv[1] + "/reference.py", "kb_reference")
+ker = load(sys.argv[1] + "/kernel.py", "kb_kernel")
+inputs = ref.make_inputs({"CALL": 1}, torch.float32, "cpu", 0)
+want, got = ref.reference(*inputs), ker.kernel_fn(*inputs)
+wants = want if isinstance(want, (tuple, list)) else (want,)
+gots = got if isinstance(got, (tuple, list)) else (got,)
+worst = 0.0
+for w, g in zip(wants, gots):
+    assert w.shape == g.shape, (w.shape, g.shape)
+    worst = max(worst, float((g.double() - w.double()).norm() / w.double().norm().clamp_min(1e-30)))
+print(worst)
+"""
+
+
+def _check_on_cpu(task: Path, timeout_s: float) -> dict:
+    """The starter against its reference at the problem's shapes, in the interpreter: rel L2 error."""
+    import subprocess
+
+    try:
+        out = subprocess.run([sys.executable, "-c", CHECK, str(task)], capture_output=True, text=True,
+                             timeout=timeout_s, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    except subprocess.TimeoutExpired:
+        return {"check": f"not finished in {timeout_s:.0f} s"}
+    if out.returncode != 0:
+        return {"check": "error: " + (out.stderr.strip().splitlines() or ["?"])[-1][:200]}
+    err = float(out.stdout.strip().splitlines()[-1])
+    return {"check": "match" if err < 1e-3 else "MISMATCH", "rel_l2": err}
+
+
+def _gflop(task: Path) -> float:
+    m = re.search(r"^FLOPS = (\d+)", (task / "reference.py").read_text(encoding="utf-8"), re.M)
+    return int(m.group(1)) / 1e9 if m else float("inf")
+
+
 def _reason_class(reason: str) -> str:
     """A short name for a miss's reason, to group them."""
     r = reason.lower()
@@ -123,12 +171,18 @@ def main() -> int:
             row.update(task=task.name, starter=reason is None, reason=reason)
             if args.bench and reason is None:
                 row.update(_bench(task))
+            elif args.check_under and reason is None:
+                gflop = _gflop(task)
+                row["gflop"] = gflop
+                if gflop < args.check_under:
+                    row.update(_check_on_cpu(task, args.check_timeout))
         row["seconds"] = round(time.perf_counter() - t0, 1)
         rows.append(row)
         status = row.get("status") or ("starter" if row["starter"] else "MISS")
         timing = (f"  {row['kernel_us']:.1f} us vs compile {row['compile_us']:.1f} us"
                   if row.get("kernel_us") and row.get("compile_us") else "")
-        print(f"L{level} {f.name[:52]:<52} {status:<8}{timing}  {row['seconds']:.0f} s"
+        check = f"  cpu check: {row['check']}" if row.get("check") else ""
+        print(f"L{level} {f.name[:52]:<52} {status:<8}{timing}{check}  {row['seconds']:.0f} s"
               + (f"  ({row['reason'][:90]})" if row.get("reason") else ""), flush=True)
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1))
@@ -141,6 +195,10 @@ def main() -> int:
         mine = [r for r in rows if r["level"] == level]
         made = sum(r["starter"] for r in mine)
         line = f"level {level}: {made}/{len(mine)} problems have a starter ({100 * made / max(1, len(mine)):.0f}%)"
+        checked = [r for r in mine if r.get("check")]
+        if checked:
+            line += (f"; checked on the CPU: {sum(r['check'] == 'match' for r in checked)}/{len(checked)} match "
+                     f"(the rest: {', '.join(sorted({r['check'] for r in checked if r['check'] != 'match'})) or 'none'})")
         if args.bench:
             passed = [r for r in mine if r.get("status") == "PASS"]
             ratios = [r["kernel_us"] / r["compile_us"] for r in passed if r.get("kernel_us") and r.get("compile_us")]
