@@ -5,6 +5,7 @@ TRITON_INTERPRET=1 (conftest sets it). Small shapes keep the interpreter fast.
 """
 
 import os
+import warnings
 
 import pytest
 import torch
@@ -64,6 +65,11 @@ def _conv_transpose(x, w):
     return F.conv_transpose2d(x, w, stride=2)  # KernelBench level 2's staple
 
 
+def _warns(x):
+    warnings.warn("a module's warning (InstanceNorm2d on 3-D input, KernelBench level 2 #28)")
+    return torch.tanh(x) * 2
+
+
 def _inverse(a):
     return torch.linalg.inv(a) + 1  # a library call with no template
 
@@ -85,6 +91,7 @@ CASES = {
     "linear": (_linear, lambda: (torch.randn(8, 16, generator=_g()), torch.randn(12, 16, generator=_g(1)),
                                  torch.randn(12, generator=_g(2)))),
     "bmm_scaled": (_bmm_scaled, lambda: (torch.randn(3, 8, 16, generator=_g()), torch.randn(3, 16, 12, generator=_g(1)))),
+    "warns": (_warns, lambda: (torch.randn(5, 40, generator=_g()),)),
     "conv_transpose": (_conv_transpose, lambda: (torch.randn(1, 4, 5, 5, generator=_g()),
                                                  torch.randn(4, 2, 3, 3, generator=_g(1)))),
     "conv_relu": (_conv_relu, lambda: (torch.randn(2, 3, 7, 7, generator=_g()), torch.randn(8, 3, 3, 3, generator=_g(1)),
