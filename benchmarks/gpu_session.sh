@@ -155,7 +155,8 @@ models)
         --json "$R/profile_$m.json" --top 12
     step "init_$m" 240 python3 -m autokernel_tui init "/tmp/ws_$m" --from-profile "$R/profile_$m.json" --top 8
     cp "/tmp/ws_$m/init-skipped.json" "$R/skipped_$m.json" 2>/dev/null
-    step "verify_$m" 420 python3 -m autokernel_tui verify "/tmp/ws_$m" --device cuda --json "$R/verify_$m.json"
+    step "verify_$m" 420 python3 -m autokernel_tui verify "/tmp/ws_$m" --device cuda --no-select \
+        --json "$R/verify_$m.json"
     ;;
 esac
 tar czf "$OUT/$part.tgz" -C "$R" .
