@@ -151,11 +151,11 @@ anyop)
     ;;
 models)
     m=${2:-resnet}
-    step "profile_$m" 180 python3 -m autokernel_tui profile "$m" --device cuda --dtype bfloat16 \
+    step "profile_$m" 100 python3 -m autokernel_tui profile "$m" --device cuda --dtype bfloat16 \
         --json "$R/profile_$m.json" --top 12
-    step "init_$m" 240 python3 -m autokernel_tui init "/tmp/ws_$m" --from-profile "$R/profile_$m.json" --top 8
+    step "init_$m" 180 python3 -m autokernel_tui init "/tmp/ws_$m" --from-profile "$R/profile_$m.json" --top 8
     cp "/tmp/ws_$m/init-skipped.json" "$R/skipped_$m.json" 2>/dev/null
-    step "verify_$m" 420 python3 -m autokernel_tui verify "/tmp/ws_$m" --device cuda --no-select \
+    step "verify_$m" 300 python3 -m autokernel_tui verify "/tmp/ws_$m" --device cuda --no-select \
         --json "$R/verify_$m.json"
     ;;
 esac
