@@ -21,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from-kernelbench", nargs="+", metavar="FILE", default=None,
                         help="one task per KernelBench problem file (Model, get_inputs, get_init_inputs)")
     parser.add_argument("--top", type=int, default=5, help="with --from-profile: how many top ops (default 5)")
+    parser.add_argument("--calls", type=int, default=3,
+                        help="with --from-profile: generated tasks per op family, its costliest distinct calls "
+                             "(default 3; a conv net's layers are each a call of their own)")
     parser.add_argument("--nested", action="store_true",
                         help="create the workspace as a repository of its own even inside another git checkout")
     parser.add_argument("--list", action="store_true", help="list the starter tasks and exit")
@@ -39,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
 
     target = Path(args.workspace or args.dir or ".").resolve()
     path = init_workspace(target, tasks=args.task, from_profile=args.from_profile, top=args.top,
-                          nested=args.nested, from_kernelbench=args.from_kernelbench)
+                          nested=args.nested, from_kernelbench=args.from_kernelbench, calls=args.calls)
     print(f"workspace ready: {path}")
     print(f"tasks: {', '.join(_task_names(path))}")
     for line in skipped_lines(path):  # never a silent skip: what got no task, and why

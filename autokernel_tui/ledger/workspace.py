@@ -58,7 +58,7 @@ def _read_profile(from_profile: Path) -> dict:
     return profile
 
 
-def _extract(profile: dict, from_profile: Path, kernels: Path, top: int) -> list[Path]:
+def _extract(profile: dict, from_profile: Path, kernels: Path, top: int, calls: int) -> list[Path]:
     try:
         from autokernel_tui.profiling.extract import extract_tasks
     except ModuleNotFoundError as exc:
@@ -66,7 +66,7 @@ def _extract(profile: dict, from_profile: Path, kernels: Path, top: int) -> list
             raise WorkspaceError("--from-profile needs task extraction, which this installation lacks") from None
         raise
     try:
-        return list(extract_tasks(profile, kernels, top=top))
+        return list(extract_tasks(profile, kernels, top=top, calls=calls))
     except AutokernelError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a profile of the wrong shape
@@ -106,7 +106,8 @@ class _Undo:
 
 
 def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profile: str | Path | None = None,
-                   top: int = 5, nested: bool = False, from_kernelbench: list | None = None) -> Path:
+                   top: int = 5, nested: bool = False, from_kernelbench: list | None = None,
+                   calls: int = 3) -> Path:
     """Create (or extend) the workspace at ``path``; returns its resolved path.
 
     A workspace is a git repository of its own. ``path`` inside another checkout (but not its
@@ -123,6 +124,8 @@ def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profil
                              "or KernelBench problems (--from-kernelbench FILE...)")
     if top < 1:
         raise WorkspaceError(f"--top must be at least 1, not {top}")
+    if calls < 1:
+        raise WorkspaceError(f"--calls must be at least 1, not {calls}")
     if path.exists() and not path.is_dir():
         raise WorkspaceError(f"{path} exists and is not a folder")
     outer = enclosing_repo(path)
@@ -167,7 +170,7 @@ def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profil
         undo.add("remove the task folders it copied", remove_new_tasks)
         created = _copy_starters(tasks or [], kernels)
         if profile is not None:
-            created += _extract(profile, Path(from_profile), kernels, top)
+            created += _extract(profile, Path(from_profile), kernels, top, calls)
         if from_kernelbench:
             from autokernel_tui.profiling.kernelbench import write_tasks
 

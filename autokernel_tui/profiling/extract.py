@@ -142,10 +142,11 @@ def _units_by_family(profile: dict) -> dict[str, list[dict]]:
 
 
 def extract_all(profile: dict, dest_kernels_dir: Path, top: int = 5,
-                threshold: float = SHARE_THRESHOLD) -> tuple[list[Path], list[dict]]:
+                threshold: float = SHARE_THRESHOLD, calls: int = MAX_PER_FAMILY) -> tuple[list[Path], list[dict]]:
     """Tasks for the ranked families: a starter where one fits, else generated tasks from the
-    profile's replay record. Returns (created folders, skipped): every family (and every recorded
-    call of a chosen family) that got no task is in ``skipped`` with the reason."""
+    profile's replay record (the ``calls`` costliest distinct calls of each family). Returns (created
+    folders, skipped): every family (and every recorded call of a chosen family) that got no task is
+    in ``skipped`` with the reason."""
     from autokernel_tui.profiling import generate as gen
 
     if not isinstance(profile, dict) or "families" not in profile:
@@ -228,8 +229,8 @@ def extract_all(profile: dict, dest_kernels_dir: Path, top: int = 5,
         counted = False
         for n, e in enumerate(candidates, 1):
             what = " -> ".join(record["ops"][i]["op"] for i in e["unit"]["ops"])
-            if n > MAX_PER_FAMILY:
-                skip(family, f"beyond the {MAX_PER_FAMILY} costliest distinct calls of the family", what)
+            if n > calls:
+                skip(family, f"beyond the {calls} costliest distinct calls of the family (init --calls)", what)
                 continue
             name, k = gen.task_name(fam, record, e["unit"], n), n
             while dest_kernels_dir / name in created:  # another family's call of the same op (T5: causal and not)
@@ -257,10 +258,11 @@ def extract_all(profile: dict, dest_kernels_dir: Path, top: int = 5,
     return created, skipped
 
 
-def extract_tasks(profile: dict, dest_kernels_dir: Path, top: int = 5) -> list[Path]:
-    """Create task folders for the ``top`` best-ranked families (starters or generated); returns them.
-    What got no task is written to ``init-skipped.json`` beside ``kernels/`` (``extract_all``)."""
-    created, skipped = extract_all(profile, dest_kernels_dir, top)
+def extract_tasks(profile: dict, dest_kernels_dir: Path, top: int = 5, calls: int = MAX_PER_FAMILY) -> list[Path]:
+    """Create task folders for the ``top`` best-ranked families (starters or generated, up to ``calls``
+    distinct calls each); returns them. What got no task is written to ``init-skipped.json`` beside
+    ``kernels/`` (``extract_all``)."""
+    created, skipped = extract_all(profile, dest_kernels_dir, top, calls=calls)
     if not created:
         names = "; ".join(f"{s['family']}: {s['reason']}" for s in skipped[:8])
         raise WorkspaceError(f"no task could be made from the profile ({names})")

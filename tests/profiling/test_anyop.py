@@ -360,3 +360,22 @@ def test_the_convolution_template_writes_every_kind_kernelbench_has(case):
         out = torch.empty_strided(want.shape, (want[0].numel(), 1, want.shape[3] * want.shape[1], want.shape[1]))
         ns["_conv"](x, w, bias, stride, padding, dilation, transposed, output_padding, groups, out=out)
         torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_init_calls_sets_how_many_distinct_calls_of_a_family_become_tasks(tmp_path):
+    """A conv net's layers are each a call of their own: `init --calls N` makes tasks of the N costliest
+    (default 3), and the rest are listed with the flag that would take them."""
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 4, 1)
+
+        def forward(self, x):
+            return self.b(self.a(x))
+
+    prof = _profile("two", Two(), [torch.randn(2, 3, 6, 6)])
+    one, skipped = extract_all(prof, tmp_path / "a" / "kernels", top=20, threshold=0.0, calls=1)
+    assert len([p for p in one if taskspec.load_spec(p).family == "conv"]) == 1
+    assert any(s["family"] == "conv" and "init --calls" in s["reason"] for s in skipped)
+    two, _ = extract_all(prof, tmp_path / "b" / "kernels", top=20, threshold=0.0, calls=2)
+    assert len([p for p in two if taskspec.load_spec(p).family == "conv"]) == 2
