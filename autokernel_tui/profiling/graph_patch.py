@@ -321,12 +321,17 @@ def patch_graph(model: nn.Module, inputs: tuple, kernels: dict[str, str | Path],
     counts: dict[str, int] = {}
     for name, path in kernels.items():
         unit = load_unit(path)
-        sites = find_sites(gm, unit)
-        counts[name] = len(sites)
-        if sites:
-            call = kernel_call(name, load_kernel(path), unit, custom_ops, (labels or {}).get(name))
-            for site in sites:
-                _rewire(gm, site, call)
+        counts[name], call, done = 0, None, set()
+        # One site at a time, the graph searched again after each: a site's inputs may be another's
+        # outputs (a residual stream through repeated blocks), which rewiring replaces.
+        while True:
+            site = next((x for x in find_sites(gm, unit) if x["nodes"][0] not in done), None)
+            if site is None:
+                break
+            call = call or kernel_call(name, load_kernel(path), unit, custom_ops, (labels or {}).get(name))
+            done.add(site["nodes"][0])
+            _rewire(gm, site, call)
+            counts[name] += 1
     gm.graph.lint()
     gm.recompile()
     return GraphPatched(model, gm, inputs, counts), counts

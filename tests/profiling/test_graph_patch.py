@@ -181,3 +181,28 @@ def test_the_exported_package_puts_generated_kernels_in_without_autokernel(convn
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr[-2000:]
     assert "False" in res.stdout
+
+
+def test_sites_in_series_each_get_the_kernel(tmp_path):
+    """Repeated blocks on a residual stream: one site's output is the next one's input, so rewiring the
+    first must not leave the second pointing at a value that is gone (T5's mm -> add chains)."""
+    class Residual(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList(nn.Linear(16, 16, bias=False) for _ in range(3))
+
+        def forward(self, x):
+            for lin in self.blocks:
+                x = x + lin(x)
+            return x
+
+    torch.manual_seed(0)
+    model, x = Residual().eval(), torch.randn(4, 5, 16)
+    prof = rank(profile_bundle(ModelBundle("res", model, (x,), False, "float32", "cpu", 0, 0), steps=1, warmup=0))
+    created, _ = extract_all(prof, tmp_path / "kernels", top=20, threshold=0.0)
+    kernels = {p.name: p / "kernel.py" for p in created if gp.is_generated(p / "kernel.py")}
+    assert kernels, [p.name for p in created]
+    patched, counts = gp.patch_graph(model, (x,), kernels)
+    assert sum(counts.values()) == 3, counts  # every block's chain, though each feeds the next
+    with torch.no_grad():
+        torch.testing.assert_close(patched(x), model(x), rtol=1e-5, atol=1e-5)
