@@ -21,6 +21,7 @@ from autokernel_tui.profiling.amdahl import rank
 from autokernel_tui.profiling.capture import profile_bundle
 from autokernel_tui.profiling.extract import extract_all
 from autokernel_tui.profiling.zoo import ModelBundle
+from standalone import without_autokernel
 
 
 CONVNET = textwrap.dedent("""
@@ -157,17 +158,7 @@ def test_the_exported_package_puts_generated_kernels_in_without_autokernel(convn
     kdir = next(iter(kernels.values())).parent.parent
     assert cli_main(["export", str(out), "--kernels", str(kdir), "--tasks", ",".join(kernels)]) == 0
     assert (out / "_graph_patch.py").read_text() == open(gp.__file__).read()  # the very code verify uses
-    script = textwrap.dedent(f"""
-        import sys, importlib.abc
-        class Block(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] == "autokernel_tui":
-                    raise ImportError("blocked: the package must not need autokernel_tui")
-        sys.meta_path.insert(0, Block())
-        import torch, torch.nn as nn, torch.nn.functional as F
-        sys.path.insert(0, {str(out.parent)!r})
-        import conv_kernels
-    """) + CONVNET + textwrap.dedent("""
+    script = without_autokernel(out.parent, "conv_kernels") + CONVNET + textwrap.dedent("""
         torch.manual_seed(0)
         model, x = ConvNet().eval(), torch.randn(2, 3, 7, 7)
         with torch.no_grad():

@@ -13,6 +13,7 @@ from autokernel_tui.cli import main as cli_main
 from autokernel_tui.profiling.patch import PatchError, load_kernel, patch_model
 from autokernel_tui.profiling.verify import VerifyError, format_result, kernel_paths, verify
 from autokernel_tui.tasks.spec import starters_dir
+from standalone import without_autokernel
 
 STARTERS = starters_dir()
 
@@ -123,16 +124,7 @@ def test_exported_package_patches_a_fresh_model_without_autokernel(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert set(manifest["kernels"]) == {"rmsnorm", "swiglu"}
     # A fresh process that cannot import autokernel_tui: torch + triton only.
-    script = textwrap.dedent(f"""
-        import sys, importlib.abc
-        class Block(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] == "autokernel_tui":
-                    raise ImportError("blocked: the package must not need autokernel_tui")
-        sys.meta_path.insert(0, Block())
-        import torch, torch.nn as nn, torch.nn.functional as F
-        sys.path.insert(0, {str(out.parent)!r})
-        import night_kernels
+    script = without_autokernel(out.parent, "night_kernels") + textwrap.dedent("""
         class RMSNorm(nn.Module):
             def __init__(self, n):
                 super().__init__()
@@ -154,7 +146,7 @@ def test_exported_package_patches_a_fresh_model_without_autokernel(tmp_path):
             got = model(x)
         err = ((got - ref).norm() / ref.norm()).item()
         print(counts, err, "autokernel_tui" in sys.modules)
-        assert counts == {{"rmsnorm": 2, "swiglu": 1}} and err < 1e-5
+        assert counts == {"rmsnorm": 2, "swiglu": 1} and err < 1e-5
     """)
     env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
