@@ -150,6 +150,17 @@ def test_three_models_beyond_gpt2_and_llama_profile_extract_and_verify_on_the_cl
     assert generated, text
     assert r["correct"] and "outputs: PASS" in text
     assert "graph sites" in text
+    if model == "t5-tiny":  # compiled (what verify's compile modes run on a GPU): starters and generated
+        from autokernel_tui.profiling.verify import kernel_paths, patched_copy  # kernels as custom ops,
+        from autokernel_tui.profiling.zoo import load_model                      # profiler labels in the graph
+
+        bundle = load_model(model, dtype="float32", device="cpu")
+        ks = kernel_paths(ws / "kernels", [t for t, n in r["patched"].items() if n])
+        m, counts = patched_copy(bundle.model.eval(), ks, None, bundle.inputs, custom_ops=True)
+        assert any(n and t.startswith("gen_") for t, n in counts.items())
+        with torch.no_grad():
+            torch.testing.assert_close(torch.compile(m, dynamic=False)(*bundle.inputs), bundle.model(*bundle.inputs),
+                                       rtol=1e-4, atol=1e-4)
 
 
 def test_the_exported_package_puts_generated_kernels_in_without_autokernel(convnet, tmp_path):
