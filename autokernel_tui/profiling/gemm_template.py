@@ -380,10 +380,11 @@ def _conv(x, w, bias, stride, padding, dilation, transposed=False, output_paddin
     # into out (any strides: e.g. channels-last) or a packed result.
     spatial = x.dim() - 2
     lead = 3 - spatial
-    stride = (1,) * lead + tuple(stride)
-    padding = (0,) * lead + tuple(padding)
-    dilation = (1,) * lead + tuple(dilation)
-    output_padding = (0,) * lead + (tuple(output_padding) + (0,) * spatial)[:spatial]
+    each = lambda v: tuple(v) * spatial if len(tuple(v)) == 1 else tuple(v)  # noqa: E731  (one value: every dim)
+    stride = (1,) * lead + each(stride)
+    padding = (0,) * lead + each(padding)
+    dilation = (1,) * lead + each(dilation)
+    output_padding = (0,) * lead + each(output_padding)
     x5, w5 = _as_3d(x, spatial), _as_3d(w, spatial)
     n, c = x5.shape[0], x5.shape[1]
     if transposed:

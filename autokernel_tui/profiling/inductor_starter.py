@@ -352,6 +352,9 @@ def _kwargs(call: ast.Call) -> dict[str, str]:
     return {k.arg: ast.unparse(k.value) for k in call.keywords if k.arg}
 
 
+CONV_PARAMS = ("input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding", "groups")
+
+
 def _library_call(call: ast.Call, target: str | None, layouts: dict[str, tuple[str, str]],
                   uses: set[str]) -> list[str] | None:
     """Inductor's call of a library matmul/convolution as the GEMM template's Triton (``gemm_template``),
@@ -371,17 +374,18 @@ def _library_call(call: ast.Call, target: str | None, layouts: dict[str, tuple[s
         uses.add("gemm")
         return [f"_bmm({args[0]}, {args[1]}, out={kw['out']})"]
     if func == "extern_kernels.convolution" and target is not None:
-        x, w = args[0], args[1]
-        bias = args[2] if len(args) > 2 else kw.get("bias", "None")
-        if not 1 <= len(ast.literal_eval(kw.get("stride", "()"))) <= 3:
-            raise NoStarter("Inductor calls a library convolution of more than 3 spatial dims: "
-                            "the GEMM template writes 1- to 3-D ones")
+        # aten.convolution's parameters, whether Inductor passed them by position or by name
+        a = {**dict(zip(CONV_PARAMS, args)), **kw}
+        if "stride" not in a or not 1 <= len(ast.literal_eval(a["stride"])) <= 3:
+            raise NoStarter("Inductor calls a library convolution that is not 1- to 3-D (or without its "
+                            "stride): the GEMM template writes 1- to 3-D ones")
         uses.add("conv")
         out = [] if target not in layouts else [
-            f"{target} = torch.empty_strided({layouts[target][0]}, {layouts[target][1]}, dtype={x}.dtype, "
+            f"{target} = torch.empty_strided({layouts[target][0]}, {layouts[target][1]}, dtype={a['input']}.dtype, "
             f"device=device)"]
-        call_src = (f"_conv({x}, {w}, {bias}, {kw.get('stride')}, {kw.get('padding')}, {kw.get('dilation')}, "
-                    f"{kw.get('transposed', 'False')}, {kw.get('output_padding', '(0,)')}, {kw.get('groups', '1')}")
+        call_src = (f"_conv({a['input']}, {a['weight']}, {a.get('bias', 'None')}, {a['stride']}, "
+                    f"{a.get('padding', '(0,)')}, {a.get('dilation', '(1,)')}, {a.get('transposed', 'False')}, "
+                    f"{a.get('output_padding', '(0,)')}, {a.get('groups', '1')}")
         return out + ([f"{call_src}, out={target})"] if out else [f"{target} = {call_src})"])
     return None
 

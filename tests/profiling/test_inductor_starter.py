@@ -226,3 +226,18 @@ def test_a_2d_grid_whose_y_blocks_overflow_launches_the_rest_on_z():
                     f"triton.cdiv(triton.cdiv(4129024, K0_YBLOCK), {MAX_Y_GRID}))")
     x, y, z = eval(grid, {"triton": __import__("triton"), "K0_XBLOCK": 64, "K0_YBLOCK": 16})
     assert (x, y, z) == (2, MAX_Y_GRID, 4) and y * z >= 4129024 // 16
+
+
+def test_a_library_convolution_called_by_position_or_by_name_becomes_the_same_template_call():
+    import ast
+
+    from autokernel_tui.profiling.inductor_starter import _library_call
+
+    named = ("extern_kernels.convolution(buf0, arg1_1, arg2_1, stride=(2, 2), padding=(1, 1), dilation=(1, 1), "
+             "transposed=True, output_padding=(1, 1), groups=2)")
+    positional = "extern_kernels.convolution(buf0, arg1_1, arg2_1, (2, 2), (1, 1), (1, 1), True, (1, 1), 2)"
+    layouts = {"buf3": ("(1, 4, 9, 9)", "(324, 1, 36, 4)")}
+    got = [_library_call(ast.parse(src).body[0].value, "buf3", layouts, set()) for src in (named, positional)]
+    assert got[0] == got[1] == [
+        "buf3 = torch.empty_strided((1, 4, 9, 9), (324, 1, 36, 4), dtype=buf0.dtype, device=device)",
+        "_conv(buf0, arg1_1, arg2_1, (2, 2), (1, 1), (1, 1), True, (1, 1), 2, out=buf3)"]
