@@ -69,11 +69,11 @@ def _problems(kb: Path, levels: list[str], limit: int, only: set[int]) -> list[t
 
 def _starter_reason(task: Path) -> str | None:
     """None when kernel.py is a starter; else why not (from the placeholder it raises with)."""
-    from autokernel_tui.profiling.generate import NO_STARTER_MARK
+    from autokernel_tui.profiling.generate import has_no_starter
 
-    text = (task / "kernel.py").read_text(encoding="utf-8")
-    if not text.lstrip('"\n ').startswith(NO_STARTER_MARK):
+    if not has_no_starter(task / "kernel.py"):
         return None
+    text = (task / "kernel.py").read_text(encoding="utf-8")
     m = re.search(r'no starter kernel \((.*)\)"\)', text)
     return m.group(1) if m else "no starter"
 

@@ -28,6 +28,7 @@ warm evaluation, which leaves the CPU free); the engine, git and ledger are the 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import tempfile
@@ -86,13 +87,13 @@ class FakeLLM:
 
         self.tuner, self.latency_s, self.aa = TunerAgent(), latency_s, aa
         self.name = "claude (fake server)"
-        self._n = 0
+        self._numbers = itertools.count(1)  # K threads ask at once: next() hands each its own number
 
     def _answer(self, ctx) -> dict:
         if self.aa:
-            self._n += 1
-            return {"source": f"{ctx.incumbent_source.rstrip()}\n# a/a {self._n}\n",
-                    "description": f"A/A {self._n}: the incumbent again", "hypothesis": "none: a false keep if kept"}
+            n = next(self._numbers)
+            return {"source": f"{ctx.incumbent_source.rstrip()}\n# a/a {n}\n",
+                    "description": f"A/A {n}: the incumbent again", "hypothesis": "none: a false keep if kept"}
         p = self.tuner.propose(ctx, lambda ev: None)
         return {"source": p.source, "description": p.description, "hypothesis": "the tuner's next configuration"}
 

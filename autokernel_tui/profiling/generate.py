@@ -391,6 +391,13 @@ ADVERSARIAL = {{"scaled_activations": _scaled}}
 '''
 
 NO_STARTER_MARK = "NO STARTER YET"  # the first words of a generated kernel.py that only raises
+
+
+def has_no_starter(kernel_path) -> bool:
+    """Whether a kernel.py is the placeholder ``KERNEL_MISSING`` wrote (it only raises, saying why)."""
+    text = Path(kernel_path).read_text(encoding="utf-8", errors="replace")
+    return text.lstrip('"\n ').startswith(NO_STARTER_MARK)
+
 KERNEL_MISSING = '''"""NO STARTER YET for generated task {name}.
 
 This task's starter kernel is Inductor's Triton for the chain, written here by

@@ -196,17 +196,22 @@ def _tensor_ids(op: dict) -> list[int]:
     return found
 
 
-def find_sites(gm: torch.fx.GraphModule, unit: dict) -> list[dict]:
-    """Every non-overlapping place the unit's chain occurs in ``gm``'s graph, in graph order."""
-    sites, taken = [], set()
+def iter_sites(gm: torch.fx.GraphModule, unit: dict):
+    """The non-overlapping places the unit's chain occurs in ``gm``'s graph, in graph order, found as
+    they are asked for."""
+    taken: set = set()
     for node in list(gm.graph.nodes):
         if node in taken or _target_name(node) != unit["ops"][0]["op"]:
             continue
         site = match_site(unit, node)
         if site is not None and not taken.intersection(site["nodes"]):
-            sites.append(site)
             taken.update(site["nodes"])
-    return sites
+            yield site
+
+
+def find_sites(gm: torch.fx.GraphModule, unit: dict) -> list[dict]:
+    """Every non-overlapping place the unit's chain occurs in ``gm``'s graph, in graph order."""
+    return list(iter_sites(gm, unit))
 
 
 # The kernel as a call in the graph ------------------------------------------------------------------
@@ -325,7 +330,7 @@ def patch_graph(model: nn.Module, inputs: tuple, kernels: dict[str, str | Path],
         # One site at a time, the graph searched again after each: a site's inputs may be another's
         # outputs (a residual stream through repeated blocks), which rewiring replaces.
         while True:
-            site = next((x for x in find_sites(gm, unit) if x["nodes"][0] not in done), None)
+            site = next((x for x in iter_sites(gm, unit) if x["nodes"][0] not in done), None)
             if site is None:
                 break
             call = call or kernel_call(name, load_kernel(path), unit, custom_ops, (labels or {}).get(name))

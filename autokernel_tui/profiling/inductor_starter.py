@@ -81,6 +81,9 @@ class _Abort(Exception):
 
 
 def _capture(fn: Callable, inputs: tuple, device: str) -> _Capture:
+    import warnings
+
+    import torch._dynamo.config as dcfg
     import torch._inductor.config as icfg
     import torch.utils._triton as utriton
     from torch._inductor.codecache import PyCodeCache
@@ -125,10 +128,6 @@ def _capture(fn: Callable, inputs: tuple, device: str) -> _Capture:
         return mod
 
     torch._dynamo.reset()
-    import warnings
-
-    import torch._dynamo.config as dcfg
-
     patches = [mock.patch.object(GraphLowering, "save_output_code", codes.append),
                mock.patch.object(PyCodeCache, "load_by_key_path", load),
                # a cached graph is loaded without its code passing save_output_code

@@ -190,8 +190,8 @@ def write_task(problem: Path, dest_kernels_dir: Path, dtype: str = "float32") ->
     dest.mkdir(parents=True)
     flops_how = "from FlopCounterMode (matmul/conv/attention) + one per output element"
     (dest / "reference.py").write_text(REFERENCE_TEMPLATE.format(
-        source=problem.name, problem=source, seed=WEIGHT_SEED, module=f"_autokernel_{name}", flops=int(c["flops"]), flops_how=flops_how,
-        float_elems=int(c["float_elems"]), other_bytes=int(c["other_bytes"]), n_args=c["n_args"],
+        source=problem.name, problem=source, seed=WEIGHT_SEED, module=f"_autokernel_{name}", flops=int(c["flops"]),
+        flops_how=flops_how, float_elems=int(c["float_elems"]), other_bytes=int(c["other_bytes"]), n_args=c["n_args"],
         state=c["state"]), encoding="utf-8")
     stem = re.sub(r"[^A-Za-z0-9_-]+", "-", problem.stem).strip("-") or "problem"
     lines = [

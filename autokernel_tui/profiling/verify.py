@@ -204,10 +204,9 @@ def _family_times(bundle, model, steps: int, on_step=None) -> dict:
 
 def without_placeholders(kernels: dict[str, Path]) -> tuple[dict[str, Path], list[str]]:
     """(the kernels that are kernels, the generated tasks whose kernel.py only raises: no starter yet)."""
-    from autokernel_tui.profiling.generate import NO_STARTER_MARK
+    from autokernel_tui.profiling.generate import has_no_starter
 
-    empty = sorted(t for t, p in kernels.items()
-                   if Path(p).read_text(encoding="utf-8", errors="replace").lstrip('"\n ').startswith(NO_STARTER_MARK))
+    empty = sorted(t for t, p in kernels.items() if has_no_starter(p))
     return {t: p for t, p in kernels.items() if t not in empty}, empty
 
 
