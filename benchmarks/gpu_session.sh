@@ -32,7 +32,8 @@
 #              default size: profiled, `init --from-profile --top 8`, and `verify` with every task it
 #              made (generated kernels put into the traced graph): outputs checked, every mode timed
 #
-# Usage on the device (carry .whl; for `speed` also .old):
+# Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
+# names the part's tarball apart):
 #   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS [TASKS]] | gputests | launch | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5] | split | sandboxcost | parallel [KS [COUNTS]] | aa [N] | kernelbench [LEVELS [N [ONLY]]]
 set -u
 part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, sandboxcost, parallel, aa or kernelbench}
@@ -40,15 +41,21 @@ if [ -d .whl ] && [ ! -d .site ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target .site .whl/*.whl || exit 1
 fi
 export PYTHONPATH=$PWD/.site:$PWD PYTHONUNBUFFERED=1
-R=/tmp/res/$part; mkdir -p "$R"
+tarname=$part${TAG:+_$TAG}  # TAG: two calls of one part in one command keep apart
+R=/tmp/res/$tarname; mkdir -p "$R"
 step() {  # step NAME SECONDS CMD...: run with a hard limit, log to $R/NAME.log, print its tail
     local name=$1 limit=$2; shift 2
     local t0=$SECONDS
+    if [ -n "${DEADLINE:-}" ]; then  # DEADLINE (epoch seconds): several parts share one device call
+        local left=$((DEADLINE - $(date +%s)))
+        [ "$left" -lt "$limit" ] && limit=$left
+        if [ "$limit" -lt 15 ]; then echo "$name skipped: past DEADLINE" | tee -a "$R/steps.txt"; return; fi
+    fi
     timeout "$limit" "$@" > "$R/$name.log" 2>&1
     local rc=$?
     echo "== $name rc=$rc $((SECONDS - t0)) s"
     echo "$name rc=$rc $((SECONDS - t0))s" >> "$R/steps.txt"
-    tar czf "$OUT/$part.tgz" -C "$R" .  # after every step: a call cut short keeps what it finished
+    tar czf "$OUT/$tarname.tgz" -C "$R" .  # after every step: a call cut short keeps what it finished
 }
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
   python3 -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
@@ -159,6 +166,6 @@ models)
         --json "$R/verify_$m.json"
     ;;
 esac
-tar czf "$OUT/$part.tgz" -C "$R" .
+tar czf "$OUT/$tarname.tgz" -C "$R" .
 for f in "$R"/*.log; do echo "---- $(basename "$f")"; tail -n "${TAIL_LINES:-25}" "$f"; done
 cat "$R/steps.txt"

@@ -78,11 +78,8 @@ def _starter_reason(task: Path) -> str | None:
     return m.group(1) if m else "no starter"
 
 
-def _bench(task: Path) -> dict:
-    from autokernel_tui.harness.runner import Harness
-
-    with Harness(device="cuda") as h:
-        report = h.evaluate(task, quick=True)
+def _bench(harness, task: Path) -> dict:
+    report = harness.evaluate(task, quick=True)
     row = {"status": report.status, "why": report.reason}
     shapes = [s for s in report.shapes if s.median_us]
     if shapes:
@@ -159,6 +156,10 @@ def main() -> int:
     kernels = Path(args.workspace or tempfile.mkdtemp(prefix="kb-")) / "kernels"
     kernels.mkdir(parents=True, exist_ok=True)
     rows = []
+    harness = None
+    if args.bench:  # one harness for every problem: its judge stays warm between tasks
+        from autokernel_tui.harness.runner import Harness
+        harness = Harness(device="cuda").__enter__()
     for level, f in problems:
         t0 = time.perf_counter()
         row = {"level": int(level), "problem": f.name}
@@ -170,7 +171,7 @@ def main() -> int:
             reason = _starter_reason(task)
             row.update(task=task.name, starter=reason is None, reason=reason)
             if args.bench and reason is None:
-                row.update(_bench(task))
+                row.update(_bench(harness, task))
             elif args.check_under and reason is None:
                 gflop = _gflop(task)
                 row["gflop"] = gflop
@@ -186,6 +187,8 @@ def main() -> int:
               + (f"  ({row['reason'][:90]})" if row.get("reason") else ""), flush=True)
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1))
+    if harness is not None:
+        harness.close()
     print()
     misses = [r for r in rows if not r["starter"] or (args.bench and r.get("status") != "PASS")]
     for reason, n in Counter(_reason_class(r.get("reason") or r.get("why") or r.get("status", ""))
