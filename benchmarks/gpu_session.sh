@@ -139,7 +139,7 @@ kernelbench)
     # Carry .kb (KernelBench/level1, level2: fetched for measuring, never committed). LEVELS, then the
     # first N problems of each (or a list of numbers: `kernelbench 2 0 4,11,23`).
     step kernelbench 560 python3 benchmarks/kernelbench_coverage.py --kb .kb/KernelBench --levels "${2:-1}" \
-        --limit "${3:-10}" --only "${4:-}" --bench --starter-timeout 120 --json "$R/kernelbench.json"
+        --limit "${3:-10}" --only "${4:-}" --bench --starter-timeout 120 --jobs 8 --json "$R/kernelbench.json"
     ;;
 aa)
     # A/A with K=8: the fake server answers with the incumbent (a comment changed): every keep is false.

@@ -50,6 +50,9 @@ def _args():
                    help="without a GPU: run each starter whose problem has fewer GFLOPs than this against its "
                         "reference in the Triton interpreter (a process each, --check-timeout seconds)")
     p.add_argument("--check-timeout", type=float, default=300.0)
+    p.add_argument("--jobs", type=int, default=1,
+                   help="make this many tasks (starters: torch.compile each) at once, in processes of their own; "
+                        "the harness still times one task at a time")
     return p.parse_args()
 
 
@@ -145,17 +148,43 @@ def _reason_class(reason: str) -> str:
     return reason.split(":")[0][:80]
 
 
-def main() -> int:
-    args = _args()
-    os.environ.setdefault("AUTOKERNEL_STARTER_TIMEOUT_S", str(args.starter_timeout))
+def _make(f: Path, kernels: Path, dtype: str) -> dict:
+    """One problem's task folder and starter (in a pool process when --jobs > 1): the row so far."""
     from autokernel_tui.errors import AutokernelError
     from autokernel_tui.profiling import kernelbench
 
+    t0 = time.perf_counter()
+    try:
+        task = kernelbench.write_task(f, kernels, dtype)
+    except AutokernelError as exc:
+        row = dict(task=None, starter=False, reason=f"no task: {exc}")
+    else:
+        reason = _starter_reason(task)
+        row = dict(task=task.name, starter=reason is None, reason=reason)
+    row["make_seconds"] = round(time.perf_counter() - t0, 1)
+    return row
+
+
+def main() -> int:
+    args = _args()
+    os.environ.setdefault("AUTOKERNEL_STARTER_TIMEOUT_S", str(args.starter_timeout))
     only = {int(x) for x in args.only.split(",") if x.strip()}
     problems = _problems(Path(args.kb), [x.strip() for x in args.levels.split(",") if x.strip()], args.limit, only)
     kernels = Path(args.workspace or tempfile.mkdtemp(prefix="kb-")) / "kernels"
     kernels.mkdir(parents=True, exist_ok=True)
     rows = []
+    made = {}
+    if args.jobs > 1:
+        # every starter made first, several at once (their autotuning shares the GPU), and only then
+        # timed, one task at a time, on a quiet GPU
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        t0 = time.perf_counter()
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {f: pool.submit(_make, f, kernels, args.dtype) for _, f in problems}
+            made = {f: fut.result() for f, fut in futures.items()}
+        print(f"{len(made)} tasks made, {args.jobs} at a time, in {time.perf_counter() - t0:.0f} s", flush=True)
     harness = None
     if args.bench:  # one harness for every problem: its judge stays warm between tasks
         from autokernel_tui.harness.runner import Harness
@@ -163,13 +192,9 @@ def main() -> int:
     for level, f in problems:
         t0 = time.perf_counter()
         row = {"level": int(level), "problem": f.name}
-        try:
-            task = kernelbench.write_task(f, kernels, args.dtype)
-        except AutokernelError as exc:
-            row.update(task=None, starter=False, reason=f"no task: {exc}")
-        else:
-            reason = _starter_reason(task)
-            row.update(task=task.name, starter=reason is None, reason=reason)
+        row.update(made[f] if f in made else _make(f, kernels, args.dtype))
+        if row["task"] is not None:
+            task, reason = kernels / row["task"], row["reason"]
             if args.bench and reason is None:
                 row.update(_bench(harness, task))
             elif args.check_under and reason is None:

@@ -400,13 +400,32 @@ def _asserted_layouts(body: list[ast.stmt]) -> dict[str, tuple[str, str]]:
     return out
 
 
+DEVICE_SCOPES = ("torch.cuda._DeviceGuard(", "torch.cuda.device(", "torch.xpu._DeviceGuard(")
+
+
+def _flat_body(body: list[ast.stmt]) -> list[ast.stmt]:
+    """call()'s statements without its device scope: on a GPU Inductor wraps them in ``with
+    torch.cuda._DeviceGuard(0):`` and ``torch.cuda.set_device(0)``; the starter runs on the inputs'
+    device, so the scope adds nothing."""
+    out: list[ast.stmt] = []
+    for stmt in body:
+        if isinstance(stmt, ast.With) and all(ast.unparse(i.context_expr).startswith(DEVICE_SCOPES)
+                                              and i.optional_vars is None for i in stmt.items):
+            out += _flat_body(stmt.body)
+        elif not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+                  and ast.unparse(stmt.value.func) in ("torch.cuda.set_device", "torch.xpu.set_device")):
+            out.append(stmt)
+    return out
+
+
 def _call_body(call_fn: ast.FunctionDef, kernels: dict[str, _Kernel], variant: int,
                uses: set[str] | None = None) -> list[str]:
     """call()'s body as plain Python; ``uses`` collects the GEMM template's helpers it calls."""
     lines: list[str] = []
     uses = set() if uses is None else uses
-    layouts = _asserted_layouts(call_fn.body)
-    for stmt in call_fn.body:
+    body = _flat_body(call_fn.body)
+    layouts = _asserted_layouts(body)
+    for stmt in body:
         s = _plain(ast.unparse(stmt))
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
             func = ast.unparse(stmt.value.func)
@@ -498,7 +517,7 @@ def _variant(cap: _Capture, variant: int, helpers: set[str], templates: set[str]
             call_fn = node
     if call_fn is None:
         raise NoStarter("no call() in Inductor's module")
-    for stmt in call_fn.body:
+    for stmt in _flat_body(call_fn.body):
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
             func = ast.unparse(stmt.value.func)
             if func.endswith(".run") and func[:-4] in kernels:

@@ -241,3 +241,25 @@ def test_a_library_convolution_called_by_position_or_by_name_becomes_the_same_te
     assert got[0] == got[1] == [
         "buf3 = torch.empty_strided((1, 4, 9, 9), (324, 1, 36, 4), dtype=buf0.dtype, device=device)",
         "_conv(buf0, arg1_1, arg2_1, (2, 2), (1, 1), (1, 1), True, (1, 1), 2, out=buf3)"]
+
+
+def test_a_gpu_call_body_in_its_device_scope_becomes_the_same_starter_code():
+    """On a GPU, Inductor's call() runs inside ``with torch.cuda._DeviceGuard(0):`` after
+    ``torch.cuda.set_device(0)`` (every KernelBench problem on the H200 missed its starter on that,
+    run 11): the scope is dropped and the body inside it read as on the CPU."""
+    import ast
+
+    from autokernel_tui.profiling.inductor_starter import _capture, _variant
+
+    inputs = (torch.randn(8, 16, generator=_g()), torch.randn(16, 4, generator=_g()))
+    cpu = _capture(_mm_relu, inputs, "cpu")
+    tree = ast.parse(cpu.code)
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "call")
+    head, inner, ret = call.body[:2], call.body[2:-1], call.body[-1:]
+    guard = ast.parse("with torch.cuda._DeviceGuard(0):\n    torch.cuda.set_device(0)\n    stream0 = get_raw_stream(0)")
+    guard.body[0].body += inner
+    call.body = head + guard.body + ret
+    gpu = type(cpu)(ast.unparse(tree), cpu.input_order, cpu.chosen)
+    assert "_DeviceGuard" in gpu.code
+    want, got = _variant(cpu, 0, set(), set()), _variant(gpu, 0, set(), set())
+    assert got[1:] == want[1:] and got[2]  # the same argument names, body and knobs
