@@ -41,14 +41,17 @@ import ast
 import contextlib
 import inspect
 import os
+import tempfile
 import textwrap
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 from unittest import mock
 
 import torch
 
 from autokernel_tui.profiling import gemm_template
+from autokernel_tui.profiling.patch import PatchError, load_kernel
 from autokernel_tui.profiling.starter_process import VERIFY_ENV, StarterResult
 
 __all__ = ["StarterResult", "starter_source", "NoStarter"]
@@ -183,7 +186,10 @@ def _configs_of(kernel_src: str, name: str) -> list:
         seen.append(list(configs))
         return lambda f: f
 
-    src = "\n".join(ln for ln in kernel_src.splitlines() if "set_driver_to_" not in ln)
+    # without @triton.jit: only the heuristic's configs are wanted, and outside the interpreter Triton
+    # refuses a function whose source is not in a file
+    src = "\n".join(ln for ln in kernel_src.splitlines()
+                    if "set_driver_to_" not in ln and ln.strip() != "@triton.jit")
     ns: dict[str, Any] = {"__file__": f"<{name}>", "__name__": f"_ih_{name}"}
     with mock.patch.object(th, "cached_autotune", record):
         exec(compile(src, f"<{name}>", "exec"), ns)  # noqa: S102 - torch's own generated code
@@ -664,25 +670,38 @@ def _can_run(device: str) -> bool:
 
 
 def _verify(source: str, fn: Callable, all_inputs: list[tuple]) -> None:
-    ns: dict[str, Any] = {"__name__": "_inductor_starter_check"}
-    exec(compile(source, "<kernel.py>", "exec"), ns)  # noqa: S102 - the source we just generated
-    for inputs in all_inputs:
-        want = fn(*inputs)
-        got = ns["kernel_fn"](*inputs)
-        wants = [want] if isinstance(want, torch.Tensor) else list(want)
-        gots = [got] if isinstance(got, torch.Tensor) else list(got)
-        if len(wants) != len(gots):
-            raise NoStarter(f"generated kernel_fn returned {len(gots)} outputs, fn {len(wants)}")
-        for w, g in zip(wants, gots):
-            if w.shape != g.shape or w.dtype != g.dtype:
-                raise NoStarter(f"generated kernel_fn output {tuple(g.shape)} {g.dtype} != fn's "
-                                f"{tuple(w.shape)} {w.dtype}")
-            tol = 1e-4 if w.dtype in (torch.float32, torch.float64) else 2e-2
-            if w.is_floating_point() and not torch.allclose(g.float(), w.float(), atol=tol, rtol=tol, equal_nan=True):
-                raise NoStarter("generated kernel_fn does not match fn (max abs err "
-                                f"{(g.float() - w.float()).abs().max().item():.3g})")
-            if not w.is_floating_point() and not torch.equal(g, w):
-                raise NoStarter("generated kernel_fn does not match fn")
+    with tempfile.TemporaryDirectory(prefix="autokernel-starter-") as folder:
+        path = Path(folder) / "kernel.py"  # triton.jit reads each kernel's source from its file
+        path.write_text(source, encoding="utf-8")
+        try:
+            kernel_fn = load_kernel(path)
+        except PatchError as e:
+            raise NoStarter(f"generated kernel.py does not load: {e}") from e
+        for inputs in all_inputs:
+            _check_against(kernel_fn, fn, inputs)
+
+
+def _check_against(kernel_fn: Callable, fn: Callable, inputs: tuple) -> None:
+    want = fn(*inputs)
+    try:
+        got = kernel_fn(*inputs)
+    except Exception as e:  # noqa: BLE001 - any failure of the generated code is a reason, not a crash
+        raise NoStarter(f"generated kernel_fn raised {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                        if str(e) else f"generated kernel_fn raised {type(e).__name__}") from e
+    wants = [want] if isinstance(want, torch.Tensor) else list(want)
+    gots = [got] if isinstance(got, torch.Tensor) else list(got)
+    if len(wants) != len(gots):
+        raise NoStarter(f"generated kernel_fn returned {len(gots)} outputs, fn {len(wants)}")
+    for w, g in zip(wants, gots):
+        if w.shape != g.shape or w.dtype != g.dtype:
+            raise NoStarter(f"generated kernel_fn output {tuple(g.shape)} {g.dtype} != fn's "
+                            f"{tuple(w.shape)} {w.dtype}")
+        tol = 1e-4 if w.dtype in (torch.float32, torch.float64) else 2e-2
+        if w.is_floating_point() and not torch.allclose(g.float(), w.float(), atol=tol, rtol=tol, equal_nan=True):
+            raise NoStarter("generated kernel_fn does not match fn (max abs err "
+                            f"{(g.float() - w.float()).abs().max().item():.3g})")
+        if not w.is_floating_point() and not torch.equal(g, w):
+            raise NoStarter("generated kernel_fn does not match fn")
 
 
 def starter_source(fn: Callable, example_inputs: tuple, device: str = "cuda", *,
