@@ -312,10 +312,10 @@ def _bmm(a, b, out=None):
 CONV = '''@triton.jit
 def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw,
                  sxn, sxc, sxd, sxh, sxw, swa, swb, swd, swh, sww, syn, syc, syd, syh, syw, sbias,
-                 TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
+                 TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr, BY_POSITION: tl.constexpr,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     # Implicit GEMM for one group (grid axis 2): rows are output points (n, od, oh, ow), columns the
-    # group's output channels, K runs over (the group's input channel, kd, kh, kw). Transposed, an
+    # group's output channels, K over the group's input channels and kernel positions. Transposed, an
     # output point reads the input points that land on it: i = (o + p - k d) / s where s divides it.
     g = tl.program_id(2)
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
@@ -327,45 +327,88 @@ def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd
     od = t % OD
     n = t // OD
     oc = g * OCG + rn
-    ktot = CG * KD * KH * KW
     acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k0 in range(0, ktot, BK):
-        kk = k0 + tl.arange(0, BK)
-        kw = kk % KW
-        t2 = kk // KW
-        kh = t2 % KH
-        t2 = t2 // KH
-        kd = t2 % KD
-        c = t2 // KD
-        cin = g * CG + c
-        if TRANSPOSED:
-            nd = od[:, None] + pd - kd[None, :] * dd
-            nh = oh[:, None] + ph - kh[None, :] * dh
-            nw = ow[:, None] + pw - kw[None, :] * dw
-            ok = (nd >= 0) & (nh >= 0) & (nw >= 0) & (nd % sd == 0) & (nh % sh == 0) & (nw % sw == 0)
-            i_d = nd // sd
-            i_h = nh // sh
-            i_w = nw // sw
-            wp = W + cin[:, None] * swa + rn[None, :] * swb
-        else:
-            i_d = od[:, None] * sd - pd + kd[None, :] * dd
-            i_h = oh[:, None] * sh - ph + kh[None, :] * dh
-            i_w = ow[:, None] * sw - pw + kw[None, :] * dw
-            ok = (i_d >= 0) & (i_h >= 0) & (i_w >= 0)
-            wp = W + oc[None, :] * swa + c[:, None] * swb
-        inside = ok & (i_d < D) & (i_h < H) & (i_w < WI) & (rm[:, None] < M) & (kk[None, :] < ktot)
-        a = tl.load(X + n[:, None] * sxn + cin[None, :] * sxc + i_d * sxd + i_h * sxh + i_w * sxw,
-                    mask=inside, other=0.0)
-        b = tl.load(wp + kd[:, None] * swd + kh[:, None] * swh + kw[:, None] * sww,
-                    mask=(kk[:, None] < ktot) & (rn[None, :] < OCG), other=0.0)
-        if IEEE:
-            acc += tl.dot(a, b, input_precision="ieee")
-        else:
-            acc += tl.dot(a, b)
+    if BY_POSITION:
+        # Many channels per group: K runs over kernel positions, then a block of channels at a time, so
+        # each row's input point is worked out once per position (not per K element) and the channel
+        # block is one strided vector per row.
+        for pos in range(0, KD * KH * KW):
+            kw = pos % KW
+            kh = (pos // KW) % KH
+            kd = pos // (KW * KH)
+            if TRANSPOSED:
+                nd = od + pd - kd * dd
+                nh = oh + ph - kh * dh
+                nw = ow + pw - kw * dw
+                ok = (nd >= 0) & (nh >= 0) & (nw >= 0) & (nd % sd == 0) & (nh % sh == 0) & (nw % sw == 0)
+                i_d = nd // sd
+                i_h = nh // sh
+                i_w = nw // sw
+            else:
+                i_d = od * sd - pd + kd * dd
+                i_h = oh * sh - ph + kh * dh
+                i_w = ow * sw - pw + kw * dw
+                ok = (i_d >= 0) & (i_h >= 0) & (i_w >= 0)
+            ok = ok & (i_d < D) & (i_h < H) & (i_w < WI) & (rm < M)
+            xrow = X + n * sxn + i_d * sxd + i_h * sxh + i_w * sxw
+            wpos = kd * swd + kh * swh + kw * sww
+            for c0 in range(0, CG, BK):
+                c = c0 + tl.arange(0, BK)
+                cin = g * CG + c
+                a = tl.load(xrow[:, None] + cin[None, :] * sxc, mask=ok[:, None] & (c[None, :] < CG), other=0.0)
+                if TRANSPOSED:
+                    wp = W + cin[:, None] * swa + rn[None, :] * swb + wpos
+                else:
+                    wp = W + oc[None, :] * swa + c[:, None] * swb + wpos
+                b = tl.load(wp, mask=(c[:, None] < CG) & (rn[None, :] < OCG), other=0.0)
+                if IEEE:
+                    acc += tl.dot(a, b, input_precision="ieee")
+                else:
+                    acc += tl.dot(a, b)
+    else:
+        # Few channels per group (an image's first layer, depthwise): K runs over (channel, kd, kh, kw)
+        # together so a block is not mostly padding.
+        ktot = CG * KD * KH * KW
+        for k0 in range(0, ktot, BK):
+            kk = k0 + tl.arange(0, BK)
+            kw = kk % KW
+            t2 = kk // KW
+            kh = t2 % KH
+            t2 = t2 // KH
+            kd = t2 % KD
+            c = t2 // KD
+            cin = g * CG + c
+            if TRANSPOSED:
+                nd = od[:, None] + pd - kd[None, :] * dd
+                nh = oh[:, None] + ph - kh[None, :] * dh
+                nw = ow[:, None] + pw - kw[None, :] * dw
+                ok = (nd >= 0) & (nh >= 0) & (nw >= 0) & (nd % sd == 0) & (nh % sh == 0) & (nw % sw == 0)
+                i_d = nd // sd
+                i_h = nh // sh
+                i_w = nw // sw
+                wp = W + cin[:, None] * swa + rn[None, :] * swb
+            else:
+                i_d = od[:, None] * sd - pd + kd[None, :] * dd
+                i_h = oh[:, None] * sh - ph + kh[None, :] * dh
+                i_w = ow[:, None] * sw - pw + kw[None, :] * dw
+                ok = (i_d >= 0) & (i_h >= 0) & (i_w >= 0)
+                wp = W + oc[None, :] * swa + c[:, None] * swb
+            inside = ok & (i_d < D) & (i_h < H) & (i_w < WI) & (rm[:, None] < M) & (kk[None, :] < ktot)
+            a = tl.load(X + n[:, None] * sxn + cin[None, :] * sxc + i_d * sxd + i_h * sxh + i_w * sxw,
+                        mask=inside, other=0.0)
+            b = tl.load(wp + kd[:, None] * swd + kh[:, None] * swh + kw[:, None] * sww,
+                        mask=(kk[:, None] < ktot) & (rn[None, :] < OCG), other=0.0)
+            if IEEE:
+                acc += tl.dot(a, b, input_precision="ieee")
+            else:
+                acc += tl.dot(a, b)
     if HAS_BIAS:
         acc += tl.load(BIAS + oc * sbias, mask=rn < OCG, other=0.0).to(tl.float32)[None, :]
     tl.store(Y + n[:, None] * syn + oc[None, :] * syc + od[:, None] * syd + oh[:, None] * syh + ow[:, None] * syw,
              acc.to(Y.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < OCG))
+
+
+CONV_BY_POSITION = 16  # channels per group from which K runs over kernel positions, then channels
 
 
 def _as_3d(t, spatial):
@@ -406,7 +449,7 @@ def _conv(x, w, bias, stride, padding, dilation, transposed=False, output_paddin
     _conv_kernel[grid](x5, w5, bias if bias is not None else y5, y5, m, cg, *x5.shape[2:], ocg, *size, *ks,
                        *stride, *padding, *dilation, *x5.stride(), *w5.stride(), *y5.stride(),
                        bias.stride(0) if bias is not None else 0, TRANSPOSED=bool(transposed),
-                       HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32,
+                       HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32, BY_POSITION=cg >= CONV_BY_POSITION,
                        BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages)
     return out
 

@@ -337,6 +337,11 @@ CONV_CASES = {  # x, w, bias, stride, padding, dilation, transposed, output_padd
     "transposed_2d": ((2, 4, 5, 4), (4, 6, 3, 2), True, (2, 3), (1, 0), (1, 2), True, (1, 2), 1),
     "transposed_2d_grouped": ((1, 4, 3, 3), (4, 3, 3, 3), True, (2, 2), (0, 1), (1, 1), True, (0, 1), 2),
     "transposed_3d": ((1, 2, 3, 3, 2), (2, 3, 2, 2, 3), True, (2, 1, 2), (0, 1, 1), (1, 1, 1), True, (1, 0, 1), 1),
+    # 16+ channels per group: K runs over kernel positions, then channel blocks (a ResNet's inner layers)
+    "2d_wide": ((2, 40, 6, 5), (8, 40, 3, 3), True, (2, 1), (1, 1), (1, 2), False, (0, 0), 1),
+    "2d_wide_grouped": ((1, 32, 5, 5), (6, 16, 3, 1), False, (1, 1), (1, 0), (1, 1), False, (0, 0), 2),
+    "3d_wide": ((1, 17, 3, 4, 3), (4, 17, 2, 2, 2), True, (1, 2, 1), (1, 0, 1), (1, 1, 1), False, (0, 0, 0), 1),
+    "transposed_2d_wide": ((1, 20, 4, 3), (20, 5, 3, 2), True, (2, 3), (1, 0), (1, 2), True, (1, 2), 1),
 }
 
 
