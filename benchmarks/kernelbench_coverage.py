@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -184,6 +185,10 @@ def main() -> int:
         with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {f: pool.submit(_make, f, kernels, args.dtype) for _, f in problems}
             made = {f: fut.result() for f, fut in futures.items()}
+        for f, row in made.items():  # out of GPU memory beside the others: made again, alone
+            if "out of memory" in (row.get("reason") or "").lower() and row.get("task"):
+                shutil.rmtree(kernels / row["task"], ignore_errors=True)
+                made[f] = {**_make(f, kernels, args.dtype), "made_alone": True}
         print(f"{len(made)} tasks made, {args.jobs} at a time, in {time.perf_counter() - t0:.0f} s", flush=True)
     harness = None
     if args.bench:  # one harness for every problem: its judge stays warm between tasks

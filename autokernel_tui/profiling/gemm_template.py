@@ -30,7 +30,7 @@ BINARY = {"aten.add.Tensor": "x + y", "aten.sub.Tensor": "x - y", "aten.mul.Tens
           "aten.div.Tensor": "x / y"}
 GELU = {"none": "0.5 * x * (1.0 + _erf(x * 0.7071067811865476))",
         "tanh": "0.5 * x * (1.0 + _tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))"}
-# The 16-bit tile, and the fp32 one (IEEE dots need more registers per element): each task gets the
+# The 16-bit tile, and the fp32 one (fp32 dots need more registers per element): each task gets the
 # knobs of its dtypes (``knobs_for``), so the tuner never turns a knob its kernel does not read.
 KNOBS = {"BLOCK_M": [64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "NUM_WARPS": [4, 8],
          "NUM_STAGES": [2, 3, 4], "GROUP_M": [1, 4, 8, 16]}
@@ -196,12 +196,22 @@ BLOCK_K = 64
 NUM_WARPS = 8
 NUM_STAGES = 3
 GROUP_M = 8
-# fp32 inputs (IEEE dots, as precise as the reference): a smaller tile.
+# fp32 inputs: a smaller tile, and dots as precise as the reference's fp32: "tf32x3" (three TF32
+# tensor-core products per step, about fp32's accuracy) or "ieee" (CUDA cores, exact fp32 products).
+FP32_DOT = tl.constexpr("tf32x3")
 FP32_BLOCK_M = 64
 FP32_BLOCK_N = 64
 FP32_BLOCK_K = 32
 FP32_NUM_WARPS = 4
 FP32_NUM_STAGES = 3
+
+
+WIDE_FROM = 2**31  # the element offset from which offsets are computed in 64 bits
+
+
+def _wide(*tensors):
+    # the farthest element a kernel reaches from a tensor's first one, for its sizes and strides
+    return any(sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride())) + 1 >= WIDE_FROM for t in tensors)
 
 
 def _tile(dtype):
@@ -243,7 +253,7 @@ def _tanh(x):
 '''
 GEMM = '''@triton.jit
 def _gemm_kernel(A, B, C, BIAS, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn, sbias,
-                 HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
+                 HAS_BIAS: tl.constexpr, FP32: tl.constexpr, WIDE: tl.constexpr,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr):
     # Tiles in groups of GM rows, column by column: a group's B columns are read from L2, not HBM.
     pid = tl.program_id(0)
@@ -255,19 +265,24 @@ def _gemm_kernel(A, B, C, BIAS, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm,
     pid_m = first_m + (pid % (GM * tiles_n)) % rows
     pid_n = (pid % (GM * tiles_n)) // rows
     batch = tl.program_id(2)  # bmm: one matrix of the batch per grid plane (mm: a single plane)
-    A += batch * sab
-    B += batch * sbb
-    C += batch * scb
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
+    if WIDE:  # an operand of 2**31 elements or more: 32-bit offsets would wrap
+        batch = batch.to(tl.int64)
+        rm = rm.to(tl.int64)
+        rn = rn.to(tl.int64)
+        rk = rk.to(tl.int64)
+    A += batch * sab
+    B += batch * sbb
+    C += batch * scb
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, K, BK):
         kk = k0 + rk
         a = tl.load(A + rm[:, None] * sam + kk[None, :] * sak, mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
         b = tl.load(B + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        if IEEE:  # float32 inputs: full precision, as the reference (TF32 would miss its tolerance)
-            acc += tl.dot(a, b, input_precision="ieee")
+        if FP32:  # float32 inputs: as precise as the reference (plain TF32 would miss its tolerance)
+            acc += tl.dot(a, b, input_precision=FP32_DOT)
         else:
             acc += tl.dot(a, b)
     if HAS_BIAS:
@@ -290,7 +305,7 @@ def _gemm(a, b, bias, out=None):
     _gemm_kernel[grid](a, b, c, bias if bias is not None else c, m, n, k, 0, a.stride(0), a.stride(1),
                        0, b.stride(0), b.stride(1), 0, c.stride(0), c.stride(1),
                        bias.stride(0) if bias is not None else 0, HAS_BIAS=bias is not None,
-                       IEEE=a.dtype == torch.float32, BM=bm, BN=bn, BK=bk, GM=GROUP_M,
+                       FP32=a.dtype == torch.float32, WIDE=_wide(a, b, c), BM=bm, BN=bn, BK=bk, GM=GROUP_M,
                        num_warps=warps, num_stages=stages)
     return c
 
@@ -303,7 +318,7 @@ def _bmm(a, b, out=None):
     bm, bn, bk, warps, stages = _tile(a.dtype)
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), 1, nb)
     _gemm_kernel[grid](a, b, c, c, m, n, k, *a.stride(), *b.stride(), *c.stride(), 0, HAS_BIAS=False,
-                       IEEE=a.dtype == torch.float32, BM=bm, BN=bn, BK=bk, GM=GROUP_M,
+                       FP32=a.dtype == torch.float32, WIDE=_wide(a, b, c), BM=bm, BN=bn, BK=bk, GM=GROUP_M,
                        num_warps=warps, num_stages=stages)
     return c
 
@@ -312,7 +327,8 @@ def _bmm(a, b, out=None):
 CONV = '''@triton.jit
 def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw,
                  sxn, sxc, sxd, sxh, sxw, swa, swb, swd, swh, sww, syn, syc, syd, syh, syw, sbias,
-                 TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr, BY_POSITION: tl.constexpr,
+                 TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, FP32: tl.constexpr, WIDE: tl.constexpr,
+                 BY_POSITION: tl.constexpr,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     # Implicit GEMM for one group (grid axis 2): rows are output points (n, od, oh, ow), columns the
     # group's output channels, K over the group's input channels and kernel positions. Transposed, an
@@ -320,6 +336,10 @@ def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd
     g = tl.program_id(2)
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    if WIDE:  # a tensor of 2**31 elements or more: 32-bit offsets would wrap
+        rm = rm.to(tl.int64)
+        rn = rn.to(tl.int64)
+        g = g.to(tl.int64)
     ow = rm % OW
     t = rm // OW
     oh = t % OH
@@ -354,6 +374,8 @@ def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd
             wpos = kd * swd + kh * swh + kw * sww
             for c0 in range(0, CG, BK):
                 c = c0 + tl.arange(0, BK)
+                if WIDE:
+                    c = c.to(tl.int64)
                 cin = g * CG + c
                 a = tl.load(xrow[:, None] + cin[None, :] * sxc, mask=ok[:, None] & (c[None, :] < CG), other=0.0)
                 if TRANSPOSED:
@@ -361,8 +383,8 @@ def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd
                 else:
                     wp = W + oc[None, :] * swa + c[:, None] * swb + wpos
                 b = tl.load(wp, mask=(c[:, None] < CG) & (rn[None, :] < OCG), other=0.0)
-                if IEEE:
-                    acc += tl.dot(a, b, input_precision="ieee")
+                if FP32:
+                    acc += tl.dot(a, b, input_precision=FP32_DOT)
                 else:
                     acc += tl.dot(a, b)
     else:
@@ -371,6 +393,8 @@ def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd
         ktot = CG * KD * KH * KW
         for k0 in range(0, ktot, BK):
             kk = k0 + tl.arange(0, BK)
+            if WIDE:
+                kk = kk.to(tl.int64)
             kw = kk % KW
             t2 = kk // KW
             kh = t2 % KH
@@ -398,8 +422,8 @@ def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd
                         mask=inside, other=0.0)
             b = tl.load(wp + kd[:, None] * swd + kh[:, None] * swh + kw[:, None] * sww,
                         mask=(kk[:, None] < ktot) & (rn[None, :] < OCG), other=0.0)
-            if IEEE:
-                acc += tl.dot(a, b, input_precision="ieee")
+            if FP32:
+                acc += tl.dot(a, b, input_precision=FP32_DOT)
             else:
                 acc += tl.dot(a, b)
     if HAS_BIAS:
@@ -449,7 +473,8 @@ def _conv(x, w, bias, stride, padding, dilation, transposed=False, output_paddin
     _conv_kernel[grid](x5, w5, bias if bias is not None else y5, y5, m, cg, *x5.shape[2:], ocg, *size, *ks,
                        *stride, *padding, *dilation, *x5.stride(), *w5.stride(), *y5.stride(),
                        bias.stride(0) if bias is not None else 0, TRANSPOSED=bool(transposed),
-                       HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32, BY_POSITION=cg >= CONV_BY_POSITION,
+                       HAS_BIAS=bias is not None, FP32=x.dtype == torch.float32, WIDE=_wide(x5, w5, y5),
+                       BY_POSITION=cg >= CONV_BY_POSITION,
                        BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages)
     return out
 

@@ -204,3 +204,37 @@ def test_calls_timed_as_called_back_to_back(contestant, launch, tiny_task):
     contestant.fn = lambda x, w, eps: launch(x, w, eps, torch.empty_like(x))
     reply = contestant.time_as_called({"recipes": recipes, "where": "t"})
     assert reply["as_called_us"] > 0
+
+
+def test_the_judge_keeps_the_inputs_of_its_latest_tasks_only(judge, tmp_path):
+    """One judge serves every task of a run (KernelBench through one harness ran the H200 out of memory:
+    each task's cached inputs stayed, run 11): the least recently used task's reference and inputs go."""
+    from autokernel_tui.harness.worker.stages import TASKS_KEPT
+    from .conftest import make_tiny_task
+
+    kept = TASKS_KEPT["cpu"]
+    tasks = []
+    for i in range(kept + 3):
+        task = make_tiny_task(tmp_path / f"t{i}")
+        (task / "reference.py").write_text((task / "reference.py").read_text() + f"\n# task {i}\n")
+        tasks.append(task)
+    digests = [judge.reference(t)[1] for t in tasks]
+    assert list(judge._refs) == digests[-kept:]
+    judge.reference(tasks[-kept])  # used again: the most recent now
+    assert list(judge._refs)[-1] == digests[-kept]
+    again = judge.reference(tasks[0])  # dropped earlier: built again, and correct
+    assert again[1] == digests[0] and len(judge._refs) == kept
+
+
+def test_out_of_memory_is_said_even_when_torchs_own_report_of_it_fails():
+    """In the sandbox torch's out-of-memory path dies on an NVML assert (H200, run 11): the reason says
+    out of GPU memory, not an internal assert."""
+    from autokernel_tui.harness.worker.contestant import candidate_error
+
+    exc = RuntimeError('NVML_SUCCESS == DriverAPI::get()->nvmlInit_v2_() INTERNAL ASSERT FAILED at '
+                       '"/pytorch/c10/cuda/CUDACachingAllocator.cpp":1135, please report a bug to PyTorch.')
+    v = candidate_error(exc, "float32 (timing)", "timing")
+    assert v.status == "FAIL" and "out of GPU memory" in v.reason and "CUDA out of memory" in v.reason
+    assert "INTERNAL ASSERT" not in v.reason
+    plain = candidate_error(RuntimeError("boom"), "x", "smoke")
+    assert plain.reason == "x: kernel_fn raised RuntimeError: boom"

@@ -345,14 +345,21 @@ CONV_CASES = {  # x, w, bias, stride, padding, dilation, transposed, output_padd
 }
 
 
+def _template(wide: bool = False) -> dict:
+    from autokernel_tui.profiling import gemm_template as gt
+
+    ns = {"__name__": "gemm_template"}
+    exec("import torch\nimport triton\nimport triton.language as tl\n" + gt.TILE + gt.GEMM + gt.CONV, ns)
+    if wide:  # 64-bit offsets at any size (on the H200 a 2**31-element operand wrapped 32-bit ones, run 11)
+        ns["WIDE_FROM"] = 1
+    return ns
+
+
 @pytest.mark.parametrize("case", list(CONV_CASES))
 def test_the_convolution_template_writes_every_kind_kernelbench_has(case):
     """Issue 19: KernelBench's convolutions are 1-3-D, grouped, depthwise, transposed; the template's
     implicit GEMM matches aten.convolution on each (strides, padding, dilation, output padding)."""
-    from autokernel_tui.profiling import gemm_template as gt
-
-    ns = {"__name__": "conv_template"}
-    exec("import torch\nimport triton\nimport triton.language as tl\n" + gt.TILE + gt.CONV, ns)
+    ns = _template(wide=case in ("2d_wide", "transposed_2d", "1d"))
     xs, ws, has_bias, stride, padding, dilation, transposed, output_padding, groups = CONV_CASES[case]
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(xs, generator=g), torch.randn(ws, generator=g)
@@ -365,6 +372,17 @@ def test_the_convolution_template_writes_every_kind_kernelbench_has(case):
         out = torch.empty_strided(want.shape, (want[0].numel(), 1, want.shape[3] * want.shape[1], want.shape[1]))
         ns["_conv"](x, w, bias, stride, padding, dilation, transposed, output_padding, groups, out=out)
         torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_the_gemm_template_with_32_and_64_bit_offsets(wide):
+    ns = _template(wide)
+    g = torch.Generator().manual_seed(0)
+    a, b, bias = torch.randn(37, 70, generator=g), torch.randn(70, 19, generator=g), torch.randn(19, generator=g)
+    torch.testing.assert_close(ns["_gemm"](a, b, bias), a @ b + bias, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(ns["_gemm"](a, b.t().contiguous().t(), None), a @ b, rtol=1e-4, atol=1e-4)
+    x, y = torch.randn(3, 9, 33, generator=g), torch.randn(3, 33, 5, generator=g)
+    torch.testing.assert_close(ns["_bmm"](x, y), x @ y, rtol=1e-4, atol=1e-4)
 
 
 def test_init_calls_sets_how_many_distinct_calls_of_a_family_become_tasks(tmp_path):

@@ -296,3 +296,18 @@ def test_starters_are_made_and_loaded_where_triton_compiles_for_real():
     out = subprocess.run([sys.executable, "-c", NO_INTERPRETER], capture_output=True, text=True, env=env,
                          timeout=300)
     assert out.returncode == 0 and "made and loaded" in out.stdout, out.stderr[-2000:]
+
+
+def test_the_starter_check_allows_tf32_rounding_in_fn_and_nothing_like_a_wrong_kernel():
+    """On the H200 fn's float32 convolutions ran through cuDNN in TF32 while the starter computed fp32:
+    max abs err 5e-4 failed the elementwise check of two problems that compute the same (run 11)."""
+    from autokernel_tui.profiling.inductor_starter import NoStarter, _check_against
+
+    w = torch.randn(64, 64, generator=_g()) * 10
+    tf32 = w * (1 + 4e-4 * torch.randn(64, 64, generator=_g(1)))  # TF32-sized rounding of fn's result
+    _check_against(lambda: tf32, lambda: w, ())
+    for wrong in (w + 0.5, w.flip(0), torch.zeros_like(w)):
+        with pytest.raises(NoStarter, match="does not match"):
+            _check_against(lambda: wrong, lambda: w, ())
+    with pytest.raises(NoStarter, match="raised ZeroDivisionError"):
+        _check_against(lambda: 1 / 0, lambda: w, ())

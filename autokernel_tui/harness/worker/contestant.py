@@ -33,7 +33,7 @@ from autokernel_tui.harness.worker import guards, inputs as inputs_mod, transfer
 from autokernel_tui.harness.worker.correctness import as_tuple, check_inputs_unchanged, check_structure, \
     snapshot_inputs
 from autokernel_tui.harness.worker.device import start_cuda
-from autokernel_tui.harness.worker.errors import Verdict, one_line
+from autokernel_tui.harness.worker.errors import Verdict, describe, one_line, out_of_memory_in_disguise
 from autokernel_tui.harness.worker.loading import load_module
 from autokernel_tui.harness.worker.reference import load_reference
 from autokernel_tui.harness.worker.timing import L2Flusher, time_as_called, time_reps, warm_up
@@ -44,13 +44,13 @@ FILE_SIZE_LIMIT = 8 << 30
 
 def candidate_error(exc: BaseException, where: str, stage: str) -> Verdict:
     """Classify an exception raised by candidate code."""
-    msg = one_line(f"{type(exc).__name__}: {exc}")
+    msg = describe(exc)
     if isinstance(exc, (SystemExit, KeyboardInterrupt)):
         return Verdict("CRASH", stage, f"{where}: candidate tried to exit the worker ({type(exc).__name__})")
     text = str(exc)
     if "CUDA error" in text or "illegal memory access" in text or type(exc).__name__ == "AcceleratorError":
         return Verdict("CRASH", stage, f"{where}: {msg} (CUDA context poisoned)", restart=True)
-    if isinstance(exc, torch.OutOfMemoryError):
+    if isinstance(exc, torch.OutOfMemoryError) or out_of_memory_in_disguise(exc):
         return Verdict("FAIL", stage, f"{where}: out of GPU memory: {msg}")
     return Verdict("FAIL", stage, f"{where}: kernel_fn raised {msg}")
 
@@ -245,7 +245,7 @@ class Contestant:
             except BaseException as exc:  # noqa: BLE001 - a harness bug or a candidate's trick: say so, die
                 print("".join(traceback.format_exception(exc)), file=sys.stderr, flush=True)
                 reply = {"ok": False, "status": "CRASH", "stage": message.get("stage", "smoke"),
-                         "reason": one_line(f"contestant error: {type(exc).__name__}: {exc}")}
+                         "reason": one_line(f"contestant error: {describe(exc)}")}
             sys.stdout.flush()
             sys.stderr.flush()
             reply["id"] = message.get("id")

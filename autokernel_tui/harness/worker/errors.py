@@ -21,3 +21,20 @@ def one_line(text: str, limit: int = 240) -> str:
         return ""
     line = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def out_of_memory_in_disguise(exc: BaseException) -> bool:
+    """torch's caching allocator, out of GPU memory, asks NVML which processes hold memory; where NVML
+    does not start (the sandbox) that ends in an internal assert instead of the OutOfMemoryError (seen on
+    the H200, run 11: "NVML_SUCCESS == DriverAPI::get()->nvmlInit_v2_() INTERNAL ASSERT FAILED at
+    .../CUDACachingAllocator.cpp")."""
+    text = str(exc)
+    return "nvmlInit_v2_" in text and "CUDACachingAllocator" in text
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` on one line, an out-of-memory error said as one whatever torch raised."""
+    if out_of_memory_in_disguise(exc):
+        return ("CUDA out of memory (torch's own report of it failed: it asks NVML, which does not start in "
+                "the sandbox)")
+    return one_line(f"{type(exc).__name__}: {exc}")

@@ -19,7 +19,7 @@ import math
 import random
 import secrets
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any, Callable
 
@@ -40,6 +40,10 @@ from autokernel_tui.tasks.spec import Shape, TaskSpec, load_spec, owned_file_has
 
 CPU_DEVICE_NAME = "CPU (Triton interpreter)"
 BASE_CACHE_BYTES = {"cuda": 24 << 30, "cpu": 512 << 20}
+# Tasks whose reference and cached inputs the judge keeps (least recently used dropped): each may hold
+# BASE_CACHE_BYTES, and one judge serves every task of a run (KernelBench's 6 GB tensors ran the H200
+# out of memory after a few tasks, run 11)
+TASKS_KEPT = {"cuda": 2, "cpu": 8}
 BATCH_BYTES = {"cuda": 8 << 30, "cpu": 256 << 20}  # inputs + outputs a contestant holds for one timed batch
 FIRST_BATCH = 3  # GPU: reps of the first batch, whose median sizes the rest
 COMPARE_BATCHES = 4  # per config and side, at least
@@ -75,7 +79,7 @@ class JudgeState:
         self.device_name = torch.cuda.get_device_name() if self.cuda else CPU_DEVICE_NAME
         self.timing_meaningful = self.cuda
         self.base_seed = secrets.randbits(62)
-        self._refs: dict[str, tuple[Any, inputs_mod.InputBuilder]] = {}
+        self._refs: OrderedDict[str, tuple[Any, inputs_mod.InputBuilder]] = OrderedDict()
         self.baselines = BaselineCache(self.device_name, torch.__version__, persist=self.cuda)
         self.measured = roofline.load_measured(self.device_name, torch.__version__) if self.cuda else None
         self.flusher = L2Flusher(torch.device("cuda")) if self.cuda else None
@@ -104,6 +108,11 @@ class JudgeState:
         if digest not in self._refs:
             ref = load_reference(task_dir)
             self._refs[digest] = (ref, inputs_mod.InputBuilder(ref, self.device, BASE_CACHE_BYTES[self.device]))
+            while len(self._refs) > TASKS_KEPT[self.device]:
+                self._refs.popitem(last=False)
+                if self.cuda:
+                    torch.cuda.empty_cache()  # give the memory back for the contestant's process
+        self._refs.move_to_end(digest)
         ref, builder = self._refs[digest]
         return ref, digest, builder
 
