@@ -188,8 +188,9 @@ def _launchers(events, cpu_events) -> Callable:
     return launcher
 
 
-def collect(events, time_kind: str, default_dtype: str) -> list[OpCall]:
-    """Group device kernels (cuda) or aten self times (cpu) into op calls."""
+def collect(events, time_kind: str, default_dtype: str, named: dict[str, str] | None = None) -> list[OpCall]:
+    """Group device kernels (cuda) or aten self times (cpu) into op calls. ``named``: {kernel name:
+    family} of kernels known by name (verify's generated kernels), whatever launched them."""
     calls: dict[Any, OpCall] = {}
     if time_kind == "cuda":
         from torch.autograd import DeviceType
@@ -209,7 +210,7 @@ def collect(events, time_kind: str, default_dtype: str) -> list[OpCall]:
                  if e.name.startswith("aten::") and e.self_cpu_time_total > 0]
     for name, time_us, chain in units:
         names = [c.name for c in chain]
-        family, anchor_idx = cls.classify_detail(name, names, _causal(chain))
+        family, anchor_idx = cls.classify_detail(name, names, _causal(chain), named)
         anchor = _anchor(chain, anchor_idx)
         key = (id(anchor) if anchor is not None else ("kernel", name, len(calls)), family)
         call = calls.get(key)
@@ -268,7 +269,8 @@ def device_name(device: str) -> str:
     return "CPU"
 
 
-def profile_bundle(bundle, steps: int | None = None, warmup: int = 2, on_step=None) -> dict:
+def profile_bundle(bundle, steps: int | None = None, warmup: int = 2, on_step=None,
+                   named: dict[str, str] | None = None) -> dict:
     """Profile ``steps`` steps of a model bundle (after ``warmup``) into a profile dict (unranked).
 
     ``on_step(stage, done, total, seconds)``, for progress: called before the warm-up and after each
@@ -304,7 +306,7 @@ def profile_bundle(bundle, steps: int | None = None, warmup: int = 2, on_step=No
     time_kind = "cuda" if on_gpu else "cpu"
     events = prof.events()
     attach_dtypes(prof, events)
-    calls = collect(events, time_kind, bundle.dtype)
+    calls = collect(events, time_kind, bundle.dtype, named)
     ops = aggregate(calls, steps)
     total = sum(r["time_us"] for r in ops)
     if total <= 0:

@@ -171,14 +171,20 @@ def classify(kernel: str, ancestors: list[str] = (), causal: bool | None = None)
     return classify_detail(kernel, ancestors, causal)[0]
 
 
-def classify_detail(kernel: str, ancestors: list[str] = (), causal: bool | None = None) -> tuple[str, int | None]:
-    """(family, index in ``ancestors`` of the op that decided it, or None when the kernel name did)."""
+def classify_detail(kernel: str, ancestors: list[str] = (), causal: bool | None = None,
+                    named: dict[str, str] | None = None) -> tuple[str, int | None]:
+    """(family, index in ``ancestors`` of the op that decided it, or None when the kernel name did).
+    ``named``: {kernel name: family} for kernels known by name, below a label but above everything else."""
     ancestors = list(ancestors)
     family, anchor = None, None
     for i, name in enumerate(ancestors):  # labels are the most specific evidence: the innermost one wins
         parsed = parse_label(name)
         if parsed:
             family, anchor = parsed[0], i
+    if family is None and named and kernel in named:
+        # verify's generated kernels (Triton launched inside a label that the profiler of torch 2.11 on
+        # the H200 did not tie them to: run 11's conv kernels counted as other families)
+        family = named[kernel]
     if family is None:
         # The outermost specific op wins; a generic one (copy, elementwise...) only if nothing better.
         generic = None

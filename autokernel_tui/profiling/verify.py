@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import statistics
 
 from pathlib import Path
@@ -190,13 +191,13 @@ def _stats(xs: list[float]) -> dict:
     return {"median_us": statistics.median(xs), "p20_us": q(0.2), "p80_us": q(0.8), "n": len(xs)}
 
 
-def _family_times(bundle, model, steps: int, on_step=None) -> dict:
+def _family_times(bundle, model, steps: int, on_step=None, named: dict[str, str] | None = None) -> dict:
     from autokernel_tui.profiling.amdahl import rank
     from autokernel_tui.profiling.capture import profile_bundle
 
     b = copy.copy(bundle)
     b.model, b.train = model, False
-    prof = rank(profile_bundle(b, steps=steps, warmup=1, on_step=on_step))
+    prof = rank(profile_bundle(b, steps=steps, warmup=1, on_step=on_step, named=named))
     return {"total_us": prof["total_us"],
             "families": {f["family"]: {"time_us": f["time_us"], "kernels": [k["name"] for k in f["kernels"][:4]]}
                          for f in prof["families"]}}
@@ -229,6 +230,20 @@ def profiled_family(task: str, kernel_path: Path) -> str:
         return taskspec.load_spec(Path(kernel_path).parent).family
     except Exception:  # noqa: BLE001 - a task.toml that does not load: profile it under its name
         return task
+
+
+def generated_kernel_names(kernels: dict[str, Path]) -> dict[str, str]:
+    """{Triton kernel name: the family it is profiled under} for the generated tasks among ``kernels``
+    (a Triton kernel's name on the GPU is its function's name)."""
+    from autokernel_tui.profiling.graph_patch import is_generated
+
+    out = {}
+    for task, path in kernels.items():
+        if is_generated(path):
+            family = profiled_family(task, path)
+            text = Path(path).read_text(encoding="utf-8")
+            out.update(dict.fromkeys(re.findall(r"@triton\.jit\s*\n\s*def\s+(\w+)", text), family))
+    return out
 
 
 def patched_copy(original, kernels: dict[str, Path], families, inputs, custom_ops: bool = False):
@@ -350,7 +365,8 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
         return on_step
 
     prof0 = _family_times(bundle, original, steps, profiling("orig", "the original model"))
-    prof1 = _family_times(bundle, patched, steps, profiling("patched", "the model with the kernels"))
+    prof1 = _family_times(bundle, patched, steps, profiling("patched", "the model with the kernels"),
+                          named=generated_kernel_names({t: kernels[t] for t in counts if t in kernels}))
     fam_of = {t: profiled_family(t, kernels[t]) for t in counts if t in kernels}
     patched_fams = sorted({fam_of.get(t, t) for t, n in counts.items() if n})
     per_family = []

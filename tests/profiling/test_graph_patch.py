@@ -208,3 +208,21 @@ def test_sites_in_series_each_get_the_kernel(tmp_path):
     assert sum(counts.values()) == 3, counts  # every block's chain, though each feeds the next
     with torch.no_grad():
         torch.testing.assert_close(patched(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_profile_of_the_patched_model_knows_the_generated_kernels_by_name(convnet):
+    """On the H200 (torch 2.11) the patched ResNet's Triton convolutions were not tied to their label
+    and counted under other families, so verify printed the remaining cuDNN convolutions as the
+    family's time (run 11). The generated kernels' names now place them, below a label only."""
+    from autokernel_tui.profiling.classify import classify_detail
+    from autokernel_tui.profiling.verify import generated_kernel_names, profiled_family
+
+    _, _, kernels = convnet
+    names = generated_kernel_names(kernels)
+    assert "_conv_kernel" in names and "_gemm_kernel" in names
+    assert set(names.values()) == {profiled_family(t, p) for t, p in kernels.items()} == {"conv", "matmul"}
+    assert names["_conv_kernel"] == "conv"
+    assert classify_detail("_conv_kernel", [], named=names) == ("conv", None)
+    assert classify_detail("_conv_kernel", ["aten::copy_"], named=names)[0] == "conv"
+    assert classify_detail("_conv_kernel", ["autokernel::matmul"], named=names)[0] == "matmul"  # a label first
+    assert classify_detail("_conv_kernel", [])[0] != "conv"  # without the names: what run 11 saw
