@@ -142,7 +142,8 @@ def _reason_class(reason: str) -> str:
     for key, name in (("extern kernel", "library call the template does not write"),
                       ("took over", "starter timed out"), ("turned off", "starters off"),
                       ("meta device", "forward does not run on the meta device"),
-                      ("cpp", "Inductor made a C++ kernel"), ("does not match", "starter wrong"),
+                      ("out of gpu memory", "out of GPU memory"), ("out of memory", "out of GPU memory"),
+                      ("not a triton one", "Inductor made a C++ kernel"), ("does not match", "starter wrong"),
                       ("libdevice", "libdevice function without an interpreter stand-in")):
         if key in r:
             return name
