@@ -325,14 +325,42 @@ def _bmm(a, b, out=None):
 
 '''
 CONV = '''@triton.jit
+def _input_point(od, oh, ow, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw, D, H, WI, TRANSPOSED: tl.constexpr):
+    # The input point an output point reads at a kernel position (any broadcast of the two), and
+    # whether it exists. Transposed: the input points that land on the output, i = (o + p - k d) / s
+    # where s divides it.
+    if TRANSPOSED:
+        nd = od + pd - kd * dd
+        nh = oh + ph - kh * dh
+        nw = ow + pw - kw * dw
+        ok = (nd >= 0) & (nh >= 0) & (nw >= 0) & (nd % sd == 0) & (nh % sh == 0) & (nw % sw == 0)
+        i_d = nd // sd
+        i_h = nh // sh
+        i_w = nw // sw
+    else:
+        i_d = od * sd - pd + kd * dd
+        i_h = oh * sh - ph + kh * dh
+        i_w = ow * sw - pw + kw * dw
+        ok = (i_d >= 0) & (i_h >= 0) & (i_w >= 0)
+    return i_d, i_h, i_w, ok & (i_d < D) & (i_h < H) & (i_w < WI)
+
+
+@triton.jit
+def _unravel(i, A, B, C):
+    # i as (i % A, then B, then C, the rest): the digits of a mixed-radix index, fastest first
+    t = i // A
+    u = t // B
+    return i % A, t % B, u % C, u // C
+
+
+@triton.jit
 def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw,
                  sxn, sxc, sxd, sxh, sxw, swa, swb, swd, swh, sww, syn, syc, syd, syh, syw, sbias,
                  TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, FP32: tl.constexpr, WIDE: tl.constexpr,
                  BY_POSITION: tl.constexpr,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     # Implicit GEMM for one group (grid axis 2): rows are output points (n, od, oh, ow), columns the
-    # group's output channels, K over the group's input channels and kernel positions. Transposed, an
-    # output point reads the input points that land on it: i = (o + p - k d) / s where s divides it.
+    # group's output channels, K over the group's input channels and kernel positions.
     g = tl.program_id(2)
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
@@ -340,12 +368,7 @@ def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd
         rm = rm.to(tl.int64)
         rn = rn.to(tl.int64)
         g = g.to(tl.int64)
-    ow = rm % OW
-    t = rm // OW
-    oh = t % OH
-    t = t // OH
-    od = t % OD
-    n = t // OD
+    ow, oh, od, n = _unravel(rm, OW, OH, OD)
     oc = g * OCG + rn
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     if BY_POSITION:
@@ -356,20 +379,9 @@ def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd
             kw = pos % KW
             kh = (pos // KW) % KH
             kd = pos // (KW * KH)
-            if TRANSPOSED:
-                nd = od + pd - kd * dd
-                nh = oh + ph - kh * dh
-                nw = ow + pw - kw * dw
-                ok = (nd >= 0) & (nh >= 0) & (nw >= 0) & (nd % sd == 0) & (nh % sh == 0) & (nw % sw == 0)
-                i_d = nd // sd
-                i_h = nh // sh
-                i_w = nw // sw
-            else:
-                i_d = od * sd - pd + kd * dd
-                i_h = oh * sh - ph + kh * dh
-                i_w = ow * sw - pw + kw * dw
-                ok = (i_d >= 0) & (i_h >= 0) & (i_w >= 0)
-            ok = ok & (i_d < D) & (i_h < H) & (i_w < WI) & (rm < M)
+            i_d, i_h, i_w, ok = _input_point(od, oh, ow, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw, D, H, WI,
+                                             TRANSPOSED)
+            ok = ok & (rm < M)
             xrow = X + n * sxn + i_d * sxd + i_h * sxh + i_w * sxw
             wpos = kd * swd + kh * swh + kw * sww
             for c0 in range(0, CG, BK):
@@ -395,29 +407,15 @@ def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd
             kk = k0 + tl.arange(0, BK)
             if WIDE:
                 kk = kk.to(tl.int64)
-            kw = kk % KW
-            t2 = kk // KW
-            kh = t2 % KH
-            t2 = t2 // KH
-            kd = t2 % KD
-            c = t2 // KD
+            kw, kh, kd, c = _unravel(kk, KW, KH, KD)
             cin = g * CG + c
+            i_d, i_h, i_w, ok = _input_point(od[:, None], oh[:, None], ow[:, None], kd[None, :], kh[None, :],
+                                             kw[None, :], sd, sh, sw, pd, ph, pw, dd, dh, dw, D, H, WI, TRANSPOSED)
             if TRANSPOSED:
-                nd = od[:, None] + pd - kd[None, :] * dd
-                nh = oh[:, None] + ph - kh[None, :] * dh
-                nw = ow[:, None] + pw - kw[None, :] * dw
-                ok = (nd >= 0) & (nh >= 0) & (nw >= 0) & (nd % sd == 0) & (nh % sh == 0) & (nw % sw == 0)
-                i_d = nd // sd
-                i_h = nh // sh
-                i_w = nw // sw
                 wp = W + cin[:, None] * swa + rn[None, :] * swb
             else:
-                i_d = od[:, None] * sd - pd + kd[None, :] * dd
-                i_h = oh[:, None] * sh - ph + kh[None, :] * dh
-                i_w = ow[:, None] * sw - pw + kw[None, :] * dw
-                ok = (i_d >= 0) & (i_h >= 0) & (i_w >= 0)
                 wp = W + oc[None, :] * swa + c[:, None] * swb
-            inside = ok & (i_d < D) & (i_h < H) & (i_w < WI) & (rm[:, None] < M) & (kk[None, :] < ktot)
+            inside = ok & (rm[:, None] < M) & (kk[None, :] < ktot)
             a = tl.load(X + n[:, None] * sxn + cin[None, :] * sxc + i_d * sxd + i_h * sxh + i_w * sxw,
                         mask=inside, other=0.0)
             b = tl.load(wp + kd[:, None] * swd + kh[:, None] * swh + kw[:, None] * sww,
