@@ -112,9 +112,9 @@ class Timer:
     def __call__(self, fn, fresh, rep_bytes: int = 0) -> dict:
         """Median, p20, p80 (us) and count of ``fn`` timed by ``time_fresh``, ``fresh()`` giving each
         call its inputs; ``rep_bytes`` (inputs plus outputs of one call) bounds a batch as the judge's."""
-        from autokernel_tui.harness.worker.stages import BATCH_BYTES
+        from autokernel_tui.harness.worker import memory
 
-        limit = BATCH_BYTES["cuda" if self.device == "cuda" else "cpu"]
+        limit = memory.budget("cuda" if self.device == "cuda" else "cpu", "batch")
         batch = (lambda n: max(1, min(n, limit // rep_bytes))) if rep_bytes > 0 else None
         samples = steadiest(lambda: time_fresh(fn, fresh, self.flush, batch_size=batch), self.device == "cuda")
         p20, med, p80 = samples.pcts()

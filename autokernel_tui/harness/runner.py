@@ -386,10 +386,10 @@ class Harness:
                                              "source": source}, self.timeout_s + JUDGE_MARGIN_S)
                 if reply.get("ok"):
                     report = Report.from_dict(reply["report"])
-                else:  # a harness bug: this evaluation fails loudly, the caller carries on
+                else:  # the judge could not finish (a bug, or a said reason): fails loudly, the caller carries on
                     report = base
                     report.status, report.stage = "CRASH", "smoke"
-                    report.reason = f"harness error (please report): {reply.get('error')}"
+                    report.reason = reply.get("reason") or f"harness error (please report): {reply.get('error')}"
                 report.stderr_tail = tail
             except _Failure as failure:
                 report = base
@@ -440,6 +440,8 @@ class Harness:
                                          2 * self.timeout_s + JUDGE_MARGIN_S)
             except _Failure as failure:
                 return Comparison(1.0, 0.0, 0.0, False, 0, "", status=failure.status, reason=redact(failure.reason))
+        if not reply.get("ok") and reply.get("reason"):  # the judge said why it could not finish
+            return Comparison(1.0, 0.0, 0.0, False, 0, "", status="CRASH", reason=redact(reply["reason"]))
         if not reply.get("ok"):
             raise RuntimeError(f"harness judge error: {reply.get('error')}")
         if reply.get("status") != "PASS":

@@ -238,3 +238,67 @@ def test_out_of_memory_is_said_even_when_torchs_own_report_of_it_fails():
     assert "INTERNAL ASSERT" not in v.reason
     plain = candidate_error(RuntimeError("boom"), "x", "smoke")
     assert plain.reason == "x: kernel_fn raised RuntimeError: boom"
+
+
+class _CardState:
+    """What ``_retaken_if_out_of_memory`` reads of the judge: on a GPU, and dropping its caches."""
+    cuda = True
+
+    def __init__(self) -> None:
+        self.forgotten = 0
+
+    def forget_tasks(self) -> None:
+        self.forgotten += 1
+
+
+def _attempts(*outcomes):
+    """An attempt that gives (or raises) the next outcome each call."""
+    queue = list(outcomes)
+
+    def attempt():
+        out = queue.pop(0)
+        if isinstance(out, BaseException):
+            raise out
+        return out
+    return attempt
+
+
+def test_an_evaluation_out_of_gpu_memory_is_retaken_once_after_the_judge_drops_its_caches():
+    """KernelBench on an 80 GB H100 (run 12): 4 of 6 problems ran out of memory, the judge holding an
+    earlier task's 6 GB inputs beside the contestant. The judge drops every cache and tries once more."""
+    import torch
+    from autokernel_tui.harness.worker.judge import _retaken_if_out_of_memory
+
+    ok = {"ok": True, "report": {"status": "PASS", "reason": ""}}
+    st = _CardState()  # the judge itself ran out
+    assert _retaken_if_out_of_memory(st, _attempts(torch.OutOfMemoryError("CUDA out of memory"), ok)) is ok
+    assert st.forgotten == 1
+    st = _CardState()  # the contestant beside it did: its verdict says so
+    oom_report = {"ok": True, "report": {"status": "FAIL", "reason": "x: out of GPU memory: CUDA out of memory"}}
+    assert _retaken_if_out_of_memory(st, _attempts(oom_report, ok)) is ok and st.forgotten == 1
+    st = _CardState()  # a comparison's verdict
+    oom_compare = {"ok": True, "status": "FAIL", "reason": "x: out of GPU memory"}
+    assert _retaken_if_out_of_memory(st, _attempts(oom_compare, ok)) is ok and st.forgotten == 1
+    st = _CardState()  # out of memory again: said in one line, not as a harness bug
+    disguised = RuntimeError('NVML_SUCCESS == DriverAPI::get()->nvmlInit_v2_() INTERNAL ASSERT FAILED at '
+                             '"/pytorch/c10/cuda/CUDACachingAllocator.cpp":1135')
+    reply = _retaken_if_out_of_memory(st, _attempts(torch.OutOfMemoryError("a"), disguised))
+    assert reply["ok"] is False and reply["reason"].startswith("out of GPU memory in the judge")
+    assert "INTERNAL ASSERT" not in reply["reason"] and st.forgotten == 2
+    st = _CardState()  # a failure for another reason is not retaken
+    fail = {"ok": True, "report": {"status": "FAIL", "reason": "x: kernel_fn raised ValueError"}}
+    assert _retaken_if_out_of_memory(st, _attempts(fail, ok)) is fail and st.forgotten == 0
+    with pytest.raises(KeyError):
+        _retaken_if_out_of_memory(st, _attempts(KeyError("bug"), ok))
+    st.cuda = False  # the CPU: nothing shares a card, nothing retaken
+    assert _retaken_if_out_of_memory(st, _attempts(oom_report, ok)) is oom_report
+
+
+def test_the_harness_memory_budgets_leave_half_the_card_for_references_and_outputs(monkeypatch):
+    from autokernel_tui.harness.worker import memory
+
+    monkeypatch.setattr(memory, "card_bytes", lambda: 80 << 30)
+    held = sum(memory.budget("cuda", w) for w in ("judge", "contestant", "batch"))
+    assert 0 < held <= (80 << 30) // 2
+    assert memory.budget("cpu", "batch") == memory.CPU_BYTES["batch"]
+

@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 
 from autokernel_tui.harness import protocol
-from autokernel_tui.harness.worker import guards, inputs as inputs_mod, transfer
+from autokernel_tui.harness.worker import guards, inputs as inputs_mod, memory, transfer
 from autokernel_tui.harness.worker.correctness import as_tuple, check_inputs_unchanged, check_structure, \
     snapshot_inputs
 from autokernel_tui.harness.worker.device import start_cuda
@@ -38,7 +38,6 @@ from autokernel_tui.harness.worker.loading import load_module
 from autokernel_tui.harness.worker.reference import load_reference
 from autokernel_tui.harness.worker.timing import L2Flusher, time_as_called, time_reps, warm_up
 
-BASE_CACHE_BYTES = {"cuda": 24 << 30, "cpu": 512 << 20}
 FILE_SIZE_LIMIT = 8 << 30
 
 
@@ -96,7 +95,7 @@ class Contestant:
         if self.cuda:
             self.flusher = L2Flusher(torch.device("cuda"))
         ref = load_reference(task_dir)
-        self.builder = inputs_mod.InputBuilder(ref, self.device, BASE_CACHE_BYTES[self.device])
+        self.builder = inputs_mod.InputBuilder(ref, self.device, memory.budget(self.device, "contestant"))
         self.launches.install()
         self.snapshot = guards.IdentitySnapshot()
 

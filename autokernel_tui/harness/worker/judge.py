@@ -68,20 +68,55 @@ def _handle(state, message: dict) -> dict:
             ev.baseline(shape, dtype)
         return {"ok": True}
     if op == "evaluate":
-        t0 = time.perf_counter()
-        ev = Evaluation(state, Path(message["task_dir"]), bool(message.get("quick")))
-        report = ev.run(message["source"])
-        report.wall_s = time.perf_counter() - t0
-        return {"ok": True, "report": report.to_dict(), "replaced": state.pool.replaced}
+        def evaluate() -> dict:
+            t0 = time.perf_counter()
+            report = Evaluation(state, Path(message["task_dir"]), bool(message.get("quick"))).run(message["source"])
+            report.wall_s = time.perf_counter() - t0
+            return {"ok": True, "report": report.to_dict(), "replaced": state.pool.replaced}
+        return _retaken_if_out_of_memory(state, evaluate)
     if op == "compare":
-        ev = Evaluation(state, Path(message["task_dir"]), bool(message.get("quick")))
-        try:
-            result = ev.compare(message["candidate"], message["incumbent"], message.get("measure", "device"))
-        except Verdict as v:
-            return {"ok": True, "status": v.status, "reason": v.reason, "stage": v.stage,
-                    "replaced": state.pool.replaced}
-        return {"ok": True, "status": "PASS", **result, "replaced": state.pool.replaced}
+        def compare() -> dict:
+            ev = Evaluation(state, Path(message["task_dir"]), bool(message.get("quick")))
+            try:
+                result = ev.compare(message["candidate"], message["incumbent"], message.get("measure", "device"))
+            except Verdict as v:
+                return {"ok": True, "status": v.status, "reason": v.reason, "stage": v.stage,
+                        "replaced": state.pool.replaced}
+            return {"ok": True, "status": "PASS", **result, "replaced": state.pool.replaced}
+        return _retaken_if_out_of_memory(state, compare)
     return {"ok": False, "error": f"unknown op {op!r}"}
+
+
+def _says_out_of_memory(reply: dict) -> bool:
+    reason = (reply.get("report") or {}).get("reason") if "report" in reply else reply.get("reason")
+    return "out of GPU memory" in (reason or "")
+
+
+def _retaken_if_out_of_memory(state, attempt) -> dict:
+    """An evaluation that ran out of GPU memory (in the judge, or the contestant beside it) is taken again
+    once after the judge drops every cached input and reference: the judge and a contestant share the
+    card, and a big task's inputs kept from an earlier task are the usual cause (KernelBench on an 80 GB
+    H100, run 12). Out of memory again: said as such, in one line, not as a harness bug."""
+    from autokernel_tui.harness.worker import memory
+    from autokernel_tui.harness.worker.errors import describe
+    if not state.cuda:
+        return attempt()
+    try:
+        reply = attempt()
+        if not _says_out_of_memory(reply):
+            return reply
+    except BaseException as exc:  # noqa: BLE001 - only out of memory is retaken
+        if not memory.is_out_of_memory(exc):
+            raise
+    state.forget_tasks()
+    try:
+        return attempt()
+    except BaseException as exc:  # noqa: BLE001
+        if not memory.is_out_of_memory(exc):
+            raise
+        state.forget_tasks()
+        return {"ok": False, "reason": "out of GPU memory in the judge, also after dropping every cached input "
+                                       f"and trying again: {describe(exc)}"}
 
 
 def main(argv: list[str] | None = None) -> int:

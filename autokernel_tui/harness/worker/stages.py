@@ -27,7 +27,7 @@ import torch
 
 from autokernel_tui.harness import roofline, stats
 from autokernel_tui.harness.report import MEASURES, Report, ShapeResult, Summary
-from autokernel_tui.harness.worker import inputs as inputs_mod, transfer
+from autokernel_tui.harness.worker import inputs as inputs_mod, memory, transfer
 from autokernel_tui.harness.worker.baselines import BaselineCache
 from autokernel_tui.harness.worker.correctness import Errors, as_tuple, bitwise_equal, compare, precise_reference
 from autokernel_tui.harness.worker.device import start_cuda
@@ -39,12 +39,10 @@ from autokernel_tui.harness.worker.timing import (CPU_REPS, DISTURBED_SPREAD, L2
 from autokernel_tui.tasks.spec import Shape, TaskSpec, load_spec, owned_file_hashes
 
 CPU_DEVICE_NAME = "CPU (Triton interpreter)"
-BASE_CACHE_BYTES = {"cuda": 24 << 30, "cpu": 512 << 20}
-# Tasks whose reference and cached inputs the judge keeps (least recently used dropped): each may hold
-# BASE_CACHE_BYTES, and one judge serves every task of a run (KernelBench's 6 GB tensors ran the H200
-# out of memory after a few tasks, run 11)
+# Tasks whose reference and cached inputs the judge keeps (least recently used dropped): one judge serves
+# every task of a run (KernelBench's 6 GB tensors ran the H200 out of memory after a few tasks, run 11);
+# they share the judge's budget (``memory.budget(device, "judge")``) equally
 TASKS_KEPT = {"cuda": 2, "cpu": 8}
-BATCH_BYTES = {"cuda": 8 << 30, "cpu": 256 << 20}  # inputs + outputs a contestant holds for one timed batch
 FIRST_BATCH = 3  # GPU: reps of the first batch, whose median sizes the rest
 COMPARE_BATCHES = 4  # per config and side, at least
 VERIFY_PER_BATCH = {"cuda": 1, "cpu": 3}  # timed reps whose fingerprints are checked against the reference
@@ -103,15 +101,20 @@ class JudgeState:
             info.update(bandwidth_gbps=ceil.bandwidth_gbps, tflops=ceil.tflops, ceilings_source=ceil.source)
         return info
 
+    def forget_tasks(self) -> None:
+        """Drop every task's reference and cached inputs (built again when next needed)."""
+        self._refs.clear()
+        memory.release_cached()
+
     def reference(self, task_dir: Path) -> tuple[Any, str, inputs_mod.InputBuilder]:
         digest = hashlib.sha256("".join(sorted(owned_file_hashes(task_dir).values())).encode()).hexdigest()
         if digest not in self._refs:
             ref = load_reference(task_dir)
-            self._refs[digest] = (ref, inputs_mod.InputBuilder(ref, self.device, BASE_CACHE_BYTES[self.device]))
+            per_task = memory.budget(self.device, "judge") // TASKS_KEPT[self.device]
+            self._refs[digest] = (ref, inputs_mod.InputBuilder(ref, self.device, per_task))
             while len(self._refs) > TASKS_KEPT[self.device]:
                 self._refs.popitem(last=False)
-                if self.cuda:
-                    torch.cuda.empty_cache()  # give the memory back for the contestant's process
+                memory.release_cached()  # give the memory back for the contestant's process
         self._refs.move_to_end(digest)
         ref, builder = self._refs[digest]
         return ref, digest, builder
@@ -276,7 +279,7 @@ class Evaluation:
         """Reps per timed batch: ``wanted``, or fewer where inputs plus outputs would not fit."""
         sample = self.builder.build(self.recipe(shape, dtype))
         per_rep = _nbytes(sample) + _nbytes(as_tuple(self.ref.reference(*sample)))
-        return max(1, min(wanted, BATCH_BYTES[self.st.device] // max(per_rep, 1)))
+        return max(1, min(wanted, memory.budget(self.st.device, "batch") // max(per_rep, 1)))
 
     def timed_batch(self, c: ContestantProxy, shape: Shape, dtype: str, recipes: list[dict], warmup: int,
                     verify: list[int]) -> list[float]:

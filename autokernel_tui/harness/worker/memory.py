@@ -1,0 +1,43 @@
+"""How much memory the harness's caches and batches may hold: shares of the card, not fixed sizes.
+
+The judge and a contestant share one GPU, and the judge also builds the float64 reference of a
+checked output (twice the bytes of a float32 input and output). Fixed sizes (24 GB of cached inputs
+per task in the judge and in the contestant, 8 GB per timed batch) fitted the H200's 141 GB but ran
+KernelBench's 6 GB problems out of memory on an 80 GB H100 (run 12, 4 of 6 problems). The shares below
+leave about half the card for references, outputs and the kernel's own workspace.
+"""
+from __future__ import annotations
+
+import gc
+
+import torch
+
+# shares of the card's memory
+JUDGE_CACHE_SHARE = 0.20  # the judge's cached base inputs, over every task it keeps
+CONTESTANT_CACHE_SHARE = 0.12  # a contestant's cached base inputs
+BATCH_SHARE = 0.08  # inputs + outputs a contestant holds for one timed batch
+CPU_BYTES = {"judge": 4 << 30, "contestant": 512 << 20, "batch": 256 << 20}
+_SHARES = {"judge": JUDGE_CACHE_SHARE, "contestant": CONTESTANT_CACHE_SHARE, "batch": BATCH_SHARE}
+
+
+def card_bytes() -> int:
+    return int(torch.cuda.get_device_properties(0).total_memory)
+
+
+def budget(device: str, what: str) -> int:
+    """Bytes for ``what`` ("judge", "contestant" or "batch") on ``device``."""
+    if device != "cuda":
+        return CPU_BYTES[what]
+    return int(_SHARES[what] * card_bytes())
+
+
+def release_cached() -> None:
+    """Give freed blocks back to the driver, so the other process on the card can have them."""
+    gc.collect()
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    from autokernel_tui.harness.worker.errors import out_of_memory_in_disguise
+    return isinstance(exc, torch.OutOfMemoryError) or out_of_memory_in_disguise(exc)
