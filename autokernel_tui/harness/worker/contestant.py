@@ -33,7 +33,7 @@ from autokernel_tui.harness.worker import guards, inputs as inputs_mod, memory, 
 from autokernel_tui.harness.worker.correctness import as_tuple, check_inputs_unchanged, check_structure, \
     snapshot_inputs
 from autokernel_tui.harness.worker.device import start_cuda
-from autokernel_tui.harness.worker.errors import Verdict, describe, one_line, out_of_memory_in_disguise
+from autokernel_tui.harness.worker.errors import OUT_OF_MEMORY, Verdict, describe, one_line
 from autokernel_tui.harness.worker.loading import load_module
 from autokernel_tui.harness.worker.reference import load_reference
 from autokernel_tui.harness.worker.timing import L2Flusher, time_as_called, time_reps, warm_up
@@ -49,8 +49,8 @@ def candidate_error(exc: BaseException, where: str, stage: str) -> Verdict:
     text = str(exc)
     if "CUDA error" in text or "illegal memory access" in text or type(exc).__name__ == "AcceleratorError":
         return Verdict("CRASH", stage, f"{where}: {msg} (CUDA context poisoned)", restart=True)
-    if isinstance(exc, torch.OutOfMemoryError) or out_of_memory_in_disguise(exc):
-        return Verdict("FAIL", stage, f"{where}: out of GPU memory: {msg}")
+    if memory.is_out_of_memory(exc):
+        return Verdict("FAIL", stage, f"{where}: {OUT_OF_MEMORY}: {msg}")
     return Verdict("FAIL", stage, f"{where}: kernel_fn raised {msg}")
 
 

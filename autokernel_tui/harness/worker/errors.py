@@ -23,6 +23,10 @@ def one_line(text: str, limit: int = 240) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+# How a verdict says the GPU ran out of memory; the judge retakes an evaluation whose reason says it
+OUT_OF_MEMORY = "out of GPU memory"
+
+
 def out_of_memory_in_disguise(exc: BaseException) -> bool:
     """torch's caching allocator, out of GPU memory, asks NVML which processes hold memory; where NVML
     does not start (the sandbox) that ends in an internal assert instead of the OutOfMemoryError (seen on

@@ -89,7 +89,8 @@ def _handle(state, message: dict) -> dict:
 
 def _says_out_of_memory(reply: dict) -> bool:
     reason = (reply.get("report") or {}).get("reason") if "report" in reply else reply.get("reason")
-    return "out of GPU memory" in (reason or "")
+    from autokernel_tui.harness.worker.errors import OUT_OF_MEMORY
+    return OUT_OF_MEMORY in (reason or "")
 
 
 def _retaken_if_out_of_memory(state, attempt) -> dict:
@@ -98,7 +99,7 @@ def _retaken_if_out_of_memory(state, attempt) -> dict:
     card, and a big task's inputs kept from an earlier task are the usual cause (KernelBench on an 80 GB
     H100, run 12). Out of memory again: said as such, in one line, not as a harness bug."""
     from autokernel_tui.harness.worker import memory
-    from autokernel_tui.harness.worker.errors import describe
+    from autokernel_tui.harness.worker.errors import OUT_OF_MEMORY, describe
     if not state.cuda:
         return attempt()
     try:
@@ -115,7 +116,7 @@ def _retaken_if_out_of_memory(state, attempt) -> dict:
         if not memory.is_out_of_memory(exc):
             raise
         state.forget_tasks()
-        return {"ok": False, "reason": "out of GPU memory in the judge, also after dropping every cached input "
+        return {"ok": False, "reason": f"{OUT_OF_MEMORY} in the judge, also after dropping every cached input "
                                        f"and trying again: {describe(exc)}"}
 
 

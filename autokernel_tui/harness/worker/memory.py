@@ -12,6 +12,8 @@ import gc
 
 import torch
 
+from autokernel_tui.harness.worker.errors import out_of_memory_in_disguise
+
 # shares of the card's memory
 JUDGE_CACHE_SHARE = 0.20  # the judge's cached base inputs, over every task it keeps
 CONTESTANT_CACHE_SHARE = 0.12  # a contestant's cached base inputs
@@ -39,5 +41,4 @@ def release_cached() -> None:
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
-    from autokernel_tui.harness.worker.errors import out_of_memory_in_disguise
     return isinstance(exc, torch.OutOfMemoryError) or out_of_memory_in_disguise(exc)
