@@ -1,0 +1,7 @@
+# sample GPU memory per process with its command line, every 2 s, until killed
+while true; do
+  date +%T
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>/dev/null | while IFS=, read pid mem; do
+    echo "  $pid $mem $(ps -o args= -p $pid 2>/dev/null | cut -c1-150)"; done
+  sleep 2
+done
