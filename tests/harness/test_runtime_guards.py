@@ -302,3 +302,39 @@ def test_the_harness_memory_budgets_leave_half_the_card_for_references_and_outpu
     assert 0 < held <= (80 << 30) // 2
     assert memory.budget("cpu", "batch") == memory.CPU_BYTES["batch"]
 
+
+
+def test_dropping_the_judges_caches_also_ends_its_warm_contestants(judge, tiny_task):
+    """Run 13 (H200): a warm contestant held 51 GB while the judge needed 12 GB more. The retake's
+    forget_tasks ends the warm ones; the next evaluation gets a fresh contestant and still passes."""
+    from autokernel_tui.harness.worker.stages import Evaluation
+    assert Evaluation(judge, tiny_task, quick=True).run(GOOD).status == "PASS"
+    warm = [p.pid for p in judge.pool._live]
+    assert warm and all(p.alive for p in judge.pool._live)
+    judge.forget_tasks()
+    assert judge.pool._live == [] and not judge._refs
+    report = Evaluation(judge, tiny_task, quick=True).run(GOOD)
+    assert report.status == "PASS", report.reason
+    assert not set(warm) & {p.pid for p in judge.pool._live}
+
+
+def test_a_contestant_kept_warm_keeps_only_an_idle_share_of_its_inputs():
+    import torch
+    from autokernel_tui.harness.worker.inputs import InputBuilder, nbytes
+
+    class Ref:
+        @staticmethod
+        def make_inputs(dims, dtype, device, seed):
+            return (torch.zeros(dims["N"], dtype=dtype),)
+
+    b = InputBuilder(Ref, "cpu", cache_bytes=1 << 20)
+    for seed in range(3):
+        b.base({"N": 1024}, "float32", seed)  # 4 KB each
+    assert len(b._base) == 3
+    b.base({"N": 1 << 20}, "float32", 9)  # 4 MB, over the cache: the evaluation's own set stays
+    assert len(b._base) == 1 and nbytes(next(iter(b._base.values()))) == 4 << 20
+    b.trim(64 << 10)  # idle: nothing that large is kept
+    assert b._base == {}
+    b.base({"N": 1024}, "float32", 0)
+    b.trim(64 << 10)
+    assert len(b._base) == 1

@@ -110,6 +110,31 @@ def test_compare_needs_elementwise_and_relative_l2_agreement():
     assert not compare(torch.tensor([1.0, 1.0]), inf_ref, 1e-3, 1e-3, 1e-3).ok
 
 
+def test_a_check_in_chunks_reads_what_one_whole_check_reads(monkeypatch):
+    # KernelBench's 6.4 GB outputs are checked a chunk at a time: the verdict, the errors and the reason
+    # must not depend on where the chunks fall (specials, a NaN, the fp16 rounding floor in other chunks).
+    import torch
+    from autokernel_tui.harness.worker import correctness
+
+    g = torch.Generator().manual_seed(1)
+    ref = torch.randn(1000, generator=g, dtype=torch.float64)
+    ref[[3, 517]] = torch.tensor([float("inf"), float("nan")], dtype=torch.float64)
+    near = ref.float() * (1 + 1e-4 * torch.randn(1000, generator=g))
+    off = near.clone()
+    off[[10, 700, 999]] += 1.0
+    cases = [(near, 1e-3), (off, 1e-3), (ref.half(), 1e-6), (off.half(), 1e-2)]
+    nan_out = near.clone()
+    nan_out[800] = float("nan")
+    cases.append((nan_out, 1e-3))
+    whole = [correctness.compare(o, ref, 1e-3, 1e-3, m) for o, m in cases]
+    monkeypatch.setattr(correctness, "CHECK_CHUNK", 7)
+    chunked = [correctness.compare(o, ref, 1e-3, 1e-3, m) for o, m in cases]
+    assert [e.ok for e in whole] == [True, False, True, False, False]
+    for w, c in zip(whole, chunked):
+        assert (w.ok, w.detail.split(",")[0]) == (c.ok, c.detail.split(",")[0])
+        assert c.max_abs_err == pytest.approx(w.max_abs_err) and c.rel_l2_err == pytest.approx(w.rel_l2_err)
+
+
 def test_a_16_bit_output_is_held_to_what_its_dtype_can_hold():
     # Cross-entropy gradients at 8192 x 50257 are ~1/(rows x vocab): fp16 rounds many to zero, so
     # even the reference rounded to fp16 misses max_rel_l2; the bound becomes twice that rounding's error.

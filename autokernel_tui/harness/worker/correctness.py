@@ -109,41 +109,58 @@ class Errors:
 ROUNDING_FACTOR = 2.0
 
 
-def rounding_floor(ref: torch.Tensor, dtype: torch.dtype, ref_norm: float) -> float:
-    """rel_l2 of ``ref`` (float64) rounded to ``dtype``: what the best possible output errs by."""
-    if dtype not in (torch.float16, torch.bfloat16) or ref_norm <= 0 or not ref.numel():
-        return 0.0
-    return float(torch.linalg.vector_norm(ref.to(dtype).double() - ref)) / ref_norm
+# Elements per float64 chunk of a check (256 MB): KernelBench's 6.4 GB float32 outputs became a 12.9 GB
+# double plus as many again for the differences and masks, and the judge ran out of memory on 141 GB
+# (run 13, H200). Chunked, a check holds a few chunks beside the output and its reference.
+CHECK_CHUNK = 1 << 25
+
+
+def _specials_match(o: torch.Tensor, r: torch.Tensor, finite: torch.Tensor) -> bool:
+    """Where the reference itself is inf/nan, the output must match it exactly."""
+    o_s, r_s = o[~finite], r[~finite]
+    nan = torch.isnan(r_s)
+    return bool(torch.equal(torch.isnan(o_s), nan)) and bool((o_s[~nan] == r_s[~nan]).all())
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, max_rel_l2: float) -> Errors:
-    o = out.detach().double()
-    r = ref.detach().double()
-    finite = torch.isfinite(r)
-    if bool(finite.all()):  # the common case: no boolean-mask copies of big tensors
-        special_ok, of, rf = True, o, r
+    """Elementwise and relative-L2 checks in float64, a chunk at a time (sums read back once at the end)."""
+    special_ok = True
+    n_bad = n_checked = 0
+    sums = []  # per chunk: [sum |ref|^2, sum |diff|^2, max |diff|, any nan in diff, rounding error^2]
+    low = out.dtype in (torch.float16, torch.bfloat16)
+    for o, r in zip(out.detach().reshape(-1).split(CHECK_CHUNK), ref.detach().reshape(-1).split(CHECK_CHUNK)):
+        o, r = o.double(), r.double()
+        finite = torch.isfinite(r)
+        if bool(finite.all()):  # the common case: no boolean-mask copies of big tensors
+            of, rf = o, r
+        else:
+            special_ok = special_ok and _specials_match(o, r, finite)
+            of, rf = o[finite], r[finite]
+        if not of.numel():
+            continue
+        diff = (of - rf).abs()
+        n_bad += int((~(diff <= atol + rtol * rf.abs())).sum())  # NaN in the output counts as bad
+        n_checked += diff.numel()
+        rounding = (rf.to(out.dtype).double() - rf).square().sum() if low else rf.new_zeros(())
+        sums.append(torch.stack([rf.square().sum(), diff.square().sum(), diff.max(),
+                                 torch.isnan(diff).any().double(), rounding]))
+    if sums:
+        ref_sq, err_sq, max_abs, any_nan, round_sq = (torch.stack(sums).T.tolist() if len(sums) > 1
+                                                      else [[v] for v in sums[0].tolist()])
+        ref_norm = math.sqrt(sum(ref_sq))
+        max_abs = math.inf if any(any_nan) else max(max_abs)
+        err_norm = math.inf if max_abs == math.inf else math.sqrt(sum(err_sq))
+        floor = math.sqrt(sum(round_sq)) / ref_norm if ref_norm > 0 else 0.0
     else:
-        # Where the reference itself is inf/nan, the output must match it exactly.
-        special_ok = bool(torch.equal(torch.isnan(o[~finite]), torch.isnan(r[~finite]))) and bool(
-            (o[~finite & ~torch.isnan(r)] == r[~finite & ~torch.isnan(r)]).all())
-        of, rf = o[finite], r[finite]
-    diff = (of - rf).abs()
-    if diff.numel():
-        bad = ~(diff <= atol + rtol * rf.abs())  # NaN in the output counts as bad
-        n_bad = int(bad.sum())
-        max_abs = float(diff.max()) if not bool(torch.isnan(diff).any()) else math.inf
-        ref_norm = float(torch.linalg.vector_norm(rf))
-        err_norm = float(torch.linalg.vector_norm(diff)) if max_abs != math.inf else math.inf
-    else:
-        n_bad, max_abs, ref_norm, err_norm = 0, 0.0, 0.0, 0.0
+        ref_norm, max_abs, err_norm, floor = 0.0, 0.0, 0.0, 0.0
     rel_l2 = err_norm / ref_norm if ref_norm > 0 else err_norm
-    max_rel_l2 = max(max_rel_l2, ROUNDING_FACTOR * rounding_floor(rf, out.dtype, ref_norm))
+    max_rel_l2 = max(max_rel_l2, ROUNDING_FACTOR * floor)
     ok = special_ok and n_bad == 0 and rel_l2 <= max_rel_l2
     detail = ""
     if not special_ok:
         detail = "inf/nan positions differ from the reference"
     elif n_bad:
-        detail = (f"{n_bad} of {diff.numel()} elements outside atol {atol:g} + rtol {rtol:g}, "
+        detail = (f"{n_bad} of {n_checked} elements outside atol {atol:g} + rtol {rtol:g}, "
                   f"max_abs_err {max_abs:.3g}, rel_l2 {rel_l2:.3g}")
     elif rel_l2 > max_rel_l2:
         detail = f"rel_l2 {rel_l2:.3g} > {max_rel_l2:g}"

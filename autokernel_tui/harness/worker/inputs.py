@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import torch
 
 FINGERPRINT_CHUNK = 1 << 24
+PERTURB_CHUNK = 1 << 25  # elements scaled at a time (a 128 MB float32 factor)
 
 
 def perturb(inputs: tuple, gen: torch.Generator) -> tuple:
@@ -30,14 +31,30 @@ def perturb(inputs: tuple, gen: torch.Generator) -> tuple:
     out = []
     for t in inputs:
         if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
-            r = torch.rand(t.shape, generator=gen, device=t.device, dtype=torch.float32)
-            out.append((t.float() * r.add_(0.5)).to(t.dtype))
+            out.append(_scaled(t, gen))
         elif isinstance(t, torch.Tensor) and t.numel() > 1 and t.dtype != torch.bool:
             perm = torch.randperm(t.numel(), generator=gen, device=t.device)
             out.append(t.reshape(-1)[perm].reshape(t.shape))
         else:
             out.append(t)
     return tuple(out)
+
+
+def _scaled(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """``t`` with each element scaled by its own factor in [0.5, 1.5), a chunk at a time: a whole float32
+    copy and a whole factor tensor of a 6.4 GB input (KernelBench's) were 13 GB more at the peak."""
+    if not t.is_contiguous():  # a strided input keeps its layout (TensorIterator's), as built whole
+        r = torch.rand(t.shape, generator=gen, device=t.device, dtype=torch.float32)
+        return (t.float() * r.add_(0.5)).to(t.dtype)
+    out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    for src, dst in zip(t.view(-1).split(PERTURB_CHUNK), out.view(-1).split(PERTURB_CHUNK)):
+        r = torch.rand(src.shape, generator=gen, device=t.device, dtype=torch.float32)
+        dst.copy_(src.float() * r.add_(0.5))
+    return out
+
+
+def nbytes(inputs: tuple) -> int:
+    return sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
 
 
 class InputBuilder:
@@ -60,11 +77,15 @@ class InputBuilder:
             self._evict()
         return self._base[key]
 
-    def _evict(self) -> None:
-        def size(inputs):
-            return sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
-        while len(self._base) > 1 and sum(size(v) for v in self._base.values()) > self.cache_bytes:
+    def _evict(self, limit: int | None = None, keep: int = 1) -> None:
+        """Oldest first, until the cache fits ``limit`` (default: its own size) or ``keep`` sets are left."""
+        limit = self.cache_bytes if limit is None else limit
+        while len(self._base) > keep and sum(nbytes(v) for v in self._base.values()) > limit:
             self._base.pop(next(iter(self._base)))
+
+    def trim(self, limit: int) -> None:
+        """Between evaluations: keep only what fits ``limit``, possibly nothing."""
+        self._evict(limit, keep=0)
 
     def build(self, recipe: dict) -> tuple:
         inputs = self.base(recipe["dims"], recipe["dtype"], int(recipe["base_seed"]))
@@ -138,9 +159,12 @@ def fingerprint_bound(ref: torch.Tensor, seed: int, max_rel_l2: float) -> tuple[
     if not flat.numel():
         return 0.0, 1e-30
     w = _weights(flat.numel(), seed, flat.device)
-    d, wd = flat.double(), w.double()
-    ref_fp, ref_norm, w_norm, abs_sum = torch.stack([
-        _dot(flat, w), torch.linalg.vector_norm(d), torch.linalg.vector_norm(wd), (d.abs() * wd.abs()).sum()]).tolist()
+    sums = []  # in float64 a chunk at a time: no whole double copy of a many-GB output
+    for a, b in zip(flat.split(FINGERPRINT_CHUNK), w.split(FINGERPRINT_CHUNK)):
+        d, wd = a.double(), b.double()
+        sums.append(torch.stack([d.square().sum(), wd.square().sum(), (d.abs() * wd.abs()).sum()]))
+    ref_fp, ref_sq, w_sq, abs_sum = torch.cat([_dot(flat, w).reshape(1), torch.stack(sums).sum(0)]).tolist()
+    ref_norm, w_norm = math.sqrt(ref_sq), math.sqrt(w_sq)
     bound = max_rel_l2 * (ref_norm if ref_norm > 0 else 1.0) * w_norm + 1e-5 * abs_sum + 1e-30
     return ref_fp, bound
 

@@ -18,8 +18,15 @@ from autokernel_tui.harness.worker.errors import out_of_memory_in_disguise
 JUDGE_CACHE_SHARE = 0.20  # the judge's cached base inputs, over every task it keeps
 CONTESTANT_CACHE_SHARE = 0.12  # a contestant's cached base inputs
 BATCH_SHARE = 0.08  # inputs + outputs a contestant holds for one timed batch
-CPU_BYTES = {"judge": 4 << 30, "contestant": 512 << 20, "batch": 256 << 20}
-_SHARES = {"judge": JUDGE_CACHE_SHARE, "contestant": CONTESTANT_CACHE_SHARE, "batch": BATCH_SHARE}
+# A warm contestant between evaluations (up to four are kept): the base inputs it may keep for its next
+# evaluation. Run 13 (H200): a warm contestant held 51 GB beside a judge that needed 12 GB more.
+IDLE_SHARE = 0.02
+CPU_BYTES = {"judge": 4 << 30, "contestant": 512 << 20, "batch": 256 << 20, "idle": 64 << 20}
+_SHARES = {"judge": JUDGE_CACHE_SHARE, "contestant": CONTESTANT_CACHE_SHARE, "batch": BATCH_SHARE,
+           "idle": IDLE_SHARE}
+# Freed blocks the caching allocator may keep reserved before they are given back to the driver (a
+# warm contestant's allocator otherwise keeps its evaluation's peak for the judge and the others).
+SLACK_BYTES = 1 << 30
 
 
 def card_bytes() -> int:
@@ -27,7 +34,7 @@ def card_bytes() -> int:
 
 
 def budget(device: str, what: str) -> int:
-    """Bytes for ``what`` ("judge", "contestant" or "batch") on ``device``."""
+    """Bytes for ``what`` ("judge", "contestant", "batch" or "idle") on ``device``."""
     if device != "cuda":
         return CPU_BYTES[what]
     return int(_SHARES[what] * card_bytes())
@@ -38,6 +45,13 @@ def release_cached() -> None:
     gc.collect()
     if torch.cuda.is_initialized():
         torch.cuda.empty_cache()
+
+
+def trim() -> None:
+    """``release_cached`` when the allocator keeps more than SLACK_BYTES it does not use (only then: a
+    collection costs milliseconds, and small tasks never get there)."""
+    if torch.cuda.is_initialized() and torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > SLACK_BYTES:
+        release_cached()
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

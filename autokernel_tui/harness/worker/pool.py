@@ -251,7 +251,7 @@ class ContestantPool:
                 self.replaced += 1
         else:
             try:
-                proxy.request({"op": "drop", "sets": True}, "timing")
+                proxy.request({"op": "drop", "sets": True, "idle": True}, "timing")
             except Verdict:
                 self._retire(proxy)
         while len(self._live) > MAX_LIVE:
@@ -260,6 +260,11 @@ class ContestantPool:
             self._ask({"op": "sweep", "keep": [p.pid for p in self._spares + self._live]})
         except (OSError, ValueError):
             pass
+
+    def retire_warm(self) -> None:
+        """Every warm contestant ends (their memory back to the card); spares, which hold none, stay."""
+        for proxy in list(self._live):
+            self._retire(proxy)
 
     def _retire(self, proxy: ContestantProxy) -> None:
         proxy.kill()

@@ -102,8 +102,10 @@ class JudgeState:
         return info
 
     def forget_tasks(self) -> None:
-        """Drop every task's reference and cached inputs (built again when next needed)."""
+        """Drop every task's reference and cached inputs (built again when next needed), and end the warm
+        contestants, whose inputs and allocators hold memory of their own."""
         self._refs.clear()
+        self.pool.retire_warm()
         memory.release_cached()
 
     def reference(self, task_dir: Path) -> tuple[Any, str, inputs_mod.InputBuilder]:
@@ -118,10 +120,6 @@ class JudgeState:
         self._refs.move_to_end(digest)
         ref, builder = self._refs[digest]
         return ref, digest, builder
-
-
-def _nbytes(values: Any) -> int:
-    return sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
 
 
 class Evaluation:
@@ -278,7 +276,7 @@ class Evaluation:
     def batch_size(self, shape: Shape, dtype: str, wanted: int) -> int:
         """Reps per timed batch: ``wanted``, or fewer where inputs plus outputs would not fit."""
         sample = self.builder.build(self.recipe(shape, dtype))
-        per_rep = _nbytes(sample) + _nbytes(as_tuple(self.ref.reference(*sample)))
+        per_rep = inputs_mod.nbytes(sample) + inputs_mod.nbytes(as_tuple(self.ref.reference(*sample)))
         return max(1, min(wanted, memory.budget(self.st.device, "batch") // max(per_rep, 1)))
 
     def timed_batch(self, c: ContestantProxy, shape: Shape, dtype: str, recipes: list[dict], warmup: int,
