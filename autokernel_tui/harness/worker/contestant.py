@@ -221,9 +221,10 @@ class Contestant:
         self.batch, self.last = [], ()
         if msg.get("sets"):
             self.sets.clear()
-        if msg.get("idle") and self.builder is not None:  # kept warm: hold little while others work
-            self.builder.trim(memory.budget(self.device, "idle"))
-        memory.trim()
+        if msg.get("idle") and memory.short():  # kept warm while the card is short: hold little
+            if self.builder is not None:
+                self.builder.trim(memory.budget(self.device, "idle"))
+            memory.release_cached()
         return {}
 
     HANDLERS = {"assign": assign, "call": call, "refill": refill, "time": time, "time_as_called": time_as_called,
