@@ -206,3 +206,19 @@ def test_a_disturbed_shape_is_counted_but_never_averaged_into_a_speedup():
     assert everything_disturbed.disturbed_shapes == 1  # still summarized, and says so
 
 
+
+
+def test_one_weight_vector_per_output_serves_a_whole_batch_and_still_tells_reps_apart():
+    import torch
+    from autokernel_tui.harness.worker import inputs
+
+    g = torch.Generator().manual_seed(3)
+    reps = [(torch.randn(257, generator=g), torch.randn(3, 5, generator=g)) for _ in range(4)]
+    got = inputs.fingerprint_batch(reps, seed=99)
+    for r, outs in enumerate(reps):  # output i of every rep under seed + i: what the judge checks against
+        for i, o in enumerate(outs):
+            ref_fp, bound = inputs.fingerprint_bound(o.double(), 99 + i, 1e-6)
+            assert inputs.fingerprint_ok(got[r][i], ref_fp, bound)
+    replayed = inputs.fingerprint_batch([reps[0], reps[0]], seed=99)  # rep 1 hands back rep 0's outputs
+    ref_fp, bound = inputs.fingerprint_bound(reps[1][0].double(), 99, 1e-3)
+    assert not inputs.fingerprint_ok(replayed[1][0], ref_fp, bound)
