@@ -50,3 +50,14 @@ def test_compile_reference_compiles_in_the_default_mode():
     compiled = timing.compile_reference(lambda x: x * 2 + 1, (torch.ones(4),))  # Inductor's C++ on the CPU
     assert compiled.note == "compiled" and compiled.seconds > 0
     assert torch.equal(compiled.fn(torch.ones(4)), torch.full((4,), 3.0))
+
+
+def test_a_host_heavy_kernel_gets_a_gpu_lead_longer_than_its_host_time():
+    # Run 13 (H200): flash_attention's kernel_fn took 230 us on the host, past the default ~100 us spin,
+    # so its timed calls waited on the host. The lead covers the p80 host time with room, within a cap.
+    assert timing.lead_for([]) == 0.0
+    assert timing.lead_for([20.0] * 9 + [400.0]) == pytest.approx(timing.LEAD_FACTOR * 20.0)  # p80: one stall
+    heavy = [230.0 + i for i in range(10)]
+    assert timing.lead_for(heavy) * timing.SPIN_CYCLES_PER_US > timing.HOST_LEAD_CYCLES
+    assert timing.lead_for(heavy) >= max(heavy)
+    assert timing.lead_for([1e6]) == timing.MAX_LEAD_US

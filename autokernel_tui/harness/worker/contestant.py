@@ -187,11 +187,12 @@ class Contestant:
         try:
             if msg.get("warmup"):
                 warm_up(self.fn, sets[0], int(msg["warmup"]))
-            before, outs = time_reps(self.fn, sets[:split], self.flusher)
+            lead = max(0.0, float(msg.get("lead_us") or 0.0))
+            before, outs = time_reps(self.fn, sets[:split], self.flusher, lead)
             spied = self.builder.build(msg["recipes"][split % len(sets)])
             with recorder:
                 self.fn(*spied)
-            after, more = time_reps(self.fn, sets[split:], self.flusher)
+            after, more = time_reps(self.fn, sets[split:], self.flusher, lead)
         except BaseException as exc:  # noqa: BLE001
             raise candidate_error(exc, f"{where} (timing)", "timing") from None
         self._after_candidate_code("timing", f"{where} (timed run)", threads)

@@ -35,7 +35,7 @@ from autokernel_tui.harness.worker.errors import Verdict
 from autokernel_tui.harness.worker.reference import load_reference
 from autokernel_tui.harness.worker.pool import ContestantPool, ContestantProxy
 from autokernel_tui.harness.worker.timing import (CPU_REPS, DISTURBED_SPREAD, L2Flusher, Samples, compile_reference,
-                                                  reps_for, steadiest, time_as_called, time_fresh)
+                                                  lead_for, reps_for, steadiest, time_as_called, time_fresh)
 from autokernel_tui.tasks.spec import Shape, TaskSpec, load_spec, owned_file_hashes
 
 CPU_DEVICE_NAME = "CPU (Triton interpreter)"
@@ -280,10 +280,12 @@ class Evaluation:
         return max(1, min(wanted, memory.budget(self.st.device, "batch") // max(per_rep, 1)))
 
     def timed_batch(self, c: ContestantProxy, shape: Shape, dtype: str, recipes: list[dict], warmup: int,
-                    verify: list[int]) -> list[float]:
-        """One batch of timed calls in ``c``; its fingerprints checked at ``verify`` (rep indices)."""
+                    verify: list[int], lead_us: float = 0.0) -> list[float]:
+        """One batch of timed calls in ``c``; its fingerprints checked at ``verify`` (rep indices); the GPU
+        spins ``lead_us`` (at least the default lead) before each call."""
         where = f"{shape.name} {dtype}"
         reply, t_time = c.request({"op": "time", "recipes": recipes, "warmup": warmup, "where": where,
+                                   "lead_us": lead_us,
                                    "stage": "timing", "forbidden_ops": list(self.spec.forbidden_ops)}, "timing")
         times = [float(t) for t in reply.get("times_us", [])]
         host = reply.get("host_us")
@@ -345,12 +347,13 @@ class Evaluation:
         times = self.timed_batch(c, shape, dtype, first, 2, self.rng.sample(range(FIRST_BATCH), 1))
         total = reps_for(stats.median(times))
         size = self.batch_size(shape, dtype, total)
+        lead = lead_for(self.host_us.get(f"{shape.name} {dtype}", []))
         fetch_batch = self.rng.randrange(max(1, -(-(total - len(times)) // size)))
         b = 0
         while len(times) < total:
             recipes = [self.recipe(shape, dtype) for _ in range(min(size, total - len(times)))]
             verify = self.rng.sample(range(len(recipes)), min(VERIFY_PER_BATCH[dev], len(recipes)))
-            times += self.timed_batch(c, shape, dtype, recipes, 0, verify)
+            times += self.timed_batch(c, shape, dtype, recipes, 0, verify, lead)
             if b == fetch_batch:
                 self.fetch_and_check(c, shape, dtype, recipes[verify[0]], verify[0])
             b += 1
@@ -539,8 +542,9 @@ def compare_run(ev: Evaluation, candidate_source: str, incumbent_source: str,
                 size = max(1, min(ev.batch_size(shape, dtype, total), -(-total // COMPARE_BATCHES)))
                 n_batches = max(COMPARE_BATCHES, -(-total // size))
                 n_batches += n_batches % 2  # whole A B B A quads
+                lead = lead_for(ev.host_us.get(f"{shape.name} {dtype}", []))  # both sides' probes: one lead
             else:
-                t_c, t_i, size, n_batches = [], [], 2, 2
+                t_c, t_i, size, n_batches, lead = [], [], 2, 2, 0.0
             cand_times: list[float] = []
             inc_times: list[float] = []
             for b in range(n_batches):
@@ -551,7 +555,7 @@ def compare_run(ev: Evaluation, candidate_source: str, incumbent_source: str,
                 if b % 2:
                     order.reverse()
                 for who, acc in order:
-                    acc += ev.timed_batch(who, shape, dtype, recipes, 0 if (ev.st.cuda or b) else 2, verify)
+                    acc += ev.timed_batch(who, shape, dtype, recipes, 0 if (ev.st.cuda or b) else 2, verify, lead)
             row = {"shape": shape.name, "dtype": dtype, "candidate_us": cand_times, "incumbent_us": inc_times}
             if measure == "as_called":
                 cand_called: list[float] = []
