@@ -7,7 +7,7 @@
 #   sandbox:   what confines candidates on this machine (bwrap, Landlock), the GPU-marked harness tests,
 #              the red-team suite on the GPU
 #   speed:     harness speed / A-A / detection, the tree before the sandbox (carried in .old/, from commit
-#              54becbf) and this one back to back
+#              54becbf: `mkdir .old && git archive 54becbf | tar x -C .old`) and this one back to back
 #   starters:  every shipped starter evaluated at its full default shapes in every dtype, through the
 #              sandboxed harness (`autokernel-tui bench`)
 #   quality:   kernel quality side by side (starter, eager, torch.compile, same-size copy), all ten or TASKS
