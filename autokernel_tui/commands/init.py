@@ -24,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", type=int, default=3,
                         help="with --from-profile: generated tasks per op family, its costliest distinct calls "
                              "(default 3; a conv net's layers are each a call of their own)")
+    parser.add_argument("--min-share", type=float, default=None, metavar="PCT",
+                        help="with --from-profile: the share of the time (percent) under which an op family gets "
+                             "no generated task (default 1; a starter's family gets its task at any share)")
     parser.add_argument("--nested", action="store_true",
                         help="create the workspace as a repository of its own even inside another git checkout")
     parser.add_argument("--list", action="store_true", help="list the starter tasks and exit")
@@ -42,7 +45,8 @@ def main(args: argparse.Namespace) -> int:
 
     target = Path(args.workspace or args.dir or ".").resolve()
     path = init_workspace(target, tasks=args.task, from_profile=args.from_profile, top=args.top,
-                          nested=args.nested, from_kernelbench=args.from_kernelbench, calls=args.calls)
+                          nested=args.nested, from_kernelbench=args.from_kernelbench, calls=args.calls,
+                          min_share=None if args.min_share is None else args.min_share / 100)
     print(f"workspace ready: {path}")
     print(f"tasks: {', '.join(_task_names(path))}")
     for line in skipped_lines(path):  # never a silent skip: what got no task, and why

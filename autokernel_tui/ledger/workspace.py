@@ -58,7 +58,8 @@ def _read_profile(from_profile: Path) -> dict:
     return profile
 
 
-def _extract(profile: dict, from_profile: Path, kernels: Path, top: int, calls: int) -> list[Path]:
+def _extract(profile: dict, from_profile: Path, kernels: Path, top: int, calls: int,
+             min_share: float | None) -> list[Path]:
     try:
         from autokernel_tui.profiling.extract import extract_tasks
     except ModuleNotFoundError as exc:
@@ -66,7 +67,7 @@ def _extract(profile: dict, from_profile: Path, kernels: Path, top: int, calls: 
             raise WorkspaceError("--from-profile needs task extraction, which this installation lacks") from None
         raise
     try:
-        return list(extract_tasks(profile, kernels, top=top, calls=calls))
+        return list(extract_tasks(profile, kernels, top=top, calls=calls, min_share=min_share))
     except AutokernelError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a profile of the wrong shape
@@ -107,7 +108,7 @@ class _Undo:
 
 def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profile: str | Path | None = None,
                    top: int = 5, nested: bool = False, from_kernelbench: list | None = None,
-                   calls: int = 3) -> Path:
+                   calls: int = 3, min_share: float | None = None) -> Path:
     """Create (or extend) the workspace at ``path``; returns its resolved path.
 
     A workspace is a git repository of its own. ``path`` inside another checkout (but not its
@@ -126,6 +127,8 @@ def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profil
         raise WorkspaceError(f"--top must be at least 1, not {top}")
     if calls < 1:
         raise WorkspaceError(f"--calls must be at least 1, not {calls}")
+    if min_share is not None and not 0 <= min_share <= 1:
+        raise WorkspaceError(f"--min-share must be a percentage from 0 to 100, not {100 * min_share:g}")
     if path.exists() and not path.is_dir():
         raise WorkspaceError(f"{path} exists and is not a folder")
     outer = enclosing_repo(path)
@@ -170,7 +173,7 @@ def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profil
         undo.add("remove the task folders it copied", remove_new_tasks)
         created = _copy_starters(tasks or [], kernels)
         if profile is not None:
-            created += _extract(profile, Path(from_profile), kernels, top, calls)
+            created += _extract(profile, Path(from_profile), kernels, top, calls, min_share)
         if from_kernelbench:
             from autokernel_tui.profiling.kernelbench import write_tasks
 

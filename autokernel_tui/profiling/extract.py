@@ -214,7 +214,7 @@ def extract_all(profile: dict, dest_kernels_dir: Path, top: int = 5,
         if below:
             if not made_starter:
                 skip(family, f"share {100 * family.get('share', 0.0):.2f}% is under the {100 * threshold:g}% "
-                             "threshold for generated tasks")
+                             "threshold for generated tasks (init --min-share lowers it)")
             continue
         candidates = [e for e in units.get(fam, []) if not (made_starter and _starter_fits(record, e["unit"], fam))]
         if not candidates:
@@ -258,11 +258,13 @@ def extract_all(profile: dict, dest_kernels_dir: Path, top: int = 5,
     return created, skipped
 
 
-def extract_tasks(profile: dict, dest_kernels_dir: Path, top: int = 5, calls: int = MAX_PER_FAMILY) -> list[Path]:
+def extract_tasks(profile: dict, dest_kernels_dir: Path, top: int = 5, calls: int = MAX_PER_FAMILY,
+                  min_share: float | None = None) -> list[Path]:
     """Create task folders for the ``top`` best-ranked families (starters or generated, up to ``calls``
-    distinct calls each); returns them. What got no task is written to ``init-skipped.json`` beside
-    ``kernels/`` (``extract_all``)."""
-    created, skipped = extract_all(profile, dest_kernels_dir, top, calls=calls)
+    distinct calls each, generated ones only from ``min_share`` of the time, default SHARE_THRESHOLD);
+    returns them. What got no task is written to ``init-skipped.json`` beside ``kernels/`` (``extract_all``)."""
+    threshold = SHARE_THRESHOLD if min_share is None else min_share
+    created, skipped = extract_all(profile, dest_kernels_dir, top, threshold=threshold, calls=calls)
     if not created:
         names = "; ".join(f"{s['family']}: {s['reason']}" for s in skipped[:8])
         raise WorkspaceError(f"no task could be made from the profile ({names})")

@@ -402,3 +402,25 @@ def test_init_calls_sets_how_many_distinct_calls_of_a_family_become_tasks(tmp_pa
     assert any(s["family"] == "conv" and "init --calls" in s["reason"] for s in skipped)
     two, _ = extract_all(prof, tmp_path / "b" / "kernels", top=20, threshold=0.0, calls=2)
     assert len([p for p in two if taskspec.load_spec(p).family == "conv"]) == 2
+
+
+def test_init_min_share_sets_the_share_under_which_a_family_gets_no_generated_task(tmp_path, capsys):
+    """Under 1% of the time a family gets no generated task, and init says which flag lowers that bar."""
+    from autokernel_tui.cli import main as cli_main
+
+    prof = _profile("gemm", Gemm(), [torch.randn(6, 24)])
+    for fam in prof["families"]:
+        if fam["family"] == "elementwise":
+            fam["share"] = 0.005  # the LeakyReLU epilogue, as if it were half a percent of the time
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(prof))
+    assert cli_main(["init", str(tmp_path / "a"), "--from-profile", str(path), "--top", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "elementwise" in out and "init --min-share lowers it" in out
+    assert cli_main(["init", str(tmp_path / "b"), "--from-profile", str(path), "--top", "8", "--min-share", "0.4"]) == 0
+    out = capsys.readouterr().out
+    # over the bar now, the family is looked at: its calls are the GEMM chain's epilogue, as the line says
+    line = next(x for x in out.splitlines() if x.strip().startswith("elementwise"))
+    assert "threshold" not in line and "epilogues inside chain tasks" in line
+    assert cli_main(["init", str(tmp_path / "c"), "--from-profile", str(path), "--min-share", "150"]) != 0
+    assert "--min-share must be a percentage from 0 to 100" in capsys.readouterr().err

@@ -140,9 +140,11 @@ def test_three_models_beyond_gpt2_and_llama_profile_extract_and_verify_on_the_cl
     prof = tmp_path / "profile.json"
     assert cli_main(["profile", model, "--device", "cpu", "--steps", "1", "--json", str(prof)]) == 0
     ws = tmp_path / "ws"
-    # --top 8 takes every family these models have: which six rank highest rests on CPU times, and under
-    # load (pytest -n 2) T5's embeddings fell out, leaving only chains whose sites the matmul starter took.
-    assert cli_main(["init", str(ws), "--from-profile", str(prof), "--top", "8"]) == 0, capsys.readouterr().err
+    # Every family these models have, at any share: which rank highest, and which stay over the 1% share
+    # for generated tasks, rests on CPU times; under load (pytest -n 2) a stall put 57% of T5's time in
+    # attention, its embeddings fell under 1%, and only chains whose sites the matmul starter took were left.
+    assert cli_main(["init", str(ws), "--from-profile", str(prof), "--top", "8", "--min-share", "0"]) == 0, \
+        capsys.readouterr().err
     capsys.readouterr()
     out_json = tmp_path / "verify.json"
     assert cli_main(["verify", str(ws), "--device", "cpu", "--iters", "1", "--json", str(out_json)]) == 0
