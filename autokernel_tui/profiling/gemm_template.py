@@ -3,9 +3,10 @@
 Inductor writes no Triton for ``mm``/``addmm``: it calls cuBLAS (an extern kernel), so a generated
 task such as GPT-2's ``addmm -> view -> gelu -> view`` (the Linear layers: most of a transformer's
 time) had no starter at all. This module writes one as straight-line code over the recorded chain:
-the matmul a tiled ``tl.dot`` kernel with the bias added in its epilogue (a convolution, 1- to 3-D,
-grouped or transposed, the same as an implicit GEMM over (channel, kernel depth, row, column)), each pointwise op a Triton
-elementwise kernel, views as the same views. Unfused and untuned on purpose: correct first, with its
+the matmul a tiled ``tl.dot`` kernel with the bias added in its epilogue (a matrix-vector product: a
+row-dot reduction split over K; a convolution, 1- to 3-D, grouped or transposed: the same as an implicit
+GEMM over (channel, kernel depth, row, column)), each pointwise op a Triton elementwise kernel, views as
+the same views. Unfused and untuned on purpose: correct first, with its
 tile sizes as knobs for the tuner and the fusions (the pointwise ops into the GEMM's epilogue) left
 for the agent. A chain with an op outside these sets gets no template, and says which op.
 """
@@ -34,13 +35,15 @@ GELU = {"none": "0.5 * x * (1.0 + _erf(x * 0.7071067811865476))",
 # knobs of its dtypes (``knobs_for``), so the tuner never turns a knob its kernel does not read.
 KNOBS = {"BLOCK_M": [64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "NUM_WARPS": [4, 8],
          "NUM_STAGES": [2, 3, 4], "GROUP_M": [1, 4, 8, 16]}
+GEMV_KNOBS = {"GEMV_BLOCK_M": [8, 16, 32, 64], "GEMV_BLOCK_K": [128, 256, 512], "GEMV_NUM_WARPS": [2, 4, 8],
+              "GEMV_PROGRAMS_PER_SM": [2, 4, 8]}
 FP32_KNOBS = {"FP32_BLOCK_M": [32, 64, 128], "FP32_BLOCK_N": [32, 64, 128], "FP32_BLOCK_K": [16, 32, 64],
               "FP32_NUM_WARPS": [4, 8], "FP32_NUM_STAGES": [2, 3, 4]}
 
 
-def knobs_for(dtypes, gemm: bool = True) -> dict[str, list[int]]:
+def knobs_for(dtypes, gemm: bool = True, gemv: bool = False) -> dict[str, list[int]]:
     """The tile knobs a kernel for inputs of ``dtypes`` reads (GROUP_M only for a GEMM: a convolution's
-    tiles go in grid order)."""
+    tiles go in grid order; the GEMV_* knobs only for a chain with a matrix-vector product)."""
     out: dict[str, list[int]] = {}
     if "float32" in dtypes:
         out.update(FP32_KNOBS)
@@ -48,7 +51,21 @@ def knobs_for(dtypes, gemm: bool = True) -> dict[str, list[int]]:
         out.update({k: v for k, v in KNOBS.items() if k != "GROUP_M"})
     if gemm:
         out["GROUP_M"] = KNOBS["GROUP_M"]
+    if gemv:
+        out.update(GEMV_KNOBS)
     return out
+
+
+def _has_vector_product(spec: dict) -> bool:
+    """Whether a mm/addmm of the chain makes one row or one column (KernelBench's matrix-vector problem)."""
+    tensors = spec["tensors"]
+    for op in spec["ops"]:
+        if op["op"] in ("aten.mm.default", "aten.addmm.default"):
+            for o in op["outputs"]:
+                meta = tensors.get(o, tensors.get(str(o))) if o is not None else None
+                if meta and 1 in meta["shape"][-2:]:
+                    return True
+    return False
 
 
 class NoTemplate(ValueError):
@@ -186,7 +203,8 @@ def template_source(spec: dict, name: str) -> tuple[str, dict[str, list[int]]]:
                                       (POINTWISE, bool(pointwise))) if used]
     parts.append(TAIL.format(pointwise=kernels, params=params, body=code,
                              ret=outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"))
-    return "".join(parts), knobs_for(dtypes, gemm="_gemm(" in code or "_bmm(" in code)
+    return "".join(parts), knobs_for(dtypes, gemm="_gemm(" in code or "_bmm(" in code,
+                                     gemv="_gemm(" in code and _has_vector_product(spec))
 
 
 TILE = '''# 16-bit inputs: a Hopper-sized tile (tl.dot lowers to wgmma on sm_90).
@@ -251,7 +269,72 @@ def _tanh(x):
 
 
 '''
-GEMM = '''@triton.jit
+GEMM = '''# Matrix-vector products (one column of B, or one row of A): a row-dot reduction, K split across programs.
+GEMV_BLOCK_M = 16  # output elements a program computes
+GEMV_BLOCK_K = 256  # elements of K per step
+GEMV_NUM_WARPS = 4
+GEMV_PROGRAMS_PER_SM = 4  # K is split until about this many programs per SM read the matrix
+
+
+@triton.jit
+def _gemv_kernel(A, X, P, M, K, sam, sak, sx, K_PER, BM: tl.constexpr, BK: tl.constexpr, WIDE: tl.constexpr):
+    # One split of K for BM rows: the products summed over BK-wide steps, the rows' sums to P[split].
+    split = tl.program_id(1)
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rk = tl.arange(0, BK)
+    if WIDE:  # an operand of 2**31 elements or more: 32-bit offsets would wrap
+        split = split.to(tl.int64)
+        rm = rm.to(tl.int64)
+        rk = rk.to(tl.int64)
+    k_start = split * K_PER
+    k_end = tl.minimum(k_start + K_PER, K)
+    acc = tl.zeros((BM, BK), dtype=tl.float32)
+    for k0 in range(k_start, k_end, BK):
+        kk = k0 + rk
+        a = tl.load(A + rm[:, None] * sam + kk[None, :] * sak, mask=(rm[:, None] < M) & (kk[None, :] < k_end),
+                    other=0.0)
+        x = tl.load(X + kk * sx, mask=kk < k_end, other=0.0)
+        acc += a.to(tl.float32) * x.to(tl.float32)[None, :]
+    tl.store(P + split * M + rm, tl.sum(acc, axis=1), mask=rm < M)
+
+
+@triton.jit
+def _gemv_sum_kernel(P, BIAS, C, M, SPLITS, scm, sbias, HAS_BIAS: tl.constexpr, BM: tl.constexpr):
+    # The splits' partial sums added in a fixed order (the same result every run), then the bias.
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    acc = tl.zeros((BM,), dtype=tl.float32)
+    for s in range(0, SPLITS):
+        acc += tl.load(P + s * M + rm, mask=rm < M, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(BIAS + rm * sbias, mask=rm < M, other=0.0).to(tl.float32)
+    tl.store(C + rm * scm, acc.to(C.dtype.element_ty), mask=rm < M)
+
+
+def _gemv(a, b, bias, c):
+    """c = a @ b (+ bias) where b is one column or a is one row: each output a dot product over K, K split
+    across programs so that a few per SM read the matrix (a tile of tl.dot would waste all but one line)."""
+    k = a.shape[1]
+    if b.shape[1] == 1:  # c[:, 0] = a @ b[:, 0]; a bias of one element is added to every row
+        mat, sm, sk, vec, sv, rows, sc = a, a.stride(0), a.stride(1), b, b.stride(0), a.shape[0], c.stride(0)
+        sbias = 0
+    else:  # c[0, :] = b^T @ a[0, :]
+        mat, sm, sk, vec, sv, rows, sc = b, b.stride(1), b.stride(0), a, a.stride(1), b.shape[1], c.stride(1)
+        sbias = bias.stride(0) if bias is not None else 0
+    tiles = triton.cdiv(rows, GEMV_BLOCK_M)
+    wanted = (GEMV_PROGRAMS_PER_SM * torch.cuda.get_device_properties(a.device).multi_processor_count
+              if a.device.type == "cuda" else 8)
+    splits = max(1, min(triton.cdiv(k, GEMV_BLOCK_K), triton.cdiv(wanted, tiles)))
+    k_per = triton.cdiv(triton.cdiv(k, splits), GEMV_BLOCK_K) * GEMV_BLOCK_K
+    splits = triton.cdiv(k, k_per)
+    partial = torch.empty((splits, rows), dtype=torch.float32, device=a.device)
+    _gemv_kernel[(tiles, splits)](mat, vec, partial, rows, k, sm, sk, sv, k_per, BM=GEMV_BLOCK_M,
+                                  BK=GEMV_BLOCK_K, WIDE=_wide(a, b, c), num_warps=GEMV_NUM_WARPS)
+    _gemv_sum_kernel[(triton.cdiv(rows, 256),)](partial, bias if bias is not None else c, c, rows, splits, sc,
+                                                sbias, HAS_BIAS=bias is not None, BM=256)
+    return c
+
+
+@triton.jit
 def _gemm_kernel(A, B, C, BIAS, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn, sbias,
                  HAS_BIAS: tl.constexpr, FP32: tl.constexpr, WIDE: tl.constexpr,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr):
@@ -300,6 +383,8 @@ def _gemm(a, b, bias, out=None):
         bias = bias.reshape(-1) if bias.shape[0] == 1 else None
         if bias is None:
             raise ValueError("a bias with more than one row is not written by this template")
+    if n == 1 or m == 1:  # a tile of tl.dot would waste all but one of its rows or columns
+        return _gemv(a, b, bias, c)
     bm, bn, bk, warps, stages = _tile(a.dtype)
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), 1, 1)
     _gemm_kernel[grid](a, b, c, bias if bias is not None else c, m, n, k, 0, a.stride(0), a.stride(1),

@@ -746,9 +746,12 @@ def starter_source(fn: Callable, example_inputs: tuple, device: str = "cuda", *,
         source = _emit(variants, _helper_sources(helpers) + _template_sources(templates), spec, description)
         knobs = {k: v for var in variants for k, v in var["knobs"].items()}
         if templates:  # the GEMM template's tile of the inputs' dtypes
-            floats = {str(x.dtype).replace("torch.", "") for inputs in all_inputs for x in inputs
-                      if isinstance(x, torch.Tensor) and x.is_floating_point()}
-            knobs.update(gemm_template.knobs_for(floats, gemm="gemm" in templates))
+            tensors = [x for inputs in all_inputs for x in inputs
+                       if isinstance(x, torch.Tensor) and x.is_floating_point()]
+            floats = {str(x.dtype).replace("torch.", "") for x in tensors}
+            # a matrix-vector product is likely where an operand is one column or one row (KernelBench's)
+            gemv = "gemm" in templates and any(x.dim() >= 2 and 1 in x.shape[-2:] for x in tensors)
+            knobs.update(gemm_template.knobs_for(floats, gemm="gemm" in templates, gemv=gemv))
         verified = False
         if verify is None:
             verify = _can_run(device)
