@@ -18,6 +18,8 @@
 #   train:     `verify --train` of one model (gpt2 or llama) in every mode, a call of its own
 #   launch:    host us per call of every forward starter (issue 21), and the nine backward starters'
 #              gradient checks at full default shapes (issue 20)
+#   agreement: two cold `bench` runs per starter (fresh process and cache each) against each other, and
+#              cached baselines against the ones re-timed in the kernel's window (issue 21)
 #   split:     where a warm evaluation's time goes (harness_speed's time split), this tree only, few comparisons
 #   sandboxcost: warm evaluations of this tree with the sandbox off, then on, back to back
 #   parallel:  issue 22 on one GPU: Claude through the SDK against the fake Messages server answering in
@@ -34,9 +36,9 @@
 #
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS [TASKS]] | gputests | launch | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5] | split | sandboxcost | parallel [KS [COUNTS]] | aa [N] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS [TASKS]] | gputests | launch | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | aa [N] | kernelbench [LEVELS [N [ONLY]]]
 set -u
-part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, sandboxcost, parallel, aa or kernelbench}
+part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, agreement, sandboxcost, parallel, aa or kernelbench}
 if [ -d .whl ] && [ ! -d .site ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target .site .whl/*.whl || exit 1
 fi
@@ -118,6 +120,10 @@ launch)
     step launch_cost 200 python3 benchmarks/launch_cost.py --json "$R/launch_cost.json"
     bwd=$(cd kernels && ls -d *_bwd | paste -sd, -)
     step bwd_check 360 python3 benchmarks/starters_check.py --tasks "$bwd" --json "$R/bwd_check.json"
+    ;;
+agreement)
+    step agreement 540 python3 benchmarks/bench_agreement.py --tasks "${2:-rmsnorm,softmax,layernorm}" \
+        --json "$R/agreement.json"
     ;;
 split)
     step speed_split 200 python3 benchmarks/harness_speed.py --tasks rmsnorm --runs 6 --ab-runs 2 \

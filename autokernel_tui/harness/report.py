@@ -55,6 +55,7 @@ class ShapeResult:
     # A disturbed shape is left out of the summary's speedups, never counted as a gain or a loss.
     disturbed: str = ""
     baseline_note: str = ""  # "in window" (the eager reference re-timed beside the kernel) or why not
+    baseline_cached_us: float | None = None  # the cached eager figure the in-window one replaced (GPU only)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

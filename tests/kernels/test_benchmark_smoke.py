@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from autokernel_tui.harness.worker import timing
@@ -217,3 +218,26 @@ def test_quality_tables_reads_the_runs_recorded_before_the_rename(capsys):
     first = raw["summary_by_dtype"][0]
     assert f"| {first['task']} | {first['dtype']} | {first['geomean_pct_roofline']:.1f} |" in capsys.readouterr().out
     assert qt.main([str(path), "--shapes"]) == 0 and "(" in capsys.readouterr().out
+
+
+def test_bench_agreement_smoke_runs_two_cold_benches_through_the_cli(tmp_path):
+    out = tmp_path / "a.json"
+    proc = _run("bench_agreement.py", "--smoke", "--json", str(out), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (res,) = json.loads(out.read_text())["results"]
+    assert res["task"] == "rmsnorm" and res["statuses"] == ["PASS", "PASS"] and res["rows"]
+    assert all(len(r["medians_us"]) == 2 and r["run_spread"] is not None for r in res["rows"])
+    assert all(r["baseline_vs_window"] is None for r in res["rows"])  # the CPU re-times no baseline
+    assert "runs apart: worst" in proc.stdout
+
+
+def test_bench_agreement_reads_the_spread_between_runs_and_each_cached_baseline():
+    from benchmarks.bench_agreement import agreement
+
+    def report(median, cached, window):
+        return {"shapes": [{"shape": "s", "dtype": "float16", "median_us": median, "baseline_cached_us": cached,
+                            "baseline_us": window}]}
+    (row,) = agreement([report(10.0, 20.0, 21.0), report(10.4, 20.0, 20.0), report(10.2, None, 20.0)])
+    assert row["run_spread"] == pytest.approx(0.04) and row["baseline_vs_window"] == pytest.approx(0.05)
+    (missing,) = agreement([report(10.0, None, None), {"shapes": []}])
+    assert missing["run_spread"] is None and missing["baseline_vs_window"] is None

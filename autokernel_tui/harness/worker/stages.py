@@ -444,6 +444,7 @@ class Evaluation:
                     now = self.time_reference(self.baseline_fn(), shape, dtype, reps=WINDOW_REPS)
                 row.baseline_note = (f"in window ({now.median:.2f} us; cached {base['eager_us']:.2f})"
                                      if base.get("eager_us") else "in window")
+                row.baseline_cached_us = base.get("eager_us")
                 base["eager_us"] = now.median
                 if now.host_us:
                     base["eager_host_us"] = stats.median(now.host_us)
