@@ -485,3 +485,16 @@ def test_a_matrix_vector_problem_gets_the_gemv_knobs_and_passes_the_harness(tmp_
     with Harness(timeout_s=300, device="cpu") as h:
         report = h.evaluate(task, quick=True)
     assert report.status == "PASS", report.reason
+
+
+@pytest.mark.gpu
+def test_the_gemv_path_at_kernelbench_size_on_the_gpu():
+    # KernelBench level 1 problem 4's own sizes: A is 2**31 elements (64-bit offsets), K split across SMs.
+    ns = _template()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.rand(2048, 1 << 20, device="cuda", generator=g)
+    x = torch.rand(1 << 20, 1, device="cuda", generator=g)
+    want = (a.double() @ x.double()).float()
+    got = ns["_gemm"](a, x, None)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
+    assert torch.equal(got, ns["_gemm"](a, x, None))  # the splits are added in a fixed order
