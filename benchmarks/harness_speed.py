@@ -107,7 +107,8 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
                     "first_pass_keeps": sum(c.screen is not None for c in aa),
                     "speedups": [c.speedup for c in aa], "ci": [(c.ci_low, c.ci_high) for c in aa],
                     "statuses": [c.status for c in aa], "keep_margin": harness.keep_margin,
-                    "cross_check": [getattr(c, "cross_check", None) for c in aa]}
+                    "cross_check": [getattr(c, "cross_check", None) for c in aa],
+                    "per_shape": [getattr(c, "per_shape", None) for c in aa]}
     result["variants"] = []
     variant = lambda f: slower_variant(source, f) if f else source  # noqa: E731
     for fast, slow in pairs:
@@ -118,6 +119,8 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
                                    "speedups": [c.speedup for c in det], "ci": [(c.ci_low, c.ci_high) for c in det],
                                    "statuses": [c.status for c in det],
                                    "cross_check": [getattr(c, "cross_check", None) for c in det],
+                                   # which shapes a wrong-way or wide comparison came from
+                                   "per_shape": [getattr(c, "per_shape", None) for c in det],
                                    "change": f"extra copy kernel: +{fast:.1%} vs +{slow:.1%} bytes"})
     result["method"] = aa[0].method if aa else ""
     return result
