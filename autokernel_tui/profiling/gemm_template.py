@@ -6,7 +6,8 @@ time) had no starter at all. This module writes one as straight-line code over t
 the matmul a tiled ``tl.dot`` kernel with the bias added in its epilogue (a matrix-vector product: a
 row-dot reduction split over K; a convolution, 1- to 3-D, grouped or transposed: the same as an implicit
 GEMM over (channel, kernel depth, row, column)), each pointwise op a Triton elementwise kernel, views as
-the same views. Unfused and untuned on purpose: correct first, with its
+the same views; and average pooling, which Inductor leaves to aten for big windows, as a direct
+window sum (``POOL``, used by ``inductor_starter``). Unfused and untuned on purpose: correct first, with its
 tile sizes as knobs for the tuner and the fusions (the pointwise ops into the GEMM's epilogue) left
 for the agent. A chain with an op outside these sets gets no template, and says which op.
 """
@@ -37,6 +38,7 @@ KNOBS = {"BLOCK_M": [64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 12
          "NUM_STAGES": [2, 3, 4], "GROUP_M": [1, 4, 8, 16]}
 GEMV_KNOBS = {"GEMV_BLOCK_M": [8, 16, 32, 64], "GEMV_BLOCK_K": [128, 256, 512], "GEMV_NUM_WARPS": [2, 4, 8],
               "GEMV_PROGRAMS_PER_SM": [2, 4, 8]}
+POOL_KNOBS = {"POOL_BLOCK": [128, 256, 512, 1024], "POOL_NUM_WARPS": [2, 4, 8]}
 FP32_KNOBS = {"FP32_BLOCK_M": [32, 64, 128], "FP32_BLOCK_N": [32, 64, 128], "FP32_BLOCK_K": [16, 32, 64],
               "FP32_NUM_WARPS": [4, 8], "FP32_NUM_STAGES": [2, 3, 4]}
 
@@ -560,6 +562,96 @@ def _conv(x, w, bias, stride, padding, dilation, transposed=False, output_paddin
                        BY_POSITION=cg >= CONV_BY_POSITION,
                        BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages)
     return out
+
+
+'''
+POOL = '''POOL_BLOCK = 256  # output points a program averages
+POOL_NUM_WARPS = 4
+
+
+@triton.jit
+def _avg_pool_kernel(X, Y, total, C, D, H, WI, OD, OH, OW, sxn, sxc, sxd, sxh, sxw, syn, syc, syd, syh, syw,
+                     sd, sh, sw, pd, ph, pw, divisor, KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
+                     COUNT_PAD: tl.constexpr, OVERRIDE: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+    # One output point per lane: the window's in-bounds elements summed in fp32, divided as PyTorch does
+    # (divisor_override; else the window clipped to the padded input, with count_include_pad; else the
+    # elements inside the input).
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if WIDE:
+        i = i.to(tl.int64)
+    live = i < total
+    ow = i % OW
+    t = i // OW
+    oh = t % OH
+    t = t // OH
+    od = t % OD
+    t = t // OD
+    c = t % C
+    n = t // C
+    d0 = od * sd - pd
+    h0 = oh * sh - ph
+    w0 = ow * sw - pw
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for kd in tl.static_range(KD):
+        for kh in tl.static_range(KH):
+            for kw in tl.static_range(KW):
+                d = d0 + kd
+                h = h0 + kh
+                w = w0 + kw
+                ok = live & (d >= 0) & (d < D) & (h >= 0) & (h < H) & (w >= 0) & (w < WI)
+                acc += tl.load(X + n * sxn + c * sxc + d * sxd + h * sxh + w * sxw, mask=ok, other=0.0).to(tl.float32)
+    if OVERRIDE:
+        count = tl.zeros((BLOCK,), dtype=tl.float32) + divisor
+    elif COUNT_PAD:
+        count = ((tl.minimum(d0 + KD, D + pd) - d0) * (tl.minimum(h0 + KH, H + ph) - h0)
+                 * (tl.minimum(w0 + KW, WI + pw) - w0)).to(tl.float32)
+    else:
+        count = ((tl.minimum(d0 + KD, D) - tl.maximum(d0, 0)) * (tl.minimum(h0 + KH, H) - tl.maximum(h0, 0))
+                 * (tl.minimum(w0 + KW, WI) - tl.maximum(w0, 0))).to(tl.float32)
+    tl.store(Y + n * syn + c * syc + od * syd + oh * syh + ow * syw, (acc / count).to(Y.dtype.element_ty), mask=live)
+
+
+def _pool_size(length, k, s, p, ceil_mode):
+    # PyTorch's pooling output size; with ceil_mode the last window must start inside the padded input
+    out = (length + 2 * p - k + ((s - 1) if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= length + p:
+        out -= 1
+    return out
+
+
+def _avg_pool(x, nd, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+              divisor_override=None, out=None):
+    """aten.avg_pool{nd}d on (N, C, *spatial) or (C, *spatial), any strides; into ``out`` or a new tensor."""
+    def dims(v, default):
+        v = default if v is None or (isinstance(v, (list, tuple)) and len(v) == 0) else v
+        v = [int(a) for a in v] if isinstance(v, (list, tuple)) else [int(v)]
+        return v * nd if len(v) == 1 else v
+    k = dims(kernel_size, kernel_size)
+    s = dims(stride, k)
+    p = dims(padding, 0)
+    spatial = list(x.shape[-nd:])
+    lead = list(x.shape[:-nd])
+    osp = [_pool_size(L, kk, ss, pp, ceil_mode) for L, kk, ss, pp in zip(spatial, k, s, p)]
+    y = torch.empty(lead + osp, dtype=x.dtype, device=x.device) if out is None else out
+    pad = 3 - nd  # to 3 spatial dims: leading ones of size 1 (stride 0, window 1)
+    k, s, p = [1] * pad + k, [1] * pad + s, [0] * pad + p
+    xs = [1] * pad + spatial
+    ys = [1] * pad + osp
+    sx = [0] * pad + list(x.stride()[-nd:])
+    sy = [0] * pad + list(y.stride()[-nd:])
+    if len(lead) == 2:
+        n, c, sxn, sxc, syn, syc = lead[0], lead[1], x.stride(0), x.stride(1), y.stride(0), y.stride(1)
+    else:  # unbatched: (C, *spatial)
+        n, c, sxn, sxc, syn, syc = 1, lead[0], 0, x.stride(0), 0, y.stride(0)
+    total = n * c * ys[0] * ys[1] * ys[2]
+    if total == 0:
+        return y
+    _avg_pool_kernel[(triton.cdiv(total, POOL_BLOCK),)](
+        x, y, total, c, *xs, *ys, sxn, sxc, *sx, syn, syc, *sy, *s, *p,
+        float(divisor_override or 1), KD=k[0], KH=k[1], KW=k[2], COUNT_PAD=bool(count_include_pad),
+        OVERRIDE=bool(divisor_override), BLOCK=POOL_BLOCK, WIDE=_wide(x, y) or total >= WIDE_FROM,
+        num_warps=POOL_NUM_WARPS)
+    return y
 
 
 '''

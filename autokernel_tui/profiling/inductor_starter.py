@@ -15,9 +15,10 @@ rewrites it into a kernel.py:
 * the ``call(args)`` body becomes plain Python: ``empty_strided_*`` -> ``torch.empty_strided``
   on the inputs' device, ``reinterpret_tensor(t, ...)`` -> ``t.as_strided(...)`` (a view),
   ``K.run(...)`` -> ``K[grid](...)``; a library call Inductor makes (``extern_kernels.mm``,
-  ``addmm``, ``bmm``, a 1- to 3-D ``convolution``, grouped or transposed) becomes the GEMM template's Triton kernel
-  (``gemm_template``: ``_gemm``/``_bmm``/``_conv``, writing into the buffer Inductor laid out),
-  with the template's tile as knobs. Anything else (another library call, ``aten.*``, a cpp
+  ``addmm``, ``bmm``, a 1- to 3-D ``convolution``, grouped or transposed; ``aten.avg_pool{1,2,3}d``,
+  which Inductor leaves to aten for big windows) becomes the GEMM template's Triton kernel
+  (``gemm_template``: ``_gemm``/``_bmm``/``_conv``/``_avg_pool``, writing into the buffer Inductor laid
+  out), with the template's tile (or pooling block) as knobs. Anything else (another library call, ``aten.*``, a cpp
   kernel) is reported as the reason no starter was made.
 
 Shapes are static (as torch.compile specialises them): the kernels hold their numels.
@@ -41,6 +42,7 @@ import ast
 import contextlib
 import inspect
 import os
+import re
 import tempfile
 import textwrap
 from dataclasses import dataclass, field
@@ -357,6 +359,7 @@ def _kwargs(call: ast.Call) -> dict[str, str]:
     return {k.arg: ast.unparse(k.value) for k in call.keywords if k.arg}
 
 
+POOL_PARAMS = ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")
 CONV_PARAMS = ("input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding", "groups")
 
 
@@ -378,6 +381,17 @@ def _library_call(call: ast.Call, target: str | None, layouts: dict[str, tuple[s
     if func == "extern_kernels.bmm" and len(args) == 2 and "out" in kw:
         uses.add("gemm")
         return [f"_bmm({args[0]}, {args[1]}, out={kw['out']})"]
+    pool = re.fullmatch(r"torch\.ops\.aten\.avg_pool([123])d\.default", func)
+    if pool and target is not None:  # Inductor falls back to aten for big windows (3-D: 27 elements)
+        uses.add("pool")
+        a = {**dict(zip(POOL_PARAMS, args)), **kw}
+        call_src = (f"_avg_pool({a['input']}, {pool.group(1)}, {a['kernel_size']}, {a.get('stride', '()')}, "
+                    f"{a.get('padding', '0')}, {a.get('ceil_mode', 'False')}, {a.get('count_include_pad', 'True')}, "
+                    f"{a.get('divisor_override', 'None')}")
+        if target in layouts:
+            return [f"{target} = torch.empty_strided({layouts[target][0]}, {layouts[target][1]}, "
+                    f"dtype={a['input']}.dtype, device=device)", f"{call_src}, out={target})"]
+        return [f"{target} = {call_src})"]
     if func == "extern_kernels.convolution" and target is not None:
         # aten.convolution's parameters, whether Inductor passed them by position or by name
         a = {**dict(zip(CONV_PARAMS, args)), **kw}
@@ -482,7 +496,7 @@ def _call_body(call_fn: ast.FunctionDef, kernels: dict[str, _Kernel], variant: i
 def _extern_reason(func: str) -> str:
     if func.startswith("extern_kernels.") or func.startswith("aten.") or func.startswith("torch.ops."):
         return ("Inductor called a library kernel (extern kernel) that the GEMM template does not write "
-                "(it writes mm, addmm with alpha = beta = 1, bmm and 1- to 3-D convolutions)")
+                "(it writes mm, addmm with alpha = beta = 1, bmm, 1- to 3-D convolutions and average pooling)")
     return "not a Triton kernel launch or an allocation"
 
 
@@ -567,6 +581,8 @@ def _template_sources(templates: set[str]) -> list[str]:
         parts.append(gemm_template.GEMM.rstrip())
     if "conv" in templates:
         parts.append(gemm_template.CONV.rstrip())
+    if "pool" in templates:
+        parts.append(gemm_template.POOL.rstrip())
     return parts
 
 
@@ -751,7 +767,10 @@ def starter_source(fn: Callable, example_inputs: tuple, device: str = "cuda", *,
             floats = {str(x.dtype).replace("torch.", "") for x in tensors}
             # a matrix-vector product is likely where an operand is one column or one row (KernelBench's)
             gemv = "gemm" in templates and any(x.dim() >= 2 and 1 in x.shape[-2:] for x in tensors)
-            knobs.update(gemm_template.knobs_for(floats, gemm="gemm" in templates, gemv=gemv))
+            if templates - {"pool"}:
+                knobs.update(gemm_template.knobs_for(floats, gemm="gemm" in templates, gemv=gemv))
+            if "pool" in templates:
+                knobs.update(gemm_template.POOL_KNOBS)
         verified = False
         if verify is None:
             verify = _can_run(device)

@@ -498,3 +498,49 @@ def test_the_gemv_path_at_kernelbench_size_on_the_gpu():
     got = ns["_gemm"](a, x, None)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
     assert torch.equal(got, ns["_gemm"](a, x, None))  # the splits are added in a fixed order
+
+
+POOL_CASES = {  # (input shape, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    "3d-kernelbench": ((2, 3, 9, 8, 7), 3, 2, 1, False, True, None),
+    "3d-ceil-no-pad-count": ((1, 2, 7, 6, 5), (3, 2, 2), (2, 2, 1), (1, 1, 0), True, False, None),
+    "2d-divisor": ((2, 2, 9, 10), 4, 3, 2, False, True, 5),
+    "1d-ceil": ((3, 4, 11), 3, 2, 1, True, True, None),
+    "2d-unbatched": ((3, 8, 9), 3, 1, 1, False, False, None),
+}
+
+
+@pytest.mark.parametrize("case", list(POOL_CASES))
+def test_the_average_pooling_template_matches_torch(case):
+    # KernelBench level 1 problem 46 (AvgPool3d, a 27-element window): Inductor falls back to aten there,
+    # so its starter had no kernel; the template writes PyTorch's divisor rules, ceil_mode and padding.
+    import torch.nn.functional as F
+    from autokernel_tui.profiling import gemm_template as gt
+
+    ns = {"__name__": "gemm_template"}
+    exec("import torch\nimport triton\nimport triton.language as tl\n" + gt.TILE + gt.POOL, ns)
+    shape, k, s, p, ceil, count_pad, div = POOL_CASES[case]
+    nd = len(shape) - 2 if case != "2d-unbatched" else 2
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(*shape, generator=g)
+    pool = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}[nd]
+    kwargs = dict(ceil_mode=ceil, count_include_pad=count_pad)
+    if div is not None:
+        kwargs["divisor_override"] = div
+    want = pool(x, k, s, p, **kwargs)
+    got = ns["_avg_pool"](x, nd, k, s, p, ceil, count_pad, div)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    strided = x.transpose(-1, -2).contiguous().transpose(-1, -2)  # the same values, another layout
+    out = torch.empty_like(want).transpose(-1, -2).contiguous().transpose(-1, -2)
+    ns["_avg_pool"](strided, nd, k, s, p, ceil, count_pad, div, out=out)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6)
+
+
+def test_average_pooling_inductor_leaves_to_aten_gets_a_starter():
+    from autokernel_tui.profiling.inductor_starter import starter_source
+
+    def pool3d(x):
+        return torch.nn.functional.avg_pool3d(x, 3, 2, 1)
+
+    r = starter_source(pool3d, (torch.randn(2, 3, 9, 8, 7),), "cpu")
+    assert r.ok, r.reason
+    assert "_avg_pool(" in r.source and set(r.knobs) == {"POOL_BLOCK", "POOL_NUM_WARPS"}
