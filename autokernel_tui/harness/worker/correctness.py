@@ -125,8 +125,10 @@ def _specials_match(o: torch.Tensor, r: torch.Tensor, finite: torch.Tensor) -> b
 def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, max_rel_l2: float) -> Errors:
     """Elementwise and relative-L2 checks in float64, a chunk at a time (sums read back once at the end)."""
     special_ok = True
-    n_bad = n_checked = 0
-    sums = []  # per chunk: [sum |ref|^2, sum |diff|^2, max |diff|, any nan in diff, rounding error^2]
+    n_checked = 0
+    # per chunk, read back once: [elements outside the bound, sum |ref|^2, sum |diff|^2, max |diff|,
+    # any nan in diff, rounding error^2]
+    sums = []
     low = out.dtype in (torch.float16, torch.bfloat16)
     for o, r in zip(out.detach().reshape(-1).split(CHECK_CHUNK), ref.detach().reshape(-1).split(CHECK_CHUNK)):
         o, r = o.double(), r.double()
@@ -139,14 +141,15 @@ def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, max_
         if not of.numel():
             continue
         diff = (of - rf).abs()
-        n_bad += int((~(diff <= atol + rtol * rf.abs())).sum())  # NaN in the output counts as bad
         n_checked += diff.numel()
+        bad = (~(diff <= atol + rtol * rf.abs())).sum().double()  # NaN in the output counts as bad
         rounding = (rf.to(out.dtype).double() - rf).square().sum() if low else rf.new_zeros(())
-        sums.append(torch.stack([rf.square().sum(), diff.square().sum(), diff.max(),
+        sums.append(torch.stack([bad, rf.square().sum(), diff.square().sum(), diff.max(),
                                  torch.isnan(diff).any().double(), rounding]))
+    n_bad = 0
     if sums:
-        ref_sq, err_sq, max_abs, any_nan, round_sq = (torch.stack(sums).T.tolist() if len(sums) > 1
-                                                      else [[v] for v in sums[0].tolist()])
+        bads, ref_sq, err_sq, max_abs, any_nan, round_sq = torch.stack(sums).T.tolist()
+        n_bad = int(sum(bads))
         ref_norm = math.sqrt(sum(ref_sq))
         max_abs = math.inf if any(any_nan) else max(max_abs)
         err_norm = math.inf if max_abs == math.inf else math.sqrt(sum(err_sq))
