@@ -312,6 +312,15 @@ def _gemv_sum_kernel(P, BIAS, C, M, SPLITS, scm, sbias, HAS_BIAS: tl.constexpr, 
     tl.store(C + rm * scm, acc.to(C.dtype.element_ty), mask=rm < M)
 
 
+_SMS = {}  # device -> SM count, asked once per device (not on every call: the host's time per call counts)
+
+
+def _num_sms(device):
+    if device not in _SMS:
+        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
+    return _SMS[device]
+
+
 def _gemv(a, b, bias, c):
     """c = a @ b (+ bias) where b is one column or a is one row: each output a dot product over K, K split
     across programs so that a few per SM read the matrix (a tile of tl.dot would waste all but one line)."""
@@ -323,8 +332,7 @@ def _gemv(a, b, bias, c):
         mat, sm, sk, vec, sv, rows, sc = b, b.stride(1), b.stride(0), a, a.stride(1), b.shape[1], c.stride(1)
         sbias = bias.stride(0) if bias is not None else 0
     tiles = triton.cdiv(rows, GEMV_BLOCK_M)
-    wanted = (GEMV_PROGRAMS_PER_SM * torch.cuda.get_device_properties(a.device).multi_processor_count
-              if a.device.type == "cuda" else 8)
+    wanted = GEMV_PROGRAMS_PER_SM * _num_sms(a.device)
     splits = max(1, min(triton.cdiv(k, GEMV_BLOCK_K), triton.cdiv(wanted, tiles)))
     k_per = triton.cdiv(triton.cdiv(k, splits), GEMV_BLOCK_K) * GEMV_BLOCK_K
     splits = triton.cdiv(k, k_per)
