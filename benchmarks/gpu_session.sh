@@ -16,8 +16,8 @@
 #              with and without the starters), the kernels chosen to ship, a per-kernel profile of each
 #              mode; `e2e bwd`: and the backward starters' gradient checks
 #   train:     `verify --train` of one model (gpt2 or llama) in every mode, a call of its own
-#   launch:    host us per call of every forward starter (issue 21), and the nine backward starters'
-#              gradient checks at full default shapes (issue 20)
+#   launch:    host us per call of every forward starter and its time in a CUDA graph (issue 21),
+#              and the nine backward starters' gradient checks at full default shapes (issue 20)
 #   agreement: two cold `bench` runs per starter (fresh process and cache each) against each other, and
 #              cached baselines against the ones re-timed in the kernel's window (issue 21)
 #   split:     where a warm evaluation's time goes (harness_speed's time split), this tree only, few comparisons
@@ -36,7 +36,7 @@
 #
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS [TASKS]] | gputests | launch | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | aa [N] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS [TASKS]] | gputests | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | aa [N] | kernelbench [LEVELS [N [ONLY]]]
 set -u
 part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, agreement, sandboxcost, parallel, aa or kernelbench}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -118,8 +118,10 @@ train)
     ;;
 launch)
     step launch_cost 200 python3 benchmarks/launch_cost.py --json "$R/launch_cost.json"
-    bwd=$(cd kernels && ls -d *_bwd | paste -sd, -)
-    step bwd_check 360 python3 benchmarks/starters_check.py --tasks "$bwd" --json "$R/bwd_check.json"
+    if [ "${2:-}" != fwd ]; then  # `launch fwd`: the host-cost and graph table alone
+        bwd=$(cd kernels && ls -d *_bwd | paste -sd, -)
+        step bwd_check 360 python3 benchmarks/starters_check.py --tasks "$bwd" --json "$R/bwd_check.json"
+    fi
     ;;
 agreement)
     step agreement 540 python3 benchmarks/bench_agreement.py --tasks "${2:-rmsnorm,softmax,layernorm}" \

@@ -8,7 +8,10 @@ For every forward task at its smallest default shape (fewest bytes moved), in on
   * as called: ``timing.time_as_called``, the calls back to back as an eager model makes them
     (host and GPU overlapping): the per-call time such a model pays;
   * plans: how many ``_PLANS`` entries kernel_fn holds after all those calls (1: the launch was
-    decided once and every later call was a dict lookup away from its launch).
+    decided once and every later call was a dict lookup away from its launch);
+  * graph us: the same calls captured in one CUDA graph (--graph-calls of them) and replayed, the
+    replay's GPU time over the calls: what the kernel costs where `verify` recommends CUDA graphs,
+    launch cost gone. Kernel and eager alike; "not capturable" where capture fails (a host sync).
 
 GPU only (the interpreter's host time is the whole computation):
     PYTHONPATH=$PWD python3 benchmarks/launch_cost.py [--tasks a,b] [--dtype bfloat16] [--reps 200]
@@ -47,7 +50,39 @@ def host_us(fn, inputs: tuple, reps: int, flush: L2Flusher) -> dict:
             "device_median_us": samples.median}
 
 
-def measure(task_dir: Path, dtype_name: str | None, reps: int, flush: L2Flusher) -> dict:
+def graph_us(fn, inputs: tuple, calls: int, replays: int = 20) -> float | str:
+    """GPU microseconds per call of ``calls`` back-to-back calls captured in one CUDA graph and
+    replayed ``replays`` times (no flush: the calls follow each other as a captured model's do).
+    Warm-up runs on a side stream first, as torch.cuda.graphs asks; a failure to capture is the
+    answer, as text."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn(*inputs)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn(*inputs)
+    except Exception as exc:  # noqa: BLE001 - a kernel that syncs or allocates on the host cannot be captured
+        torch.cuda.synchronize()
+        return f"not capturable: {type(exc).__name__}: {exc}"[:160]
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    us = start.elapsed_time(end) * 1e3 / (replays * calls)
+    del graph
+    return us
+
+
+def measure(task_dir: Path, dtype_name: str | None, reps: int, flush: L2Flusher, graph_calls: int) -> dict:
     spec = load_spec(task_dir)
     dtype_name = dtype_name if dtype_name in spec.dtypes else spec.dtypes[0]
     dtype = getattr(torch, dtype_name)
@@ -61,24 +96,36 @@ def measure(task_dir: Path, dtype_name: str | None, reps: int, flush: L2Flusher)
     row["kernel"]["as_called_us"] = time_as_called(ker.kernel_fn, [inputs] * reps)
     row["eager"]["as_called_us"] = time_as_called(ref.reference, [inputs] * reps)
     row["plans"] = len(getattr(ker, "_PLANS", {})) if hasattr(ker, "_PLANS") else None
+    if graph_calls:
+        row["kernel"]["graph_us"] = graph_us(ker.kernel_fn, inputs, graph_calls)
+        row["eager"]["graph_us"] = graph_us(ref.reference, inputs, graph_calls)
     torch.cuda.synchronize()
     return row
 
 
+def _graph_cell(v) -> str:
+    return f"{v:9.1f}" if isinstance(v, (int, float)) else f"{'-' if v is None else 'no cap':>9}"
+
+
 def table(rows: list[dict]) -> str:
     head = (f"{'task':<16}{'shape':<18}{'dtype':<10}{'host us':>9}{'p20-p80':>14}{'eager host':>12}"
-            f"{'ratio':>7}{'as called':>11}{'eager':>8}{'plans':>7}")
+            f"{'ratio':>7}{'as called':>11}{'eager':>8}{'plans':>7}{'graph':>9}{'eager gr':>9}{'gr x':>7}")
     lines = [head, "-" * len(head)]
     for r in rows:
         if "error" in r:
             lines.append(f"{r['task']:<16}error: {r['error']}")
             continue
         k, e = r["kernel"], r["eager"]
+        kg, eg = k.get("graph_us"), e.get("graph_us")
+        both = isinstance(kg, (int, float)) and isinstance(eg, (int, float)) and kg > 0
         bound = " host-bound" if k["median_us"] > k["as_called_us"] * 0.9 else ""
         lines.append(f"{r['task']:<16}{r['shape']:<18}{r['dtype']:<10}{k['median_us']:9.1f}"
                      f"{k['p20_us']:7.1f}-{k['p80_us']:<6.1f}{e['median_us']:12.1f}"
                      f"{k['median_us'] / e['median_us']:7.2f}{k['as_called_us']:11.1f}{e['as_called_us']:8.1f}"
-                     f"{r['plans'] if r['plans'] is not None else '-':>7}{bound}")
+                     f"{r['plans'] if r['plans'] is not None else '-':>7}{_graph_cell(kg)}{_graph_cell(eg)}"
+                     f"{(eg / kg if both else float('nan')):7.2f}{bound}")
+    lines.append("graph, eager gr: GPU us per call replayed in one CUDA graph; gr x: eager's over the kernel's "
+                 "(above 1: the kernel wins where launch cost is gone)")
     return "\n".join(lines)
 
 
@@ -87,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", default="", help="comma-separated task names (default: every forward task)")
     ap.add_argument("--dtype", default="bfloat16", help="dtype to time (a task without it takes its first)")
     ap.add_argument("--reps", type=int, default=200, help="timed calls per function")
+    ap.add_argument("--graph-calls", type=int, default=20,
+                    help="calls captured in one CUDA graph for the graph columns (0: no graph columns)")
     ap.add_argument("--json", type=Path, help="write the rows here")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -99,13 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for d in dirs:
         try:
-            rows.append(measure(d, a.dtype, a.reps, flush))
+            rows.append(measure(d, a.dtype, a.reps, flush, a.graph_calls))
         except Exception as exc:  # one task's failure is a row, not the end of the run
             rows.append({"task": d.name, "error": f"{type(exc).__name__}: {exc}"[:200]})
         print(table(rows[-1:]).splitlines()[-1], flush=True)
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "reps": a.reps, "rows": rows},
+        a.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "reps": a.reps, "graph_calls": a.graph_calls,
+                                     "rows": rows},
                                      indent=1))
     print()
     print(table(rows))
