@@ -222,3 +222,27 @@ def test_one_weight_vector_per_output_serves_a_whole_batch_and_still_tells_reps_
     replayed = inputs.fingerprint_batch([reps[0], reps[0]], seed=99)  # rep 1 hands back rep 0's outputs
     ref_fp, bound = inputs.fingerprint_bound(reps[1][0].double(), 99, 1e-3)
     assert not inputs.fingerprint_ok(replayed[1][0], ref_fp, bound)
+
+
+def test_a_large_outputs_weights_are_drawn_a_chunk_at_a_time_and_still_agree_with_the_judge(monkeypatch):
+    import torch
+    from autokernel_tui.harness.worker import inputs
+
+    monkeypatch.setattr(inputs, "FINGERPRINT_CHUNK", 100)
+    monkeypatch.setattr(inputs, "WEIGHT_CACHE_ELEMENTS", 250)
+    g = torch.Generator().manual_seed(5)
+    small, large = torch.randn(240, generator=g), torch.randn(1030, generator=g)
+    drawn = []
+    real_randn = torch.randn
+    monkeypatch.setattr(torch, "randn", lambda *a, **k: drawn.append(a[0]) or real_randn(*a, **k))
+    got = inputs.fingerprint_batch([(small, large), (small * 2, large * 2)], seed=7)
+    # the small output's w (240 <= 250) is drawn once for both reps; the large one's again for each, in
+    # chunks of 100 and a last of 30: never a whole 1030-element w
+    assert drawn == [100, 100, 40] + [100] * 10 + [30] + [100] * 10 + [30]
+    for r, scale in enumerate((1, 2)):
+        for i, o in enumerate((small, large)):
+            ref_fp, bound = inputs.fingerprint_bound(o * scale, 7 + i, 1e-6)
+            assert inputs.fingerprint_ok(got[r][i], ref_fp, bound)
+            assert abs(got[r][i] - ref_fp) <= 1e-6 * max(1.0, abs(ref_fp))
+    ref_fp, bound = inputs.fingerprint_bound(large, 8, 1e-3)
+    assert not inputs.fingerprint_ok(got[0][0], ref_fp, bound)  # another output's fingerprint is refused
