@@ -36,7 +36,7 @@
 #
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | aa [N] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | aa [N] | kernelbench [LEVELS [N [ONLY]]]
 set -u
 part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, agreement, sandboxcost, parallel, aa or kernelbench}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -82,10 +82,13 @@ with Harness(device='cuda') as h:
     ;;
 speed)
     # Before (the tree without the sandbox) and after, back to back: warm evaluation, A/A, a ~3% change.
+    # `speed N after`: this tree alone, with the whole call's time (run 14, H100: N = 20 outran 320 s).
     n=${2:-10}  # A/A and detection comparisons each
-    step speed_before 240 env PYTHONPATH=$PWD/.old:$PWD/.site python3 .old/benchmarks/harness_speed.py \
-        --tasks rmsnorm --runs 8 --ab-runs "$n" --detect-runs "$n" --pairs 0.003:0.03 --json "$R/speed_before.json"
-    step speed_after 320 python3 benchmarks/harness_speed.py --tasks rmsnorm --runs 8 --ab-runs "$n" \
+    if [ "${3:-}" != after ]; then
+        step speed_before 240 env PYTHONPATH=$PWD/.old:$PWD/.site python3 .old/benchmarks/harness_speed.py \
+            --tasks rmsnorm --runs 8 --ab-runs "$n" --detect-runs "$n" --pairs 0.003:0.03 --json "$R/speed_before.json"
+    fi
+    step speed_after 560 python3 benchmarks/harness_speed.py --tasks rmsnorm --runs 8 --ab-runs "$n" \
         --detect-runs "$n" --pairs 0.003:0.03 --json "$R/speed_after.json"
     ;;
 starters)

@@ -72,8 +72,10 @@ def _spread(values: list[float]) -> dict:
 
 
 def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, detect_runs: int,
-                 quick: bool = False, log=print, pairs: tuple[tuple[float, float], ...] = ((0.0, EXTRA_FRACTION),)
-                 ) -> dict:
+                 quick: bool = False, log=print, pairs: tuple[tuple[float, float], ...] = ((0.0, EXTRA_FRACTION),),
+                 checkpoint=lambda result: None) -> dict:
+    """``checkpoint(result)`` after every comparison: a run cut at its limit keeps what it measured (run 14's
+    A/A comparisons were lost whole when the step outran 320 s)."""
     source = (task_dir / KERNEL_FILE).read_text()
     result: dict = {"task": task_dir.name}
     t0 = time.perf_counter()
@@ -101,7 +103,32 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
         log(f"  {task_dir.name} warm eval split: {k:<40} {v:7.3f} s")
 
     log(f"  {task_dir.name}: {ab_runs} A/A comparisons, then {detect_runs} against each planted slowdown")
-    aa = [harness.compare(task_dir, source, source, quick=quick) for _ in range(ab_runs)]
+
+    def compared(label: str, i: int, n: int, fast: str, slow: str):
+        c = harness.compare(task_dir, fast, slow, quick=quick)
+        log(f"  {task_dir.name} {label} {i + 1}/{n}: {c.status} speedup {c.speedup:.3f} "
+            f"[{c.ci_low:.3f}, {c.ci_high:.3f}] kept {c.faster} (first comparison said faster: {c.screen is not None})")
+        return c
+
+    aa: list = []
+    record_aa(result, aa, harness)
+    result["variants"] = []
+    for i in range(ab_runs):
+        aa.append(compared("A/A", i, ab_runs, source, source))
+        record_aa(result, aa, harness)
+        checkpoint(result)
+    variant = lambda f: slower_variant(source, f) if f else source  # noqa: E731
+    for fast, slow in pairs:
+        det = []
+        for i in range(detect_runs):
+            det.append(compared(f"+{fast:.1%} vs +{slow:.1%}", i, detect_runs, variant(fast), variant(slow)))
+            record_variant(result, det, fast, slow, replace=i > 0)
+            checkpoint(result)
+    result["method"] = aa[0].method if aa else ""
+    return result
+
+
+def record_aa(result: dict, aa: list, harness: Harness) -> None:
     # c.screen is set when the first comparison called it faster and a confirming one ran.
     result["aa"] = {"n": len(aa), "false_keeps": sum(c.faster for c in aa),
                     "first_pass_keeps": sum(c.screen is not None for c in aa),
@@ -109,21 +136,22 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
                     "statuses": [c.status for c in aa], "keep_margin": harness.keep_margin,
                     "cross_check": [getattr(c, "cross_check", None) for c in aa],
                     "per_shape": [getattr(c, "per_shape", None) for c in aa]}
-    result["variants"] = []
-    variant = lambda f: slower_variant(source, f) if f else source  # noqa: E731
-    for fast, slow in pairs:
-        det = [harness.compare(task_dir, variant(fast), variant(slow), quick=quick) for _ in range(detect_runs)]
-        result["variants"].append({"n": len(det), "detected": sum(c.faster for c in det),
-                                   "first_pass_detected": sum(c.screen is not None for c in det),
-                                   "pair": [fast, slow], "label": f"+{fast:.1%} vs +{slow:.1%}",
-                                   "speedups": [c.speedup for c in det], "ci": [(c.ci_low, c.ci_high) for c in det],
-                                   "statuses": [c.status for c in det],
-                                   "cross_check": [getattr(c, "cross_check", None) for c in det],
-                                   # which shapes a wrong-way or wide comparison came from
-                                   "per_shape": [getattr(c, "per_shape", None) for c in det],
-                                   "change": f"extra copy kernel: +{fast:.1%} vs +{slow:.1%} bytes"})
-    result["method"] = aa[0].method if aa else ""
-    return result
+
+
+def record_variant(result: dict, det: list, fast: float, slow: float, replace: bool) -> None:
+    entry = {"n": len(det), "detected": sum(c.faster for c in det),
+             "first_pass_detected": sum(c.screen is not None for c in det),
+             "pair": [fast, slow], "label": f"+{fast:.1%} vs +{slow:.1%}",
+             "speedups": [c.speedup for c in det], "ci": [(c.ci_low, c.ci_high) for c in det],
+             "statuses": [c.status for c in det],
+             "cross_check": [getattr(c, "cross_check", None) for c in det],
+             # which shapes a wrong-way or wide comparison came from
+             "per_shape": [getattr(c, "per_shape", None) for c in det],
+             "change": f"extra copy kernel: +{fast:.1%} vs +{slow:.1%} bytes"}
+    if replace:
+        result["variants"][-1] = entry
+    else:
+        result["variants"].append(entry)
 
 
 def table(results: list[dict], device: str) -> str:
@@ -169,14 +197,18 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with Harness(timeout_s=args.timeout, device=device, sandbox=args.sandbox) as harness:
         info = harness.device_info()
+        def save(partial: dict | None = None) -> None:  # after every comparison and task: a cut run keeps its numbers
+            if args.json:
+                Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.json).write_text(json.dumps({"device": info, "results": results + ([partial] if partial else []),
+                                                       "smoke": args.smoke, "argv": sys.argv[1:]}, indent=1))
+
         for task_dir in dirs:
             results.append(measure_task(harness, task_dir, args.runs, args.ab_runs, args.detect_runs,
                                         quick=args.smoke, log=lambda *a: print(*a, flush=True),
-                                        pairs=tuple(tuple(map(float, p.split(":"))) for p in args.pairs.split(",") if p)))
-            if args.json:  # after every task, so a run cut short still leaves its numbers
-                Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-                Path(args.json).write_text(json.dumps({"device": info, "results": results, "smoke": args.smoke,
-                                                       "argv": sys.argv[1:]}, indent=1))
+                                        pairs=tuple(tuple(map(float, p.split(":"))) for p in args.pairs.split(",") if p),
+                                        checkpoint=save))
+            save()
     print(table(results, info.get("name", "?") + ("" if info.get("timing_meaningful") else " (timings not meaningful)")))
     return 0 if all("eval_wall_s" in r for r in results) else 1
 

@@ -131,7 +131,11 @@ def test_speed_benchmark_runs_end_to_end_in_small_mode(harness, tiny_task):
     spec = importlib.util.spec_from_file_location("harness_speed", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    result = bench.measure_task(harness, tiny_task, runs=1, ab_runs=1, detect_runs=1, quick=True, log=lambda *a: None)
+    seen = []  # what a run cut short would have saved: one snapshot after each comparison
+    checkpoint = lambda r: seen.append((r["aa"]["n"], [v["n"] for v in r["variants"]]))  # noqa: E731
+    result = bench.measure_task(harness, tiny_task, runs=1, ab_runs=1, detect_runs=1, quick=True, log=lambda *a: None,
+                                checkpoint=checkpoint)
+    assert seen == [(1, []), (1, [1])]
     assert result["first_eval"]["status"] == "PASS"
     assert result["aa"]["statuses"] == ["PASS"] and [v["statuses"] for v in result["variants"]] == [["PASS"]]
     assert result["eval_wall_s"]["n"] == 1
