@@ -246,3 +246,34 @@ def test_a_large_outputs_weights_are_drawn_a_chunk_at_a_time_and_still_agree_wit
             assert abs(got[r][i] - ref_fp) <= 1e-6 * max(1.0, abs(ref_fp))
     ref_fp, bound = inputs.fingerprint_bound(large, 8, 1e-3)
     assert not inputs.fingerprint_ok(got[0][0], ref_fp, bound)  # another output's fingerprint is refused
+
+
+def test_a_precise_reference_too_big_for_the_card_runs_on_the_host_and_falls_back_when_it_cannot():
+    import types
+
+    import torch
+    from autokernel_tui.harness.worker.correctness import precise_reference
+
+    seen = []
+
+    def reference(x, w):
+        seen.append((x.device.type, x.dtype))
+        return x * w
+
+    ref = types.SimpleNamespace(reference=reference)
+    x, w = torch.randn(64), torch.randn(64)
+    # over the budget: the float64 copies are made on the host ("meta" stands in for the CPU, the CPU
+    # for the card, so the test needs no GPU), and the reference comes back from there
+    (out,) = precise_reference(ref, (x, w), device_bytes=8 * 64, host="meta")
+    assert seen[-1] == ("meta", torch.float64) and out.device.type == "meta"
+    # within the budget: computed where the inputs are
+    (out,) = precise_reference(ref, (x, w), device_bytes=8 * 128 + 1, host="meta")
+    assert seen[-1] == ("cpu", torch.float64) and out.device.type == "cpu"
+
+    def device_bound(x, w):
+        if x.device.type != "cpu":
+            raise RuntimeError("this reference only runs where its inputs were made")
+        return x * w
+
+    (out,) = precise_reference(types.SimpleNamespace(reference=device_bound), (x, w), device_bytes=0, host="meta")
+    assert out.device.type == "cpu" and torch.allclose(out, (x * w).double())

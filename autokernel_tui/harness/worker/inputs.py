@@ -174,20 +174,26 @@ def fingerprint_batch(batch: Sequence[Sequence[torch.Tensor]], seed: int) -> lis
     return [[next(got) for _ in rep] for rep in values]
 
 
-def fingerprint_bound(ref: torch.Tensor, seed: int, max_rel_l2: float) -> tuple[float, float]:
+def fingerprint_bound(ref: torch.Tensor, seed: int, max_rel_l2: float,
+                      device: torch.device | str | None = None) -> tuple[float, float]:
     """(the reference's fingerprint, how far a correct output's may lie from it).
 
     Cauchy-Schwarz: |<out - ref, w>| <= ||out - ref|| ||w|| <= max_rel_l2 ||ref|| ||w|| for any
     output within the task's relative-L2 tolerance, so no correct output is ever refused; a
     little is added for float32 rounding in the chunked dots. One read back from the device.
+    ``device``: where the candidate's fingerprint was taken (w is drawn there; a reference computed on
+    the host is brought over a chunk at a time); default the reference's own.
     """
     flat = ref.detach().reshape(-1)
     if not flat.numel():
         return 0.0, 1e-30
     sums = []  # in float64 a chunk at a time: no whole double copy of a many-GB output, no whole w
-    for a, b in zip(flat.split(FINGERPRINT_CHUNK), _weight_chunks(flat.numel(), seed, flat.device)):
+    device = flat.device if device is None else torch.device(device)
+    for a, b in zip(flat.split(FINGERPRINT_CHUNK), _weight_chunks(flat.numel(), seed, device)):
+        a = a.to(device)
         d, wd = a.double(), b.double()
-        sums.append(torch.stack([torch.dot(a.float(), b).double(), d.square().sum(), wd.square().sum(), (d.abs() * wd.abs()).sum()]))
+        sums.append(torch.stack([torch.dot(a.float(), b).double(), d.square().sum(), wd.square().sum(),
+                                 (d.abs() * wd.abs()).sum()]))
     ref_fp, ref_sq, w_sq, abs_sum = torch.stack(sums).sum(0).tolist()
     ref_norm, w_norm = math.sqrt(ref_sq), math.sqrt(w_sq)
     bound = max_rel_l2 * (ref_norm if ref_norm > 0 else 1.0) * w_norm + 1e-5 * abs_sum + 1e-30

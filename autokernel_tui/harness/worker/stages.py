@@ -194,10 +194,16 @@ class Evaluation:
             status = "REJECTED" if "lower precision" in str(exc) else "FAIL"
             raise Verdict(status, stage, f"{where}: {exc}") from None
 
+    def precise(self, inputs: tuple) -> tuple:
+        """The float64 reference of ``inputs``; on a GPU, computed in host memory when its float64 inputs
+        alone would outgrow a timed batch's share of the card (``correctness.precise_reference``)."""
+        on_gpu = self.st.device == "cuda"
+        return precise_reference(self.ref, inputs, memory.budget(self.st.device, "batch") if on_gpu else None)
+
     def check_against_reference(self, outs: tuple, inputs: tuple, dtype: str) -> list[Errors]:
         tol = self.spec.tolerances[dtype]
         with self.timed("judge: reference and checks"):
-            refs = precise_reference(self.ref, inputs)
+            refs = self.precise(inputs)
             return [compare(o, r, tol.atol, tol.rtol, tol.max_rel_l2) for o, r in zip(outs, refs)]
 
     def run_checked(self, c: ContestantProxy, shape: Shape, dtype: str, stage: str, recipe: dict | None,
@@ -314,10 +320,11 @@ class Evaluation:
             claimed = []
         for r in verify:
             inputs_r = inputs[r] if inputs is not None else self.builder.build(recipes[r])
-            refs = precise_reference(self.ref, inputs_r)
+            refs = self.precise(inputs_r)
             got = claimed[r] if r < len(claimed) and isinstance(claimed[r], list) else []
             for i, ref in enumerate(refs):
-                ref_fp, bound = inputs_mod.fingerprint_bound(ref, seed + i, tol.max_rel_l2)
+                device = next((t.device for t in inputs_r if isinstance(t, torch.Tensor)), None)
+                ref_fp, bound = inputs_mod.fingerprint_bound(ref, seed + i, tol.max_rel_l2, device)
                 value = float(got[i]) if i < len(got) and isinstance(got[i], (int, float)) else math.nan
                 if not inputs_mod.fingerprint_ok(value, ref_fp, bound):
                     raise error or Verdict("REJECTED", "timing", f"{where}: the output of a timed run is wrong (the "
