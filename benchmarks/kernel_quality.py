@@ -56,7 +56,7 @@ from benchmarks import starters_check as sc  # noqa: E402
 from autokernel_tui.harness import stats  # noqa: E402
 from autokernel_tui.harness.report import caution  # noqa: E402
 from autokernel_tui.harness.worker.timing import (  # noqa: E402  the harness's one timer
-    DISTURBED_SPREAD, HOST_LEAD_CYCLES, L2Flusher, compile_reference, steadiest, time_fresh)
+    DISTURBED_SPREAD, HOST_LEAD_CYCLES, LEAD_FACTOR, L2Flusher, compile_reference, steadiest, time_fresh)
 
 REPO = sc.REPO
 FLUSH_MODES = ("write", "read", "none")
@@ -515,6 +515,8 @@ def main(argv: list[str] | None = None) -> int:
                          "l2_flush_bytes": timer.flush_bytes,
                          "l2_flush": args.flush if device == "cuda" else "none (CPU)",
                          "host_lead_cycles": HOST_LEAD_CYCLES if device == "cuda" else 0,
+                         # at least that; longer for a call whose host side outlasts it (timing.lead_for)
+                         "host_lead_factor": LEAD_FACTOR if device == "cuda" else 0,
                          "retake_above_spread": DISTURBED_SPREAD if device == "cuda" else None,  # timing.steadiest
                          "input_sets": "fresh per call: inputs.InputBuilder, make_inputs at seed 0 perturbed per "
                                        "call (seeds 1, 2, ...; the same sequence for every path); copies and "

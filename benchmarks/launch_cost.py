@@ -32,7 +32,8 @@ if __package__ in (None, ""):  # run as a file: the repository's packages before
 import torch  # noqa: E402
 
 from autokernel_tui.harness import stats  # noqa: E402
-from autokernel_tui.harness.worker.timing import L2Flusher, time_as_called, time_reps, warm_up  # noqa: E402
+from autokernel_tui.harness.worker.timing import (  # noqa: E402
+    L2Flusher, time_as_called, time_graph, time_reps, warm_up)
 from autokernel_tui.tasks.spec import load_spec  # noqa: E402
 from benchmarks import starters_check as sc  # noqa: E402
 
@@ -50,38 +51,6 @@ def host_us(fn, inputs: tuple, reps: int, flush: L2Flusher) -> dict:
             "device_median_us": samples.median}
 
 
-def graph_us(fn, inputs: tuple, calls: int, replays: int = 20) -> float | str:
-    """GPU microseconds per call of ``calls`` back-to-back calls captured in one CUDA graph and
-    replayed ``replays`` times (no flush: the calls follow each other as a captured model's do).
-    Warm-up runs on a side stream first, as torch.cuda.graphs asks; a failure to capture is the
-    answer, as text."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn(*inputs)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                fn(*inputs)
-    except Exception as exc:  # noqa: BLE001 - a kernel that syncs or allocates on the host cannot be captured
-        torch.cuda.synchronize()
-        return f"not capturable: {type(exc).__name__}: {exc}"[:160]
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    us = start.elapsed_time(end) * 1e3 / (replays * calls)
-    del graph
-    return us
-
-
 def measure(task_dir: Path, dtype_name: str | None, reps: int, flush: L2Flusher, graph_calls: int) -> dict:
     spec = load_spec(task_dir)
     dtype_name = dtype_name if dtype_name in spec.dtypes else spec.dtypes[0]
@@ -97,8 +66,8 @@ def measure(task_dir: Path, dtype_name: str | None, reps: int, flush: L2Flusher,
     row["eager"]["as_called_us"] = time_as_called(ref.reference, [inputs] * reps)
     row["plans"] = len(getattr(ker, "_PLANS", {})) if hasattr(ker, "_PLANS") else None
     if graph_calls:
-        row["kernel"]["graph_us"] = graph_us(ker.kernel_fn, inputs, graph_calls)
-        row["eager"]["graph_us"] = graph_us(ref.reference, inputs, graph_calls)
+        row["kernel"]["graph_us"] = time_graph(ker.kernel_fn, inputs, graph_calls)
+        row["eager"]["graph_us"] = time_graph(ref.reference, inputs, graph_calls)
     torch.cuda.synchronize()
     return row
 

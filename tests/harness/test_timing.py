@@ -61,3 +61,21 @@ def test_a_host_heavy_kernel_gets_a_gpu_lead_longer_than_its_host_time():
     assert timing.lead_for(heavy) * timing.SPIN_CYCLES_PER_US > timing.HOST_LEAD_CYCLES
     assert timing.lead_for(heavy) >= max(heavy)
     assert timing.lead_for([1e6]) == timing.MAX_LEAD_US
+
+
+def test_time_fresh_leads_each_batch_by_the_host_time_of_the_calls_before_it(monkeypatch):
+    # A baseline's Python side (a compiled function's guards, say) that outlasts the fixed lead was timed
+    # waiting on the host; time_fresh now leads as the contestant's batches do. The GPU path, with a fake
+    # time_reps reporting 200 us of host per call and recording the lead it was asked for.
+    leads = []
+
+    def fake_time_reps(fn, sets, flush, lead_us=0.0):
+        leads.append(lead_us)
+        return timing.Samples([10.0] * len(sets), [200.0] * len(sets)), [fn(*s) for s in sets]
+
+    monkeypatch.setattr(timing, "time_reps", fake_time_reps)
+    monkeypatch.setattr(timing, "warm_up", lambda fn, inputs, calls=2: None)
+    samples = timing.time_fresh(lambda x: x, lambda: (torch.ones(1),), flush=object(), batch_size=lambda n: 15)
+    assert len(samples.times_us) == timing.reps_for(10.0)
+    assert leads[0] == 0.0  # the probe: nothing seen yet
+    assert leads[1:] == [pytest.approx(timing.LEAD_FACTOR * 200.0)] * (len(leads) - 1)  # every batch after it
