@@ -197,8 +197,7 @@ class Evaluation:
     def precise(self, inputs: tuple) -> tuple:
         """The float64 reference of ``inputs``; on a GPU, computed in host memory when its float64 inputs
         alone would outgrow a timed batch's share of the card (``correctness.precise_reference``)."""
-        on_gpu = self.st.device == "cuda"
-        return precise_reference(self.ref, inputs, memory.budget(self.st.device, "batch") if on_gpu else None)
+        return precise_reference(self.ref, inputs, memory.budget(self.st.device, "batch") if self.st.cuda else None)
 
     def check_against_reference(self, outs: tuple, inputs: tuple, dtype: str) -> list[Errors]:
         tol = self.spec.tolerances[dtype]
@@ -322,8 +321,8 @@ class Evaluation:
             inputs_r = inputs[r] if inputs is not None else self.builder.build(recipes[r])
             refs = self.precise(inputs_r)
             got = claimed[r] if r < len(claimed) and isinstance(claimed[r], list) else []
+            device = next((t.device for t in inputs_r if isinstance(t, torch.Tensor)), None)  # the fingerprints'
             for i, ref in enumerate(refs):
-                device = next((t.device for t in inputs_r if isinstance(t, torch.Tensor)), None)
                 ref_fp, bound = inputs_mod.fingerprint_bound(ref, seed + i, tol.max_rel_l2, device)
                 value = float(got[i]) if i < len(got) and isinstance(got[i], (int, float)) else math.nan
                 if not inputs_mod.fingerprint_ok(value, ref_fp, bound):
