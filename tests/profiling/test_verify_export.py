@@ -350,7 +350,7 @@ def test_selection_ships_only_the_kernels_that_make_the_model_faster(tmp_path):
         approximate = "none"
 
         def forward(self, x):
-            time.sleep(0.02)
+            time.sleep(0.05)
             return F.gelu(x)
 
     model = nn.Sequential(nn.LayerNorm(16), GELU(), nn.Softmax(dim=-1)).eval()
@@ -359,7 +359,7 @@ def test_selection_ships_only_the_kernels_that_make_the_model_faster(tmp_path):
         reference = model(x)
     kernels = {}
     for task, body in {"gelu": "return torch.nn.functional.gelu(x, approximate=approximate)",
-                       "layernorm": "time.sleep(0.02)\n    return torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, eps)",
+                       "layernorm": "time.sleep(0.05)\n    return torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, eps)",
                        "softmax": "return x.clone()  # wrong"}.items():
         path = tmp_path / task / "kernel.py"
         path.parent.mkdir()
@@ -367,9 +367,11 @@ def test_selection_ships_only_the_kernels_that_make_the_model_faster(tmp_path):
         path.write_text(f"import time\nimport torch\n\n\ndef kernel_fn({args}):\n    {body}\n")
         kernels[task] = path
     sel = select_kernels(copy.deepcopy(model), kernels, {"gelu": 1, "layernorm": 1, "softmax": 1}, (x,), reference,
-                         1e-4, "cpu", "eager", iters=3, warmup=1)
-    assert sel["alone"]["gelu"]["speedup"] > 1.5, sel  # 20 ms of sleep gone
-    assert sel["alone"]["layernorm"]["speedup"] < 0.8, sel  # 20 ms added
+                         1e-4, "cpu", "eager", iters=5, warmup=1)
+    # 50 ms sleeps and medians of 5: a busy 2-core CI machine once stretched a tiny forward pass to
+    # over 13 ms in two of three samples, against 20 ms sleeps.
+    assert sel["alone"]["gelu"]["speedup"] > 1.5, sel  # 50 ms of sleep gone
+    assert sel["alone"]["layernorm"]["speedup"] < 0.8, sel  # 50 ms added
     assert sel["alone"]["softmax"]["correct"] is False
     assert sel["ship_families"] == ["gelu"] and sel["ship_speedup"] > 1.5
     assert set(sel["sets"]) == {"none", "chosen", "all"} and sel["sets"]["all"]["correct"] is False
