@@ -7,15 +7,18 @@ the matmul a tiled ``tl.dot`` kernel with the bias added in its epilogue (a matr
 row-dot reduction split over K; a convolution, 1- to 3-D, grouped or transposed: the same as an implicit
 GEMM over (channel, kernel depth, row, column)), each pointwise op a Triton elementwise kernel, views as
 the same views; and average pooling, which Inductor leaves to aten for big windows, as a direct
-window sum (``POOL``, used by ``inductor_starter``). Unfused and untuned on purpose: correct first, with its
-tile sizes as knobs for the tuner and the fusions (the pointwise ops into the GEMM's epilogue) left
-for the agent. A chain with an op outside these sets gets no template, and says which op.
+window sum (``POOL``, used by ``inductor_starter``). The pointwise ops that follow a matmul or
+convolution run in its epilogue (``epilogue_at``): on the tile in registers, one kernel where Inductor
+runs the library call and a Triton kernel; the unfused lines stay beside the fused call under the
+``FUSE_EPILOGUE`` knob. The tiles are untuned: their sizes are the tuner's knobs. A chain with an op
+outside these sets gets no template, and says which op.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+import re
+from typing import Any, NamedTuple
 
 from autokernel_tui.profiling.replay import is_view, packet
 
@@ -58,16 +61,20 @@ def knobs_for(dtypes, gemm: bool = True, gemv: bool = False) -> dict[str, list[i
     return out
 
 
-def _has_vector_product(spec: dict) -> bool:
-    """Whether a mm/addmm of the chain makes one row or one column (KernelBench's matrix-vector problem)."""
+def _meta(spec: dict, tensor_id) -> dict | None:
     tensors = spec["tensors"]
-    for op in spec["ops"]:
-        if op["op"] in ("aten.mm.default", "aten.addmm.default"):
-            for o in op["outputs"]:
-                meta = tensors.get(o, tensors.get(str(o))) if o is not None else None
-                if meta and 1 in meta["shape"][-2:]:
-                    return True
-    return False
+    return tensors.get(tensor_id, tensors.get(str(tensor_id))) if tensor_id is not None else None
+
+
+def _is_vector_product(spec: dict, op: dict) -> bool:
+    """Whether ``op`` is a mm/addmm that makes one row or one column (KernelBench's matrix-vector problem)."""
+    if op["op"] not in ("aten.mm.default", "aten.addmm.default"):
+        return False
+    return any(meta and 1 in meta["shape"][-2:] for meta in (_meta(spec, o) for o in op["outputs"]))
+
+
+def _has_vector_product(spec: dict) -> bool:
+    return any(_is_vector_product(spec, op) for op in spec["ops"])
 
 
 class NoTemplate(ValueError):
@@ -117,52 +124,174 @@ def _view(op: dict, name: str) -> str:
     raise NoTemplate(f"view {name} has no template")
 
 
+def _elementwise(op: dict) -> tuple[str, list[str]] | None:
+    """A pointwise op as (its Triton expression over x and y, computed in float32; the chain tensors it
+    reads, [x] or [x, y]); None for an op that is not one of the template's pointwise ops."""
+    name, a, kw = op["op"], op["args"], op.get("kwargs", {})
+    if name == "aten.gelu.default":
+        return GELU[kw.get("approximate", "none")], [_t(a[0])]
+    if name in UNARY:
+        return UNARY[name], [_t(a[0])]
+    if name == "aten.leaky_relu.default":
+        slope = _number(a[1] if len(a) > 1 else kw.get("negative_slope", 0.01))
+        return f"tl.where(x > 0, x, x * {slope!r})", [_t(a[0])]
+    if name in BINARY:
+        if kw.get("alpha", 1) != 1 or len(a) > 2 or _t(a[0]) is None:
+            raise NoTemplate(f"{name} with alpha or a scalar first operand has no template")
+        if _t(a[1]) is None:  # a Python number: folded into the expression
+            return BINARY[name].replace("y", repr(_number(a[1]))), [_t(a[0])]
+        return BINARY[name], [_t(a[0]), _t(a[1])]
+    return None
+
+
+def _matmul_call(op: dict, fused: str = "") -> str:
+    """A matmul or convolution op as a call of the template's wrapper; ``fused`` adds the keyword
+    arguments of a fused epilogue (baddbmm's add is then the epilogue's first line)."""
+    name, a, kw = op["op"], op["args"], op.get("kwargs", {})
+    if name in ("aten.addmm.default", "aten.baddbmm.default") and (kw.get("beta", 1) != 1 or kw.get("alpha", 1) != 1):
+        raise NoTemplate(f"{packet(name)} with beta or alpha other than 1 has no template")
+    if name == "aten.mm.default":
+        return f"_gemm({_t(a[0])}, {_t(a[1])}, None{fused})"
+    if name == "aten.addmm.default":
+        return f"_gemm({_t(a[1])}, {_t(a[2])}, {_t(a[0])}{fused})"
+    if name == "aten.bmm.default":
+        return f"_bmm({_t(a[0])}, {_t(a[1])}{fused})"
+    if name == "aten.baddbmm.default":
+        return f"_bmm({_t(a[1])}, {_t(a[2])}{fused})"
+    x, w, b, stride, padding, dilation, transposed, output_padding, groups = a[:9]
+    if not 1 <= len(stride) <= 3:
+        raise NoTemplate(f"a {len(stride)}-D convolution has no template (1-, 2- and 3-D only)")
+    return (f"_conv({_t(x)}, {_t(w)}, {_t(b)}, {tuple(stride)!r}, {tuple(padding)!r}, {tuple(dilation)!r}, "
+            f"{bool(transposed)!r}, {tuple(output_padding)!r}, {int(groups)!r}{fused})")
+
+
+def _lhs(op: dict) -> str:
+    outs = [f"t{o}" if o is not None else "_" for o in op["outputs"]]
+    many = packet(op["op"]) in ("split", "split_with_sizes", "unbind", "chunk")
+    return ", ".join(outs) + ("," if len(outs) == 1 and many else "")
+
+
 def _line(op: dict, pointwise: dict[tuple[str, bool], str]) -> str:
     """One op of the chain as a line of kernel_fn; ``pointwise`` collects the elementwise kernels it needs."""
-    name, a, kw = op["op"], op["args"], op.get("kwargs", {})
-    outs = [f"t{o}" if o is not None else "_" for o in op["outputs"]]
-    many = packet(name) in ("split", "split_with_sizes", "unbind", "chunk")
-    lhs = ", ".join(outs) + ("," if len(outs) == 1 and many else "")
+    name = op["op"]
 
     def kernel(expr: str, binary: bool) -> str:
         return pointwise.setdefault((expr, binary), f"_pw{len(pointwise)}")
 
-    if name in ("aten.addmm.default", "aten.baddbmm.default") and (kw.get("beta", 1) != 1 or kw.get("alpha", 1) != 1):
-        raise NoTemplate(f"{packet(name)} with beta or alpha other than 1 has no template")
-    if name == "aten.mm.default":
-        rhs = f"_gemm({_t(a[0])}, {_t(a[1])}, None)"
-    elif name == "aten.addmm.default":
-        rhs = f"_gemm({_t(a[1])}, {_t(a[2])}, {_t(a[0])})"
-    elif name == "aten.bmm.default":
-        rhs = f"_bmm({_t(a[0])}, {_t(a[1])})"
-    elif name == "aten.baddbmm.default":
-        rhs = f"_pointwise({kernel(BINARY['aten.add.Tensor'], True)}, _bmm({_t(a[1])}, {_t(a[2])}), {_t(a[0])})"
-    elif name == "aten.convolution.default":
-        x, w, b, stride, padding, dilation, transposed, output_padding, groups = a[:9]
-        if not 1 <= len(stride) <= 3:
-            raise NoTemplate(f"a {len(stride)}-D convolution has no template (1-, 2- and 3-D only)")
-        rhs = (f"_conv({_t(x)}, {_t(w)}, {_t(b)}, {tuple(stride)!r}, {tuple(padding)!r}, {tuple(dilation)!r}, "
-               f"{bool(transposed)!r}, {tuple(output_padding)!r}, {int(groups)!r})")
-    elif name == "aten.gelu.default":
-        rhs = f"_pointwise({kernel(GELU[kw.get('approximate', 'none')], False)}, {_t(a[0])})"
-    elif name in UNARY:
-        rhs = f"_pointwise({kernel(UNARY[name], False)}, {_t(a[0])})"
-    elif name == "aten.leaky_relu.default":
-        slope = _number(a[1] if len(a) > 1 else kw.get("negative_slope", 0.01))
-        rhs = f"_pointwise({kernel(f'tl.where(x > 0, x, x * {slope!r})', False)}, {_t(a[0])})"
-    elif name in BINARY:
-        if kw.get("alpha", 1) != 1 or len(a) > 2 or _t(a[0]) is None:
-            raise NoTemplate(f"{name} with alpha or a scalar first operand has no template")
-        if _t(a[1]) is None:  # a Python number: folded into the expression
-            rhs = f"_pointwise({kernel(BINARY[name].replace('y', repr(_number(a[1]))), False)}, {_t(a[0])})"
-        else:
-            rhs = f"_pointwise({kernel(BINARY[name], True)}, {_t(a[0])}, {_t(a[1])})"
+    elementwise = _elementwise(op)
+    if name == "aten.baddbmm.default":
+        rhs = f"_pointwise({kernel(BINARY['aten.add.Tensor'], True)}, {_matmul_call(op)}, {_t(op['args'][0])})"
+    elif name in MATMULS:
+        rhs = _matmul_call(op)
+    elif elementwise is not None:
+        expr, operands = elementwise
+        rhs = f"_pointwise({kernel(expr, len(operands) == 2)}, {', '.join(operands)})"
     elif is_view(name):
         rhs = _view(op, name)
     else:
         raise NoTemplate(f"{name} has no template (matmul, gelu, leaky_relu, {', '.join(p.split('.')[1] for p in UNARY)}, "
                          f"{', '.join(p.split('.')[1] for p in BINARY)} and views only)")
-    return f"    {lhs} = {rhs}"
+    return f"    {_lhs(op)} = {rhs}"
+
+
+# Views that keep a packed tensor's element order: a GEMM's epilogue reads through them.
+ORDER_KEEPING_VIEWS = {"view", "reshape", "_unsafe_view", "_reshape_alias"}
+
+
+class Epilogue(NamedTuple):
+    """Ops ``start``..``end`` of a chain as one kernel: the matmul or convolution at ``start`` with the
+    pointwise ops after it applied to each tile in registers before it is stored."""
+    start: int
+    end: int
+    lines: list[str]  # statements over v (the tile, float32) and e0, e1, ... (the operands, loaded)
+    operands: list[tuple[str, tuple]]  # (chain tensor, the shape it meets the running value at)
+    out: str  # the chain tensor the last fused op makes
+    out_shape: tuple  # ...its shape (a GEMM's (M, N) result is reshaped to it)
+
+
+def _tensor_uses(spec: dict) -> dict:
+    """How many times each chain tensor is read (an op's argument, or a chain output)."""
+    uses: dict = {}
+
+    def walk(v):
+        if isinstance(v, dict) and "tensor" in v:
+            uses[v["tensor"]] = uses.get(v["tensor"], 0) + 1
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+
+    for op in spec["ops"]:
+        walk(op["args"])
+        walk(op.get("kwargs", {}))
+    for o in spec["outputs"]:
+        uses[o] = uses.get(o, 0) + 1
+    return uses
+
+
+def _subst(expr: str, x: str, y: str | None = None) -> str:
+    return re.sub(r"\b[xy]\b", lambda m: x if m.group(0) == "x" else str(y), expr)
+
+
+def epilogue_at(spec: dict, i: int, uses: dict) -> Epilogue | None:
+    """The epilogue to fuse into the matmul or convolution at ``ops[i]``, or None.
+
+    The pointwise ops that follow it are folded in while each value is read once, by the next op (not
+    a chain output, not read elsewhere: else it must exist in memory), and no operand broadcasts the
+    result to a bigger shape. A GEMM's result reads through views that keep its element order; a
+    matrix-vector product keeps its split-K kernel and is not fused."""
+    ops = spec["ops"]
+    op = ops[i]
+    name = op["op"]
+    if name not in MATMULS or _is_vector_product(spec, op):
+        return None
+    shape = lambda t: tuple(_meta(spec, t)["shape"])  # noqa: E731
+    running = op["outputs"][0]
+    lines: list[str] = []
+    operands: list[tuple[str, tuple]] = []
+    end = None
+    if name == "aten.baddbmm.default":  # its bias: the epilogue's first add
+        operands.append((_t(op["args"][0]), shape(running)))
+        lines.append("v = v + e0")
+        end = i
+    j = i + 1
+    while j < len(ops) and uses.get(running) == 1:
+        nxt = ops[j]
+        reads = _t(nxt["args"][0]) if nxt["args"] else None
+        if name != "aten.convolution.default" and packet(nxt["op"]) in ORDER_KEEPING_VIEWS and reads == f"t{running}":
+            running, j = nxt["outputs"][0], j + 1
+            continue
+        try:
+            elementwise = _elementwise(nxt)
+        except NoTemplate:
+            break
+        if elementwise is None or f"t{running}" not in elementwise[1] or shape(nxt["outputs"][0]) != shape(running):
+            break
+        expr, names = elementwise
+        args = []
+        for tensor in names:
+            if tensor == f"t{running}":
+                args.append("v")
+            else:
+                operands.append((tensor, shape(running)))
+                args.append(f"e{len(operands) - 1}")
+        lines.append("v = " + _subst(expr, *args))
+        running, end, j = nxt["outputs"][0], j, j + 1
+    if end is None:
+        return None
+    last = ops[end]["outputs"][0]
+    return Epilogue(i, end, lines, operands, f"t{last}", shape(last))
+
+
+def _fused_call(spec: dict, epi: Epilogue, kernel: str) -> str:
+    op = spec["ops"][epi.start]
+    operands = "".join(f"({t}, {s!r})," for t, s in epi.operands)
+    call = _matmul_call(op, f", kernel={kernel}, epilogue=({operands})")
+    if tuple(_meta(spec, op["outputs"][0])["shape"]) != epi.out_shape:  # a GEMM's (M, N), viewed
+        call += f".reshape({epi.out_shape!r})"
+    return f"    {epi.out} = {call}"
 
 
 POINTWISE_KERNEL = """
@@ -190,23 +319,60 @@ def template_source(spec: dict, name: str) -> tuple[str, dict[str, list[int]]]:
     if len(dtypes) > 1:  # type promotion between operands: the template computes in its first operand's dtype
         raise NoTemplate(f"the chain mixes {', '.join(sorted(dtypes))}")
     pointwise: dict[tuple[str, bool], str] = {}
-    body = [_line(op, pointwise) for op in ops]
+    lines = [_line(op, pointwise) for op in ops]
+    body, fused = _body(spec, lines)
     kernels = "".join(POINTWISE_KERNEL.format(
         name=fn, expr=expr, y="Y, " if binary else "",
         load_y="    y = tl.load(Y + offs, mask=offs < n, other=0.0).to(tl.float32)\n" if binary else "")
         for (expr, binary), fn in pointwise.items())
+    kernels += "".join(epilogue_kernel(spec, epi, k) for k, epi in enumerate(fused))
     outs = [f"t{t}" for t in spec["outputs"]]
     params = ", ".join(f"t{t}" for t in spec["inputs"])
     chain = " -> ".join(packet(op["op"]) for op in ops)
     code = "\n".join(body)
     parts = [HEAD.format(name=name, chain=chain)]
+    if fused:
+        parts.append(FUSE_KNOB)
     parts += [part for part, used in ((MATH, "_erf(" in kernels or "_tanh(" in kernels),
                                       (GEMM, "_gemm(" in code or "_bmm(" in code), (CONV, "_conv(" in code),
                                       (POINTWISE, bool(pointwise))) if used]
     parts.append(TAIL.format(pointwise=kernels, params=params, body=code,
                              ret=outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"))
-    return "".join(parts), knobs_for(dtypes, gemm="_gemm(" in code or "_bmm(" in code,
-                                     gemv="_gemm(" in code and _has_vector_product(spec))
+    knobs = knobs_for(dtypes, gemm="_gemm(" in code or "_bmm(" in code,
+                      gemv="_gemm(" in code and _has_vector_product(spec))
+    if fused:
+        knobs["FUSE_EPILOGUE"] = [0, 1]
+    return "".join(parts), knobs
+
+
+def _body(spec: dict, lines: list[str]) -> tuple[list[str], list[Epilogue]]:
+    """kernel_fn's lines: each matmul with an epilogue as its fused call, with the unfused lines kept
+    beside it under ``FUSE_EPILOGUE = 0`` (the knob that measures what the fusion buys); the epilogues."""
+    uses = _tensor_uses(spec)
+    body: list[str] = []
+    fused: list[Epilogue] = []
+    i = 0
+    while i < len(lines):
+        epi = epilogue_at(spec, i, uses)
+        if epi is None:
+            body.append(lines[i])
+            i += 1
+            continue
+        kernel = ("_conv_kernel" if spec["ops"][i]["op"] == "aten.convolution.default" else "_gemm_kernel") + \
+            f"_e{len(fused)}"
+        body += ["    if FUSE_EPILOGUE:", "    " + _fused_call(spec, epi, kernel), "    else:"]
+        body += ["    " + line for line in lines[epi.start:epi.end + 1]]
+        fused.append(epi)
+        i = epi.end + 1
+    return body, fused
+
+
+FUSE_KNOB = '''# 1: each matmul's pointwise ops run in its epilogue, on the tile in registers (one kernel, no round
+# trip through memory per op); 0: each op its own elementwise kernel, as the chain recorded them.
+FUSE_EPILOGUE = 1
+
+
+'''
 
 
 TILE = '''# 16-bit inputs: a Hopper-sized tile (tl.dot lowers to wgmma on sm_90).
@@ -245,11 +411,12 @@ def _tile(dtype):
 HEAD = '''"""Starter for generated task {name}: {chain}, from autokernel_tui/profiling/gemm_template.py.
 
 Inductor calls a library (cuBLAS, cuDNN) for the matmul or convolution, so this starter is a template rather than Inductor's
-Triton: the matmul is a tiled tl.dot kernel (fp32 accumulation, the bias added in its epilogue), each
-pointwise op an elementwise Triton kernel, views the recorded views. Nothing is fused yet: folding the
-pointwise ops into the GEMM's epilogue saves a round trip to memory each. Knobs: the tile of the
-task's dtype (BLOCK_* and NUM_* for 16-bit inputs, FP32_* for float32) and GROUP_M, the rows of tiles
-visited together so their B columns stay in L2.
+Triton: the matmul is a tiled tl.dot kernel (fp32 accumulation, the bias added in its epilogue), views
+the recorded views, and the pointwise ops after a matmul, where each value is read once, run in its
+epilogue on the tile in float32 (FUSE_EPILOGUE = 1); the others, and all of them with FUSE_EPILOGUE = 0,
+are elementwise Triton kernels. Knobs: the tile of the task's dtype (BLOCK_* and NUM_* for 16-bit
+inputs, FP32_* for float32), GROUP_M, the rows of tiles visited together so their B columns stay in
+L2, and FUSE_EPILOGUE.
 """
 
 import torch
@@ -268,6 +435,130 @@ def _tanh(x):
     e = tl.exp(-2.0 * tl.abs(x))
     t = (1.0 - e) / (1.0 + e)
     return tl.where(x >= 0, t, -t)
+
+
+'''
+# The two tiled kernels, with the marks where a fused epilogue goes (``render_kernel``).
+GEMM_KERNEL = '''@triton.jit
+def _gemm_kernel(A, B, C, BIAS, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn, sbias_m, sbias_n,__EPI_PARAMS__
+                 HAS_BIAS: tl.constexpr, BIAS_2D: tl.constexpr, FP32: tl.constexpr, WIDE: tl.constexpr,
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr):
+    # Tiles in groups of GM rows, column by column: a group's B columns are read from L2, not HBM.
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BM)
+    tiles_n = tl.cdiv(N, BN)
+    group = pid // (GM * tiles_n)
+    first_m = group * GM
+    rows = tl.minimum(tiles_m - first_m, GM)
+    pid_m = first_m + (pid % (GM * tiles_n)) % rows
+    pid_n = (pid % (GM * tiles_n)) // rows
+    batch = tl.program_id(2)  # bmm: one matrix of the batch per grid plane (mm: a single plane)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    if WIDE:  # an operand of 2**31 elements or more: 32-bit offsets would wrap
+        batch = batch.to(tl.int64)
+        rm = rm.to(tl.int64)
+        rn = rn.to(tl.int64)
+        rk = rk.to(tl.int64)
+    A += batch * sab
+    B += batch * sbb
+    C += batch * scb
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        kk = k0 + rk
+        a = tl.load(A + rm[:, None] * sam + kk[None, :] * sak, mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        b = tl.load(B + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        if FP32:  # float32 inputs: as precise as the reference (plain TF32 would miss its tolerance)
+            acc += tl.dot(a, b, input_precision=FP32_DOT)
+        else:
+            acc += tl.dot(a, b)
+    inside = (rm[:, None] < M) & (rn[None, :] < N)
+    if HAS_BIAS:
+        if BIAS_2D:  # a bias of more than one row: one value per output element (stride 0 where broadcast)
+            acc += tl.load(BIAS + rm[:, None] * sbias_m + rn[None, :] * sbias_n, mask=inside, other=0.0).to(tl.float32)
+        else:  # one row, added to every row
+            acc += tl.load(BIAS + rn * sbias_n, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+__EPILOGUE__    tl.store(C + rm[:, None] * scm + rn[None, :] * scn, __RESULT__.to(C.dtype.element_ty), mask=inside)
+
+
+'''
+CONV_KERNEL = '''@triton.jit
+def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw,
+                 sxn, sxc, sxd, sxh, sxw, swa, swb, swd, swh, sww, syn, syc, syd, syh, syw, sbias,__EPI_PARAMS__
+                 TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, FP32: tl.constexpr, WIDE: tl.constexpr,
+                 BY_POSITION: tl.constexpr,
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    # Implicit GEMM for one group (grid axis 2): rows are output points (n, od, oh, ow), columns the
+    # group's output channels, K over the group's input channels and kernel positions.
+    g = tl.program_id(2)
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    if WIDE:  # a tensor of 2**31 elements or more: 32-bit offsets would wrap
+        rm = rm.to(tl.int64)
+        rn = rn.to(tl.int64)
+        g = g.to(tl.int64)
+    ow, oh, od, n = _unravel(rm, OW, OH, OD)
+    oc = g * OCG + rn
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    if BY_POSITION:
+        # Many channels per group: K runs over kernel positions, then a block of channels at a time, so
+        # each row's input point is worked out once per position (not per K element) and the channel
+        # block is one strided vector per row.
+        for pos in range(0, KD * KH * KW):
+            kw = pos % KW
+            kh = (pos // KW) % KH
+            kd = pos // (KW * KH)
+            i_d, i_h, i_w, ok = _input_point(od, oh, ow, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw, D, H, WI,
+                                             TRANSPOSED)
+            ok = ok & (rm < M)
+            xrow = X + n * sxn + i_d * sxd + i_h * sxh + i_w * sxw
+            wpos = kd * swd + kh * swh + kw * sww
+            for c0 in range(0, CG, BK):
+                c = c0 + tl.arange(0, BK)
+                if WIDE:
+                    c = c.to(tl.int64)
+                cin = g * CG + c
+                a = tl.load(xrow[:, None] + cin[None, :] * sxc, mask=ok[:, None] & (c[None, :] < CG), other=0.0)
+                if TRANSPOSED:
+                    wp = W + cin[:, None] * swa + rn[None, :] * swb + wpos
+                else:
+                    wp = W + oc[None, :] * swa + c[:, None] * swb + wpos
+                b = tl.load(wp, mask=(c[:, None] < CG) & (rn[None, :] < OCG), other=0.0)
+                if FP32:
+                    acc += tl.dot(a, b, input_precision=FP32_DOT)
+                else:
+                    acc += tl.dot(a, b)
+    else:
+        # Few channels per group (an image's first layer, depthwise): K runs over (channel, kd, kh, kw)
+        # together so a block is not mostly padding.
+        ktot = CG * KD * KH * KW
+        for k0 in range(0, ktot, BK):
+            kk = k0 + tl.arange(0, BK)
+            if WIDE:
+                kk = kk.to(tl.int64)
+            kw, kh, kd, c = _unravel(kk, KW, KH, KD)
+            cin = g * CG + c
+            i_d, i_h, i_w, ok = _input_point(od[:, None], oh[:, None], ow[:, None], kd[None, :], kh[None, :],
+                                             kw[None, :], sd, sh, sw, pd, ph, pw, dd, dh, dw, D, H, WI, TRANSPOSED)
+            if TRANSPOSED:
+                wp = W + cin[:, None] * swa + rn[None, :] * swb
+            else:
+                wp = W + oc[None, :] * swa + c[:, None] * swb
+            inside = ok & (rm[:, None] < M) & (kk[None, :] < ktot)
+            a = tl.load(X + n[:, None] * sxn + cin[None, :] * sxc + i_d * sxd + i_h * sxh + i_w * sxw,
+                        mask=inside, other=0.0)
+            b = tl.load(wp + kd[:, None] * swd + kh[:, None] * swh + kw[:, None] * sww,
+                        mask=(kk[:, None] < ktot) & (rn[None, :] < OCG), other=0.0)
+            if FP32:
+                acc += tl.dot(a, b, input_precision=FP32_DOT)
+            else:
+                acc += tl.dot(a, b)
+    inside = (rm[:, None] < M) & (rn[None, :] < OCG)
+    if HAS_BIAS:
+        acc += tl.load(BIAS + oc * sbias, mask=rn < OCG, other=0.0).to(tl.float32)[None, :]
+__EPILOGUE__    tl.store(Y + n[:, None] * syn + oc[None, :] * syc + od[:, None] * syd + oh[:, None] * syh + ow[:, None] * syw,
+             __RESULT__.to(Y.dtype.element_ty), mask=inside)
 
 
 '''
@@ -344,79 +635,54 @@ def _gemv(a, b, bias, c):
     return c
 
 
-@triton.jit
-def _gemm_kernel(A, B, C, BIAS, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn, sbias,
-                 HAS_BIAS: tl.constexpr, FP32: tl.constexpr, WIDE: tl.constexpr,
-                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr):
-    # Tiles in groups of GM rows, column by column: a group's B columns are read from L2, not HBM.
-    pid = tl.program_id(0)
-    tiles_m = tl.cdiv(M, BM)
-    tiles_n = tl.cdiv(N, BN)
-    group = pid // (GM * tiles_n)
-    first_m = group * GM
-    rows = tl.minimum(tiles_m - first_m, GM)
-    pid_m = first_m + (pid % (GM * tiles_n)) % rows
-    pid_n = (pid % (GM * tiles_n)) // rows
-    batch = tl.program_id(2)  # bmm: one matrix of the batch per grid plane (mm: a single plane)
-    rm = pid_m * BM + tl.arange(0, BM)
-    rn = pid_n * BN + tl.arange(0, BN)
-    rk = tl.arange(0, BK)
-    if WIDE:  # an operand of 2**31 elements or more: 32-bit offsets would wrap
-        batch = batch.to(tl.int64)
-        rm = rm.to(tl.int64)
-        rn = rn.to(tl.int64)
-        rk = rk.to(tl.int64)
-    A += batch * sab
-    B += batch * sbb
-    C += batch * scb
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k0 in range(0, K, BK):
-        kk = k0 + rk
-        a = tl.load(A + rm[:, None] * sam + kk[None, :] * sak, mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        b = tl.load(B + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        if FP32:  # float32 inputs: as precise as the reference (plain TF32 would miss its tolerance)
-            acc += tl.dot(a, b, input_precision=FP32_DOT)
-        else:
-            acc += tl.dot(a, b)
-    if HAS_BIAS:
-        acc += tl.load(BIAS + rn * sbias, mask=rn < N, other=0.0).to(tl.float32)[None, :]
-    tl.store(C + rm[:, None] * scm + rn[None, :] * scn, acc.to(C.dtype.element_ty),
-             mask=(rm[:, None] < M) & (rn[None, :] < N))
+__GEMM_KERNEL__def _epilogue_args(epilogue, c):
+    """A fused epilogue's operands as kernel arguments: each broadcast to the shape it met in the chain
+    and laid over c's (batch,) rows and columns: the tensor, then its batch, row and column strides."""
+    args = []
+    for e, shape in epilogue:
+        e = e.expand(shape).reshape(c.shape)  # a view where strides allow (a broadcast row), else a copy
+        args += [e, *((0,) * (3 - e.dim())), *e.stride()]
+    return args
 
 
-def _gemm(a, b, bias, out=None):
-    """a @ b (+ bias over the last dim), any strides; written into ``out`` (any strides) or a packed result."""
+def _gemm(a, b, bias, out=None, kernel=None, epilogue=()):
+    """a @ b (+ bias: a row, a column or a full matrix), any strides; written into ``out`` (any strides) or
+    a packed result. ``kernel``: a _gemm_kernel with a fused epilogue, over the ``epilogue`` operands."""
     m, k = a.shape
     n = b.shape[1]
     c = torch.empty((m, n), dtype=a.dtype, device=a.device) if out is None else out
-    if bias is not None and bias.dim() == 2:  # a (1, N) or (M, N) bias: only one row is supported
-        bias = bias.reshape(-1) if bias.shape[0] == 1 else None
-        if bias is None:
-            raise ValueError("a bias with more than one row is not written by this template")
-    if n == 1 or m == 1:  # a tile of tl.dot would waste all but one of its rows or columns
-        return _gemv(a, b, bias, c)
+    if bias is not None:
+        bias = bias.expand(m, n)  # (N,), (1, N): stride 0 over rows; (M, 1), (M, N) as they come
+    if (n == 1 or m == 1) and kernel is None and (bias is None or bias.stride(0) == 0 or m == 1):
+        # a tile of tl.dot would waste all but one of its rows or columns
+        return _gemv(a, b, None if bias is None else bias[0] if m == 1 else bias[:1, 0], c)
     bm, bn, bk, warps, stages = _tile(a.dtype)
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), 1, 1)
-    _gemm_kernel[grid](a, b, c, bias if bias is not None else c, m, n, k, 0, a.stride(0), a.stride(1),
-                       0, b.stride(0), b.stride(1), 0, c.stride(0), c.stride(1),
-                       bias.stride(0) if bias is not None else 0, HAS_BIAS=bias is not None,
-                       FP32=a.dtype == torch.float32, WIDE=_wide(a, b, c), BM=bm, BN=bn, BK=bk, GM=GROUP_M,
-                       num_warps=warps, num_stages=stages)
+    operands = _epilogue_args(epilogue, c)
+    (kernel or _gemm_kernel)[grid](
+        a, b, c, bias if bias is not None else c, m, n, k, 0, a.stride(0), a.stride(1), 0, b.stride(0), b.stride(1),
+        0, c.stride(0), c.stride(1), *(bias.stride() if bias is not None else (0, 0)), *operands,
+        HAS_BIAS=bias is not None, BIAS_2D=bias is not None and bias.stride(0) != 0,
+        FP32=a.dtype == torch.float32, WIDE=_wide(a, b, c, *operands[::4]), BM=bm, BN=bn, BK=bk, GM=GROUP_M,
+        num_warps=warps, num_stages=stages)
     return c
 
 
-def _bmm(a, b, out=None):
-    """a @ b for a batch of matrices, any strides; written into ``out`` or a packed result."""
+def _bmm(a, b, out=None, kernel=None, epilogue=()):
+    """a @ b for a batch of matrices, any strides; written into ``out`` or a packed result. ``kernel``: a
+    _gemm_kernel with a fused epilogue, over the ``epilogue`` operands."""
     nb, m, k = a.shape
     n = b.shape[2]
     c = torch.empty((nb, m, n), dtype=a.dtype, device=a.device) if out is None else out
     bm, bn, bk, warps, stages = _tile(a.dtype)
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), 1, nb)
-    _gemm_kernel[grid](a, b, c, c, m, n, k, *a.stride(), *b.stride(), *c.stride(), 0, HAS_BIAS=False,
-                       FP32=a.dtype == torch.float32, WIDE=_wide(a, b, c), BM=bm, BN=bn, BK=bk, GM=GROUP_M,
-                       num_warps=warps, num_stages=stages)
+    operands = _epilogue_args(epilogue, c)
+    (kernel or _gemm_kernel)[grid](
+        a, b, c, c, m, n, k, *a.stride(), *b.stride(), *c.stride(), 0, 0, *operands,
+        HAS_BIAS=False, BIAS_2D=False, FP32=a.dtype == torch.float32, WIDE=_wide(a, b, c, *operands[::4]),
+        BM=bm, BN=bn, BK=bk,
+        GM=GROUP_M, num_warps=warps, num_stages=stages)
     return c
-
 
 '''
 CONV = '''@triton.jit
@@ -448,84 +714,7 @@ def _unravel(i, A, B, C):
     return i % A, t % B, u % C, u // C
 
 
-@triton.jit
-def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw,
-                 sxn, sxc, sxd, sxh, sxw, swa, swb, swd, swh, sww, syn, syc, syd, syh, syw, sbias,
-                 TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, FP32: tl.constexpr, WIDE: tl.constexpr,
-                 BY_POSITION: tl.constexpr,
-                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    # Implicit GEMM for one group (grid axis 2): rows are output points (n, od, oh, ow), columns the
-    # group's output channels, K over the group's input channels and kernel positions.
-    g = tl.program_id(2)
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
-    rn = tl.program_id(1) * BN + tl.arange(0, BN)
-    if WIDE:  # a tensor of 2**31 elements or more: 32-bit offsets would wrap
-        rm = rm.to(tl.int64)
-        rn = rn.to(tl.int64)
-        g = g.to(tl.int64)
-    ow, oh, od, n = _unravel(rm, OW, OH, OD)
-    oc = g * OCG + rn
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    if BY_POSITION:
-        # Many channels per group: K runs over kernel positions, then a block of channels at a time, so
-        # each row's input point is worked out once per position (not per K element) and the channel
-        # block is one strided vector per row.
-        for pos in range(0, KD * KH * KW):
-            kw = pos % KW
-            kh = (pos // KW) % KH
-            kd = pos // (KW * KH)
-            i_d, i_h, i_w, ok = _input_point(od, oh, ow, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw, D, H, WI,
-                                             TRANSPOSED)
-            ok = ok & (rm < M)
-            xrow = X + n * sxn + i_d * sxd + i_h * sxh + i_w * sxw
-            wpos = kd * swd + kh * swh + kw * sww
-            for c0 in range(0, CG, BK):
-                c = c0 + tl.arange(0, BK)
-                if WIDE:
-                    c = c.to(tl.int64)
-                cin = g * CG + c
-                a = tl.load(xrow[:, None] + cin[None, :] * sxc, mask=ok[:, None] & (c[None, :] < CG), other=0.0)
-                if TRANSPOSED:
-                    wp = W + cin[:, None] * swa + rn[None, :] * swb + wpos
-                else:
-                    wp = W + oc[None, :] * swa + c[:, None] * swb + wpos
-                b = tl.load(wp, mask=(c[:, None] < CG) & (rn[None, :] < OCG), other=0.0)
-                if FP32:
-                    acc += tl.dot(a, b, input_precision=FP32_DOT)
-                else:
-                    acc += tl.dot(a, b)
-    else:
-        # Few channels per group (an image's first layer, depthwise): K runs over (channel, kd, kh, kw)
-        # together so a block is not mostly padding.
-        ktot = CG * KD * KH * KW
-        for k0 in range(0, ktot, BK):
-            kk = k0 + tl.arange(0, BK)
-            if WIDE:
-                kk = kk.to(tl.int64)
-            kw, kh, kd, c = _unravel(kk, KW, KH, KD)
-            cin = g * CG + c
-            i_d, i_h, i_w, ok = _input_point(od[:, None], oh[:, None], ow[:, None], kd[None, :], kh[None, :],
-                                             kw[None, :], sd, sh, sw, pd, ph, pw, dd, dh, dw, D, H, WI, TRANSPOSED)
-            if TRANSPOSED:
-                wp = W + cin[:, None] * swa + rn[None, :] * swb
-            else:
-                wp = W + oc[None, :] * swa + c[:, None] * swb
-            inside = ok & (rm[:, None] < M) & (kk[None, :] < ktot)
-            a = tl.load(X + n[:, None] * sxn + cin[None, :] * sxc + i_d * sxd + i_h * sxh + i_w * sxw,
-                        mask=inside, other=0.0)
-            b = tl.load(wp + kd[:, None] * swd + kh[:, None] * swh + kw[:, None] * sww,
-                        mask=(kk[:, None] < ktot) & (rn[None, :] < OCG), other=0.0)
-            if FP32:
-                acc += tl.dot(a, b, input_precision=FP32_DOT)
-            else:
-                acc += tl.dot(a, b)
-    if HAS_BIAS:
-        acc += tl.load(BIAS + oc * sbias, mask=rn < OCG, other=0.0).to(tl.float32)[None, :]
-    tl.store(Y + n[:, None] * syn + oc[None, :] * syc + od[:, None] * syd + oh[:, None] * syh + ow[:, None] * syw,
-             acc.to(Y.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < OCG))
-
-
-CONV_BY_POSITION = 16  # channels per group from which K runs over kernel positions, then channels
+__CONV_KERNEL__CONV_BY_POSITION = 16  # channels per group from which K runs over kernel positions, then channels
 
 
 def _as_3d(t, spatial):
@@ -535,9 +724,11 @@ def _as_3d(t, spatial):
     return t
 
 
-def _conv(x, w, bias, stride, padding, dilation, transposed=False, output_padding=(0,), groups=1, out=None):
+def _conv(x, w, bias, stride, padding, dilation, transposed=False, output_padding=(0,), groups=1, out=None,
+          kernel=None, epilogue=()):
     # A 1-, 2- or 3-D convolution, grouped or not, transposed or not, as an implicit GEMM; written
-    # into out (any strides: e.g. channels-last) or a packed result.
+    # into out (any strides: e.g. channels-last) or a packed result. kernel: a _conv_kernel with a
+    # fused epilogue, over the epilogue operands (each a tensor and the shape it met in the chain).
     spatial = x.dim() - 2
     lead = 3 - spatial
     each = lambda v: tuple(v) * spatial if len(tuple(v)) == 1 else tuple(v)  # noqa: E731  (one value: every dim)
@@ -563,12 +754,16 @@ def _conv(x, w, bias, stride, padding, dilation, transposed=False, output_paddin
     m = n * size[0] * size[1] * size[2]
     bm, bn, bk, warps, stages = _tile(x.dtype)
     grid = (triton.cdiv(m, bm), triton.cdiv(ocg, bn), groups)
-    _conv_kernel[grid](x5, w5, bias if bias is not None else y5, y5, m, cg, *x5.shape[2:], ocg, *size, *ks,
-                       *stride, *padding, *dilation, *x5.stride(), *w5.stride(), *y5.stride(),
-                       bias.stride(0) if bias is not None else 0, TRANSPOSED=bool(transposed),
-                       HAS_BIAS=bias is not None, FP32=x.dtype == torch.float32, WIDE=_wide(x5, w5, y5),
-                       BY_POSITION=cg >= CONV_BY_POSITION,
-                       BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages)
+    operands = []
+    for e, shape in epilogue:  # each as N-C-D-H-W over the output's points (stride 0 where broadcast)
+        e = _as_3d(e.expand(shape), spatial)
+        operands += [e, *e.stride()]
+    (kernel or _conv_kernel)[grid](
+        x5, w5, bias if bias is not None else y5, y5, m, cg, *x5.shape[2:], ocg, *size, *ks, *stride, *padding,
+        *dilation, *x5.stride(), *w5.stride(), *y5.stride(), bias.stride(0) if bias is not None else 0, *operands,
+        TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None, FP32=x.dtype == torch.float32,
+        WIDE=_wide(x5, w5, y5, *operands[::6]), BY_POSITION=cg >= CONV_BY_POSITION, BM=bm, BN=bn, BK=bk,
+        num_warps=warps, num_stages=stages)
     return out
 
 
@@ -693,3 +888,41 @@ def kernel_fn({params}):
 {body}
     return {ret}
 '''
+
+
+# Where a fused epilogue reads its operands, per kernel: the operand's strides over the tile's
+# (batch, row, column) or (n, channel, d, h, w) and how each index is spread over the tile.
+_OPERAND_DIMS = {
+    "_gemm_kernel": (("b", "batch"), ("m", "rm[:, None]"), ("n", "rn[None, :]")),
+    "_conv_kernel": (("n", "n[:, None]"), ("c", "oc[None, :]"), ("d", "od[:, None]"), ("h", "oh[:, None]"),
+                     ("w", "ow[:, None]")),
+}
+
+
+def render_kernel(text: str, base: str, name: str | None = None, operands: int = 0, lines: tuple = ()) -> str:
+    """GEMM_KERNEL or CONV_KERNEL (``base`` its kernel's name) as source: plain (no ``name``), or as
+    kernel ``name`` with a fused epilogue: ``operands`` tensors loaded as e0, e1, ... beside the tile
+    and ``lines`` (statements over v, the tile in float32) applied before v is stored."""
+    if name is None:
+        return text.replace("__EPI_PARAMS__", "").replace("__EPILOGUE__", "").replace("__RESULT__", "acc")
+    dims = _OPERAND_DIMS[base]
+    params = "".join(f" E{k}, " + ", ".join(f"se{k}{d}" for d, _ in dims) + "," for k in range(operands))
+    body = ["    # The fused epilogue: the chain's pointwise ops on the tile, in float32, before it is stored.",
+            "    v = acc"]
+    body += [f"    e{k} = tl.load(E{k} + " + " + ".join(f"{at} * se{k}{d}" for d, at in dims)
+             + ", mask=inside, other=0.0).to(tl.float32)" for k in range(operands)]
+    body += [f"    {line}" for line in lines]
+    return (text.replace(f"def {base}(", f"def {name}(").replace("__EPI_PARAMS__", "\n                " + params)
+            .replace("__EPILOGUE__", "\n".join(body) + "\n").replace("__RESULT__", "v"))
+
+
+def epilogue_kernel(spec: dict, epi: Epilogue, k: int) -> str:
+    """The kernel of fused epilogue number ``k`` of a chain (``_gemm_kernel_e{k}``/``_conv_kernel_e{k}``)."""
+    conv = spec["ops"][epi.start]["op"] == "aten.convolution.default"
+    base = "_conv_kernel" if conv else "_gemm_kernel"
+    return "\n\n" + render_kernel(CONV_KERNEL if conv else GEMM_KERNEL, base, f"{base}_e{k}", len(epi.operands),
+                                  tuple(epi.lines)).rstrip() + "\n"
+
+
+GEMM = GEMM.replace("__GEMM_KERNEL__", render_kernel(GEMM_KERNEL, "_gemm_kernel"))
+CONV = CONV.replace("__CONV_KERNEL__", render_kernel(CONV_KERNEL, "_conv_kernel"))

@@ -427,7 +427,7 @@ def _starter_source(task_dir: Path) -> tuple[str | None, dict, str]:
 
 
 INDUCTOR_STARTER_LINE = "starter = \"profiling/inductor_starter (Inductor's Triton for this chain)\""
-TEMPLATE_STARTER_LINE = "starter = \"profiling/gemm_template (a tl.dot GEMM and elementwise kernels, unfused)\""
+TEMPLATE_STARTER_LINE = "starter = \"profiling/gemm_template (a tl.dot GEMM, its pointwise ops in its epilogue)\""
 
 
 def write_kernel(dest: Path, name: str, spec: dict | None = None) -> tuple[str | None, str, str]:

@@ -106,8 +106,8 @@ def test_gemm_multiply_leakyrelu_keeps_bias_and_epilogue(tmp_path):
 
 def test_a_generated_matmul_chain_starts_from_the_gemm_template_and_passes_the_harness(tmp_path):
     """Issue 19: Inductor leaves mm/addmm to cuBLAS, so a Linear's chain had no starter; the GEMM template
-    writes one (a tl.dot GEMM with the bias in its epilogue, the pointwise ops as Triton kernels) that
-    passes the real harness, with its tile sizes as the tuner's knobs."""
+    writes one (a tl.dot GEMM with the bias and the pointwise ops in its epilogue) that passes the real
+    harness, with its tile sizes and the fusion as the tuner's knobs."""
     from autokernel_tui.harness.runner import Harness
     from autokernel_tui.harness.static_check import check_source
 
@@ -116,9 +116,11 @@ def test_a_generated_matmul_chain_starts_from_the_gemm_template_and_passes_the_h
     source = (task / "kernel.py").read_text()
     assert "NO STARTER" not in source and "_gemm(" in source and check_source(source) == []
     spec = taskspec.load_spec(task)
-    # float32: the fp32 tile's knobs (the 16-bit tile is never read for these inputs), and GROUP_M
+    # float32: the fp32 tile's knobs (the 16-bit tile is never read for these inputs), GROUP_M, and
+    # whether the multiply and the LeakyReLU run in the GEMM's epilogue
     assert set(spec.knob_space) == {"FP32_BLOCK_M", "FP32_BLOCK_N", "FP32_BLOCK_K", "FP32_NUM_WARPS",
-                                    "FP32_NUM_STAGES", "GROUP_M"}
+                                    "FP32_NUM_STAGES", "GROUP_M", "FUSE_EPILOGUE"}
+    assert "kernel=_gemm_kernel_e0" in source and "tl.where(v > 0, v, v * 0.1)" in source
     assert "gemm_template" in (task / "task.toml").read_text() and "gemm_template" in (task / "README.md").read_text()
     with Harness(timeout_s=300, device="cpu") as h:
         report = h.evaluate(task, quick=True)
