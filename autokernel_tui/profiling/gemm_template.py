@@ -382,9 +382,13 @@ BLOCK_K = 64
 NUM_WARPS = 8
 NUM_STAGES = 3
 GROUP_M = 8
-# fp32 inputs: a smaller tile, and dots as precise as the reference's fp32: "tf32x3" (three TF32
-# tensor-core products per step, about fp32's accuracy) or "ieee" (CUDA cores, exact fp32 products).
-FP32_DOT = tl.constexpr("tf32x3")
+# fp32 inputs: a smaller tile, and dots at the precision torch runs the op at by default: matmuls as
+# precise as fp32 (torch.backends.cuda.matmul.allow_tf32 is off): "tf32x3", three TF32 tensor-core
+# products per step, about fp32's accuracy ("ieee": CUDA cores, exact products); convolutions in TF32,
+# one product with 10-bit mantissas, as cuDNN runs them (torch.backends.cudnn.allow_tf32 is on). A
+# model that turns TF32 off for its convolutions wants CONV_FP32_DOT = "tf32x3".
+FP32_DOT = "tf32x3"
+CONV_FP32_DOT = "tf32"
 FP32_BLOCK_M = 64
 FP32_BLOCK_N = 64
 FP32_BLOCK_K = 32
@@ -441,8 +445,8 @@ def _tanh(x):
 # The two tiled kernels, with the marks where a fused epilogue goes (``render_kernel``).
 GEMM_KERNEL = '''@triton.jit
 def _gemm_kernel(A, B, C, BIAS, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn, sbias_m, sbias_n,__EPI_PARAMS__
-                 HAS_BIAS: tl.constexpr, BIAS_2D: tl.constexpr, FP32: tl.constexpr, WIDE: tl.constexpr,
-                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr):
+                 HAS_BIAS: tl.constexpr, BIAS_2D: tl.constexpr, FP32: tl.constexpr, DOT: tl.constexpr,
+                 WIDE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr):
     # Tiles in groups of GM rows, column by column: a group's B columns are read from L2, not HBM.
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BM)
@@ -469,8 +473,8 @@ def _gemm_kernel(A, B, C, BIAS, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm,
         kk = k0 + rk
         a = tl.load(A + rm[:, None] * sam + kk[None, :] * sak, mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
         b = tl.load(B + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        if FP32:  # float32 inputs: as precise as the reference (plain TF32 would miss its tolerance)
-            acc += tl.dot(a, b, input_precision=FP32_DOT)
+        if FP32:  # float32 inputs: at the precision torch runs this op at (FP32_DOT)
+            acc += tl.dot(a, b, input_precision=DOT)
         else:
             acc += tl.dot(a, b)
     inside = (rm[:, None] < M) & (rn[None, :] < N)
@@ -486,8 +490,8 @@ __EPILOGUE__    tl.store(C + rm[:, None] * scm + rn[None, :] * scn, __RESULT__.t
 CONV_KERNEL = '''@triton.jit
 def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw,
                  sxn, sxc, sxd, sxh, sxw, swa, swb, swd, swh, sww, syn, syc, syd, syh, syw, sbias,__EPI_PARAMS__
-                 TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, FP32: tl.constexpr, WIDE: tl.constexpr,
-                 BY_POSITION: tl.constexpr,
+                 TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, FP32: tl.constexpr, DOT: tl.constexpr,
+                 WIDE: tl.constexpr, BY_POSITION: tl.constexpr,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     # Implicit GEMM for one group (grid axis 2): rows are output points (n, od, oh, ow), columns the
     # group's output channels, K over the group's input channels and kernel positions.
@@ -526,7 +530,7 @@ def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd
                     wp = W + oc[None, :] * swa + c[:, None] * swb + wpos
                 b = tl.load(wp, mask=(c[:, None] < CG) & (rn[None, :] < OCG), other=0.0)
                 if FP32:
-                    acc += tl.dot(a, b, input_precision=FP32_DOT)
+                    acc += tl.dot(a, b, input_precision=DOT)
                 else:
                     acc += tl.dot(a, b)
     else:
@@ -551,7 +555,7 @@ def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd
             b = tl.load(wp + kd[:, None] * swd + kh[:, None] * swh + kw[:, None] * sww,
                         mask=(kk[:, None] < ktot) & (rn[None, :] < OCG), other=0.0)
             if FP32:
-                acc += tl.dot(a, b, input_precision=FP32_DOT)
+                acc += tl.dot(a, b, input_precision=DOT)
             else:
                 acc += tl.dot(a, b)
     inside = (rm[:, None] < M) & (rn[None, :] < OCG)
@@ -663,8 +667,8 @@ def _gemm(a, b, bias, out=None, kernel=None, epilogue=()):
         a, b, c, bias if bias is not None else c, m, n, k, 0, a.stride(0), a.stride(1), 0, b.stride(0), b.stride(1),
         0, c.stride(0), c.stride(1), *(bias.stride() if bias is not None else (0, 0)), *operands,
         HAS_BIAS=bias is not None, BIAS_2D=bias is not None and bias.stride(0) != 0,
-        FP32=a.dtype == torch.float32, WIDE=_wide(a, b, c, *operands[::4]), BM=bm, BN=bn, BK=bk, GM=GROUP_M,
-        num_warps=warps, num_stages=stages)
+        FP32=a.dtype == torch.float32, DOT=FP32_DOT,
+        WIDE=_wide(a, b, c, *operands[::4]), BM=bm, BN=bn, BK=bk, GM=GROUP_M, num_warps=warps, num_stages=stages)
     return c
 
 
@@ -679,9 +683,8 @@ def _bmm(a, b, out=None, kernel=None, epilogue=()):
     operands = _epilogue_args(epilogue, c)
     (kernel or _gemm_kernel)[grid](
         a, b, c, c, m, n, k, *a.stride(), *b.stride(), *c.stride(), 0, 0, *operands,
-        HAS_BIAS=False, BIAS_2D=False, FP32=a.dtype == torch.float32, WIDE=_wide(a, b, c, *operands[::4]),
-        BM=bm, BN=bn, BK=bk,
-        GM=GROUP_M, num_warps=warps, num_stages=stages)
+        HAS_BIAS=False, BIAS_2D=False, FP32=a.dtype == torch.float32, DOT=FP32_DOT,
+        WIDE=_wide(a, b, c, *operands[::4]), BM=bm, BN=bn, BK=bk, GM=GROUP_M, num_warps=warps, num_stages=stages)
     return c
 
 '''
@@ -762,8 +765,8 @@ def _conv(x, w, bias, stride, padding, dilation, transposed=False, output_paddin
         x5, w5, bias if bias is not None else y5, y5, m, cg, *x5.shape[2:], ocg, *size, *ks, *stride, *padding,
         *dilation, *x5.stride(), *w5.stride(), *y5.stride(), bias.stride(0) if bias is not None else 0, *operands,
         TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None, FP32=x.dtype == torch.float32,
-        WIDE=_wide(x5, w5, y5, *operands[::6]), BY_POSITION=cg >= CONV_BY_POSITION, BM=bm, BN=bn, BK=bk,
-        num_warps=warps, num_stages=stages)
+        DOT=CONV_FP32_DOT, WIDE=_wide(x5, w5, y5, *operands[::6]),
+        BY_POSITION=cg >= CONV_BY_POSITION, BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages)
     return out
 
 
