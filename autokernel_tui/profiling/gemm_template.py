@@ -46,9 +46,10 @@ FP32_KNOBS = {"FP32_BLOCK_M": [32, 64, 128], "FP32_BLOCK_N": [32, 64, 128], "FP3
               "FP32_NUM_WARPS": [4, 8], "FP32_NUM_STAGES": [2, 3, 4]}
 
 
-def knobs_for(dtypes, gemm: bool = True, gemv: bool = False) -> dict[str, list[int]]:
+def knobs_for(dtypes, gemm: bool = True, gemv: bool = False, conv: bool = False) -> dict[str, list[int]]:
     """The tile knobs a kernel for inputs of ``dtypes`` reads (GROUP_M only for a GEMM: a convolution's
-    tiles go in grid order; the GEMV_* knobs only for a chain with a matrix-vector product)."""
+    tiles go in grid order; the GEMV_* knobs only for a chain with a matrix-vector product;
+    CONV_CHANNELS_LAST for a convolution)."""
     out: dict[str, list[int]] = {}
     if "float32" in dtypes:
         out.update(FP32_KNOBS)
@@ -58,6 +59,8 @@ def knobs_for(dtypes, gemm: bool = True, gemv: bool = False) -> dict[str, list[i
         out["GROUP_M"] = KNOBS["GROUP_M"]
     if gemv:
         out.update(GEMV_KNOBS)
+    if conv:
+        out["CONV_CHANNELS_LAST"] = [0, 1]
     return out
 
 
@@ -339,7 +342,7 @@ def template_source(spec: dict, name: str) -> tuple[str, dict[str, list[int]]]:
     parts.append(TAIL.format(pointwise=kernels, params=params, body=code,
                              ret=outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"))
     knobs = knobs_for(dtypes, gemm="_gemm(" in code or "_bmm(" in code,
-                      gemv="_gemm(" in code and _has_vector_product(spec))
+                      gemv="_gemm(" in code and _has_vector_product(spec), conv="_conv(" in code)
     if fused:
         knobs["FUSE_EPILOGUE"] = [0, 1]
     return "".join(parts), knobs
@@ -718,6 +721,10 @@ def _unravel(i, A, B, C):
 
 
 __CONV_KERNEL__CONV_BY_POSITION = 16  # channels per group from which K runs over kernel positions, then channels
+# 1: the input and the weight are copied with their channels innermost before the kernel runs, so a
+# tile's slice of input channels (K) and of output channels (N) are contiguous, vectorisable loads; in
+# torch's NCHW layout a K slice of the input reads one element per H*W. Costs a pass over x and w.
+CONV_CHANNELS_LAST = 0
 
 
 def _as_3d(t, spatial):
@@ -740,6 +747,11 @@ def _conv(x, w, bias, stride, padding, dilation, transposed=False, output_paddin
     dilation = (1,) * lead + each(dilation)
     output_padding = (0,) * lead + each(output_padding)
     x5, w5 = _as_3d(x, spatial), _as_3d(w, spatial)
+    if CONV_CHANNELS_LAST:
+        x5 = x5.movedim(1, -1).contiguous().movedim(-1, 1)  # (N, C, D, H, W) strides (DHWC, 1, HWC, WC, C)
+        # the weight's tile dim (output channels: dim 0, or 1 when transposed) innermost, then the other
+        inner, outer = (1, 0) if transposed else (0, 1)
+        w5 = w5.permute(2, 3, 4, outer, inner).contiguous().permute(*((4, 3) if inner == 0 else (3, 4)), 0, 1, 2)
     n, c = x5.shape[0], x5.shape[1]
     if transposed:
         cg, ocg = c // groups, w5.shape[1]

@@ -768,7 +768,8 @@ def starter_source(fn: Callable, example_inputs: tuple, device: str = "cuda", *,
             # a matrix-vector product is likely where an operand is one column or one row (KernelBench's)
             gemv = "gemm" in templates and any(x.dim() >= 2 and 1 in x.shape[-2:] for x in tensors)
             if templates - {"pool"}:
-                knobs.update(gemm_template.knobs_for(floats, gemm="gemm" in templates, gemv=gemv))
+                knobs.update(gemm_template.knobs_for(floats, gemm="gemm" in templates, gemv=gemv,
+                                                    conv="conv" in templates))
             if "pool" in templates:
                 knobs.update(gemm_template.POOL_KNOBS)
         verified = False

@@ -368,8 +368,11 @@ def test_the_convolution_template_writes_every_kind_kernelbench_has(case):
     bias = torch.randn(ws[1] * groups if transposed else ws[0], generator=g) if has_bias else None
     want = torch.ops.aten.convolution(x, w, bias, list(stride), list(padding), list(dilation), transposed,
                                       list(output_padding), groups)
-    got = ns["_conv"](x, w, bias, stride, padding, dilation, transposed, output_padding, groups)
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    for channels_last in (0, 1):  # the knob: input and weight copied with their channels innermost first
+        ns["CONV_CHANNELS_LAST"] = channels_last
+        got = ns["_conv"](x, w, bias, stride, padding, dilation, transposed, output_padding, groups)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"channels last {channels_last}: {m}")
+        assert got.is_contiguous()  # the model's layout, whichever way the kernel read its operands
     if len(xs) == 4:  # into a buffer laid out channels-last, as Inductor's are on the CPU
         out = torch.empty_strided(want.shape, (want[0].numel(), 1, want.shape[3] * want.shape[1], want.shape[1]))
         ns["_conv"](x, w, bias, stride, padding, dilation, transposed, output_padding, groups, out=out)

@@ -112,11 +112,14 @@ def test_the_chain_runs_in_the_gemms_epilogue_and_matches_the_model(case, tmp_pa
     assert epi is not None and len(epi.operands) == operands and epi.end == len(ref.UNIT["ops"]) - 1
     recorded = ref.make_inputs(dict(spec.test_shapes[0].dims), torch.float32, "cpu", 0)
     want = ref.reference(*recorded)
-    for fuse in (1, 0):
-        kernel.FUSE_EPILOGUE = fuse
+    conv = "_conv(" in source
+    assert ("CONV_CHANNELS_LAST" in spec.knob_space) == conv
+    for fuse, channels_last in ((1, 0), (0, 0)) + (((1, 1),) if conv else ()):
+        kernel.FUSE_EPILOGUE, kernel.CONV_CHANNELS_LAST = fuse, channels_last
         got = kernel.kernel_fn(*recorded)
         assert got.shape == want.shape
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"FUSE_EPILOGUE={fuse}: {m}")
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4,
+                                   msg=lambda m: f"FUSE_EPILOGUE={fuse} CONV_CHANNELS_LAST={channels_last}: {m}")
 
 
 def test_the_fused_epilogue_on_the_16_bit_tile_with_ragged_edges(tmp_path):
