@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from autokernel_tui.profiling import gemm_template as gt
 from autokernel_tui.tasks import spec as taskspec
-from profiling.test_anyop import _extract, _generated, _profile
+from profiling.test_anyop import _extract, _generated, _profile, _template
 
 
 class LinearGeluResidual(nn.Module):
@@ -141,8 +141,7 @@ def test_the_fused_epilogue_on_the_16_bit_tile_with_ragged_edges(tmp_path):
 def test_a_bias_of_many_rows_is_added_in_the_epilogue():
     """addmm with an (M, N) or (M, 1) bias raised "a bias with more than one row is not written"; it is
     now read with its own strides (a (1, N) row keeps the one-row load, a vector product its split-K)."""
-    ns = {"__name__": "gemm_template"}
-    exec("import torch\nimport triton\nimport triton.language as tl\n" + gt.TILE + gt.GEMM, ns)
+    ns = _template()
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(37, 20, generator=g), torch.randn(20, 29, generator=g)
     for bias in (torch.randn(37, 29, generator=g), torch.randn(37, 1, generator=g), torch.randn(1, 29, generator=g),
@@ -195,3 +194,27 @@ def test_a_broadcast_to_a_bigger_shape_or_a_vector_product_is_not_fused():
     transpose = _unit([MM, _op("aten.t.default", [{"tensor": 3}], 4), _op("aten.relu.default", [{"tensor": 4}], 5)],
                       [1, 2], [5])
     assert gt.epilogue_at(transpose, 0, gt._tensor_uses(transpose)) is None  # the tile's order is not the view's
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_fused_kernels_compile_and_match_on_the_gpu(case, tmp_path):
+    """The same chains compiled for the card (the interpreter above runs no Triton compiler): fp32 (a
+    convolution's dots in TF32, as cuDNN's) and bf16, fused and not, against the model's ops on the card."""
+    cls, make, _ = CASES[case]
+    torch.manual_seed(0)
+    created, _ = _extract(_profile(case, cls(), make()), tmp_path)
+    (task,) = [t for fam in ("matmul", "conv") for t in _generated(created, fam)]
+    ref = _load(task / "reference.py", f"ref_gpu_{case}")
+    kernel = _load(task / "kernel.py", f"kernel_gpu_{case}")
+    spec = taskspec.load_spec(task)
+    for dtype, tol in ((torch.float32, spec.tolerances["float32"]), (torch.bfloat16, None)):
+        inputs = ref.make_inputs(dict(spec.test_shapes[0].dims), dtype, "cuda", 0)
+        want = ref.reference(*[x.double() if x.is_floating_point() else x for x in inputs]).float()
+        for fuse in (1, 0):
+            kernel.FUSE_EPILOGUE = fuse
+            got = kernel.kernel_fn(*inputs).float()
+            if tol is None:
+                torch.testing.assert_close(got, want, rtol=3e-2, atol=3e-2)
+            else:
+                torch.testing.assert_close(got, want, rtol=tol.rtol, atol=tol.atol)
