@@ -90,6 +90,8 @@ speed)
     fi
     step speed_after 560 python3 benchmarks/harness_speed.py --tasks rmsnorm --runs 8 --ab-runs "$n" \
         --detect-runs "$n" --pairs 0.003:0.03 --json "$R/speed_after.json"
+    # the same raw times judged by each interval method (paired resampling against the harness's own)
+    step ci_methods 60 python3 benchmarks/ci_methods.py "$R/speed_after.json"
     ;;
 starters)
     q=(); [ "${2:-}" = quick ] && q=(--quick)  # quick: the first declared dtype only

@@ -128,6 +128,17 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
     return result
 
 
+def _samples(c) -> list | None:
+    """A comparison's raw times (the screening comparison's first when it was confirmed), to 0.001 us:
+    benchmarks/ci_methods.py judges other interval methods on them."""
+    found = getattr(c, "samples", None)
+    if not found:
+        return None
+    return [{**comp, "rows": [{**row, "candidate_us": [round(t, 3) for t in row["candidate_us"]],
+                               "incumbent_us": [round(t, 3) for t in row["incumbent_us"]]} for row in comp["rows"]]}
+            for comp in found]
+
+
 def record_aa(result: dict, aa: list, harness: Harness) -> None:
     # c.screen is set when the first comparison called it faster and a confirming one ran.
     result["aa"] = {"n": len(aa), "false_keeps": sum(c.faster for c in aa),
@@ -135,7 +146,8 @@ def record_aa(result: dict, aa: list, harness: Harness) -> None:
                     "speedups": [c.speedup for c in aa], "ci": [(c.ci_low, c.ci_high) for c in aa],
                     "statuses": [c.status for c in aa], "keep_margin": harness.keep_margin,
                     "cross_check": [getattr(c, "cross_check", None) for c in aa],
-                    "per_shape": [getattr(c, "per_shape", None) for c in aa]}
+                    "per_shape": [getattr(c, "per_shape", None) for c in aa],
+                    "samples": [_samples(c) for c in aa]}
 
 
 def record_variant(result: dict, det: list, fast: float, slow: float, replace: bool) -> None:
@@ -147,6 +159,7 @@ def record_variant(result: dict, det: list, fast: float, slow: float, replace: b
              "cross_check": [getattr(c, "cross_check", None) for c in det],
              # which shapes a wrong-way or wide comparison came from
              "per_shape": [getattr(c, "per_shape", None) for c in det],
+             "samples": [_samples(c) for c in det],
              "change": f"extra copy kernel: +{fast:.1%} vs +{slow:.1%} bytes"}
     if replace:
         result["variants"][-1] = entry
@@ -195,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         args.runs, args.ab_runs, args.detect_runs = 1, 1, 1
     dirs = [Path(t) if "/" in t else starters_dir() / t for t in args.tasks.split(",") if t]
     results = []
-    with Harness(timeout_s=args.timeout, device=device, sandbox=args.sandbox) as harness:
+    with Harness(timeout_s=args.timeout, device=device, sandbox=args.sandbox, keep_samples=True) as harness:
         info = harness.device_info()
         def save(partial: dict | None = None) -> None:  # after every comparison and task: a cut run keeps its numbers
             if args.json:

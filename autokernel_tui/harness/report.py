@@ -135,6 +135,9 @@ class Comparison:
     # The judge's clock against the reported times (GPU): the median per-call difference between the
     # two sides' unexplained time, its tolerance, and how many batch pairs it rests on.
     cross_check: dict[str, Any] | None = None
+    # With Harness(keep_samples=True): each comparison's raw times per shape, in the candidate's and
+    # incumbent's roles (the screening one first when this one confirms it), for benchmarks/ci_methods.py.
+    samples: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -127,7 +127,7 @@ class Harness:
     def __init__(self, timeout_s: float = 180.0, device: str = "auto", keep_margin: float = 1.01,
                  memory_limit_mb: float | None = None, python: str | None = None,
                  confirm_keeps: bool = True, sandbox: str = "auto", gpu: int | None = None,
-                 measure: str = "device") -> None:
+                 measure: str = "device", keep_samples: bool = False) -> None:
         if device not in ("auto", "cuda", "cpu"):
             raise ValueError(f"device must be auto, cuda or cpu, not {device!r}")
         if sandbox not in SANDBOX_MODES:
@@ -139,6 +139,9 @@ class Harness:
             raise ValueError(f"measure must be one of {', '.join(MEASURES)}, not {measure!r}")
         self.measure = measure
         self.confirm_keeps = bool(confirm_keeps)
+        # keep every comparison's raw times on it (Comparison.samples): benchmarks/ci_methods.py
+        # judges other interval methods on them; off in a run (a report would carry them all)
+        self.keep_samples = bool(keep_samples)
         self.memory_limit_mb = memory_limit_mb or _default_memory_limit_mb()
         self.python = python or sys.executable
         self.sandbox = sandbox
@@ -417,6 +420,8 @@ class Harness:
             return first
         second = self._compare_once(Path(task_dir).resolve(), candidate_source, incumbent_source, quick, True)
         second.screen = {"speedup": first.speedup, "ci_low": first.ci_low, "ci_high": first.ci_high}
+        if self.keep_samples and first.samples is not None and second.samples is not None:
+            second.samples = first.samples + second.samples  # the screening comparison's, then this one's
         if second.status == "PASS" and not second.faster:
             second.reason = (f"faster in the first comparison ({first.speedup:.3f}x [{first.ci_low:.3f}, "
                              f"{first.ci_high:.3f}]) but not in the confirming one ({second.speedup:.3f}x "
@@ -459,9 +464,12 @@ class Harness:
         method = (f"{reply['method']}; speedup = geomean over {len(rows)} shape x dtype of "
                   "median(incumbent)/median(candidate), 95% bootstrap CI"
                   + ("; confirming run with the roles swapped" if swapped else ""))
+        samples = [{"swapped": swapped, "rows": [{"shape": r["shape"], "dtype": r["dtype"], "batch": r.get("batch"),
+                                                  "candidate_us": c, "incumbent_us": i}
+                                                 for r, (c, i) in zip(rows, pairs)]}] if self.keep_samples else None
         return Comparison(speedup=speedup, ci_low=lo, ci_high=hi, faster=lo > self.keep_margin,
                           n_samples=sum(len(c) + len(i) for c, i in pairs), method=method, per_shape=per_shape,
-                          cross_check=reply.get("cross_check"))
+                          cross_check=reply.get("cross_check"), samples=samples)
 
     def close(self) -> None:
         with self._lock:

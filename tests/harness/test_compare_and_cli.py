@@ -133,8 +133,22 @@ def test_speed_benchmark_runs_end_to_end_in_small_mode(harness, tiny_task):
     spec.loader.exec_module(bench)
     seen = []  # what a run cut short would have saved: one snapshot after each comparison
     checkpoint = lambda r: seen.append((r["aa"]["n"], [v["n"] for v in r["variants"]]))  # noqa: E731
-    result = bench.measure_task(harness, tiny_task, runs=1, ab_runs=1, detect_runs=1, quick=True, log=lambda *a: None,
-                                checkpoint=checkpoint)
+    harness.keep_samples = True  # as harness_speed.py's own Harness: raw times for ci_methods.py
+    try:
+        result = bench.measure_task(harness, tiny_task, runs=1, ab_runs=1, detect_runs=1, quick=True,
+                                    log=lambda *a: None, checkpoint=checkpoint)
+    finally:
+        harness.keep_samples = False
+    (aa_samples,) = result["aa"]["samples"]
+    rows = aa_samples[0]["rows"]
+    assert aa_samples[0]["swapped"] is False and rows and all(
+        len(r["candidate_us"]) == len(r["incumbent_us"]) > 0 and r["batch"] >= 1 for r in rows)
+    from benchmarks import ci_methods
+    analysed = ci_methods.analyse({"results": [result]})
+    assert [r["what"] for r in analysed] == ["A/A", result["variants"][0]["label"]]
+    assert set(analysed[0]["tally"]) == set(ci_methods.METHODS)
+    assert all(t["n"] == 1 and t["kept"] + t["not kept"] + t["unconfirmed"] == 1 for t in analysed[0]["tally"].values())
+    assert "| rmsnorm | A/A | paired |" in ci_methods.table(analysed)
     assert seen == [(1, []), (1, [1])]
     assert result["first_eval"]["status"] == "PASS"
     assert result["aa"]["statuses"] == ["PASS"] and [v["statuses"] for v in result["variants"]] == [["PASS"]]

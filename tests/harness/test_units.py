@@ -96,6 +96,34 @@ def test_percentiles_geomean_and_bootstrap():
     assert lo > 1.1 and pt == pytest.approx(1.2, rel=0.05)
 
 
+def test_the_paired_bootstrap_cancels_what_both_sides_of_a_rep_shared():
+    """benchmarks/ci_methods.py's candidate method: rep j of both sides ran on the same inputs in one
+    batch pair. Where each pair shared a slow-down (the card's clock then), resampling pairs keeps the
+    interval about the 3% change; resampling each side apart counts the shared part twice as noise."""
+    rng = random.Random(2)
+    shapes = []
+    for _ in range(5):
+        shared = [rng.choice([1.0, 1.0, 1.15, 1.3]) for _ in range(24)]  # per-pair conditions, both sides
+        cand = [100 * f * rng.gauss(1, 0.003) for f in shared]
+        inc = [103 * f * rng.gauss(1, 0.003) for f in shared]
+        shapes.append((cand, inc))
+    pt, lo, hi = stats.paired_bootstrap_speedup(shapes, [None] * 5)
+    pt_i, lo_i, hi_i = stats.bootstrap_speedup(shapes)
+    assert pt == pt_i  # the same point estimate: geomean of median ratios
+    assert 1.01 < lo < 1.03 < hi < 1.05, (lo, hi)
+    assert hi_i - lo_i > 2 * (hi - lo), ((lo_i, hi_i), (lo, hi))
+    # within batches of 6 pairs, every resample keeps each batch's weight: an interval all the same
+    pt_b, lo_b, hi_b = stats.paired_bootstrap_speedup(shapes, [6] * 5)
+    assert pt_b == pt and lo_b <= pt <= hi_b and 1.0 < lo_b
+    # independent noise only: the two methods agree to within the resampling's own noise
+    noisy = [([rng.gauss(100, 3) for _ in range(30)], [rng.gauss(100, 3) for _ in range(30)]) for _ in range(4)]
+    _, lo_p, hi_p = stats.paired_bootstrap_speedup(noisy, [None] * 4)
+    _, lo_n, hi_n = stats.bootstrap_speedup(noisy)
+    assert lo_p < 1.0 < hi_p and abs((hi_p - lo_p) - (hi_n - lo_n)) < 0.5 * (hi_n - lo_n)
+    with pytest.raises(ValueError, match="as many"):
+        stats.paired_bootstrap_speedup([([1.0, 2.0], [1.0])], [None])
+
+
 def test_compare_needs_elementwise_and_relative_l2_agreement():
     import torch
     from autokernel_tui.harness.worker.correctness import compare

@@ -563,7 +563,9 @@ def compare_run(ev: Evaluation, candidate_source: str, incumbent_source: str,
                     order.reverse()
                 for who, acc in order:
                     acc += ev.timed_batch(who, shape, dtype, recipes, 0 if (ev.st.cuda or b) else 2, verify, lead)
-            row = {"shape": shape.name, "dtype": dtype, "candidate_us": cand_times, "incumbent_us": inc_times}
+            # batch: reps per timed batch; rep j of either side ran on the same inputs, in the same batch pair
+            row = {"shape": shape.name, "dtype": dtype, "candidate_us": cand_times, "incumbent_us": inc_times,
+                   "batch": size}
             if measure == "as_called":
                 cand_called: list[float] = []
                 inc_called: list[float] = []
