@@ -65,6 +65,14 @@ ATEN_FAMILY = {
     **dict.fromkeys(["aten::_fused_rms_norm_backward"], "rmsnorm_backward"),
     **dict.fromkeys(["aten::gelu_backward"], "gelu_backward"),
     **dict.fromkeys(["aten::silu_backward"], "swiglu_backward"),
+    # Backward ops of forward families without a hand-written starter: init makes generated backward
+    # tasks of them (the recorded forward chain, differentiated).
+    **dict.fromkeys(["aten::native_group_norm_backward"], "group_norm_backward"),
+    **dict.fromkeys(["aten::native_batch_norm_backward", "aten::cudnn_batch_norm_backward",
+                     "aten::miopen_batch_norm_backward", "aten::batch_norm_backward"], "batch_norm_backward"),
+    **dict.fromkeys(["aten::convolution_backward", "aten::cudnn_convolution_backward",
+                     "aten::mkldnn_convolution_backward", "aten::_slow_conv2d_backward",
+                     "aten::slow_conv3d_backward", "aten::convolution_backward_overrideable"], "conv_backward"),
     **dict.fromkeys(["aten::_flash_attention_backward", "aten::_efficient_attention_backward",
                      "aten::_scaled_dot_product_flash_attention_backward",
                      "aten::_scaled_dot_product_efficient_attention_backward",
@@ -98,7 +106,14 @@ BACKWARD_NODES = [
     (re.compile(r"^GeluBackward"), "gelu_backward"),
     (re.compile(r"^SiluBackward"), "swiglu_backward"),
     (re.compile(r"^EmbeddingBackward"), "embedding_backward"),
+    (re.compile(r"GroupNormBackward"), "group_norm_backward"),
+    (re.compile(r"BatchNorm.*Backward"), "batch_norm_backward"),
+    (re.compile(r"^(Convolution|CudnnConvolution|MkldnnConvolution|SlowConv.*|ConvolutionBackwardOverrideable)Backward"),
+     "conv_backward"),
 ]
+# Forward families whose backward kernels count apart (``<family>_backward``) though no hand-written
+# starter has them: generated backward tasks are made of their recorded forward chains.
+GENERATED_BACKWARD = ("group_norm", "batch_norm", "conv")
 
 # Kernel-name rules, first match wins. Names are matched case-insensitively.
 KERNEL_RULES: list[tuple[re.Pattern, str]] = [(re.compile(p, re.I), f) for p, f in [
@@ -206,7 +221,7 @@ def classify_detail(kernel: str, ancestors: list[str] = (), causal: bool | None 
                 family = by_name
     if family == "attention":
         family = "flash_attention" if causal in (True, None) else "attention_bidirectional"
-    if is_backward(ancestors) and family in STARTER_FAMILIES and family != "matmul":
+    if is_backward(ancestors) and family in STARTER_FAMILIES + GENERATED_BACKWARD and family != "matmul":
         family = f"{family}_backward"
     if family == "attention_backward":
         family = "flash_attention_backward"

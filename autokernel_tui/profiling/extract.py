@@ -206,17 +206,22 @@ def extract_all(profile: dict, dest_kernels_dir: Path, top: int = 5,
         else:
             why_starter = "no hand-written starter for this family"
         families_done += made_starter
-        if fam.endswith("_backward"):
-            if not made_starter:
-                skip(family, f"{why_starter}; generated tasks replay forward calls only (backward starters: "
-                             "kernels/*_bwd)")
+        backward = fam.endswith("_backward")
+        if backward and made_starter:
             continue
         if below:
             if not made_starter:
                 skip(family, f"share {100 * family.get('share', 0.0):.2f}% is under the {100 * threshold:g}% "
                              "threshold for generated tasks (init --min-share lowers it)")
             continue
-        candidates = [e for e in units.get(fam, []) if not (made_starter and _starter_fits(record, e["unit"], fam))]
+        if backward:  # the recorded forward calls of the family, each differentiated: a backward task
+            forward = fam.removesuffix("_backward")
+            candidates = units.get(forward, [])
+            if not candidates:
+                skip(family, f"{why_starter}; {no_record or f'no forward call of {forward} was recorded to differentiate'}")
+                continue
+        else:
+            candidates = [e for e in units.get(fam, []) if not (made_starter and _starter_fits(record, e["unit"], fam))]
         if not candidates:
             if not made_starter:
                 if fam == "elementwise" and record.get("units"):
@@ -232,10 +237,10 @@ def extract_all(profile: dict, dest_kernels_dir: Path, top: int = 5,
             if n > calls:
                 skip(family, f"beyond the {calls} costliest distinct calls of the family (init --calls)", what)
                 continue
-            name, k = gen.task_name(fam, record, e["unit"], n), n
+            name, k = gen.task_name(fam, record, e["unit"], n, backward), n
             while dest_kernels_dir / name in created:  # another family's call of the same op (T5: causal and not)
                 k += 1
-                name = gen.task_name(fam, record, e["unit"], k)
+                name = gen.task_name(fam, record, e["unit"], k, backward)
             dest = dest_kernels_dir / name
             if dest.exists():
                 raise WorkspaceError(f"{dest} already exists; remove it or extract into another workspace")
@@ -245,7 +250,8 @@ def extract_all(profile: dict, dest_kernels_dir: Path, top: int = 5,
                     "share_note": "the family's share split over its calls by estimated cost",
                     "calls_per_step": e["count"], "dtype": dtype}
             try:
-                gen.write_task(dest, name, record, e["unit"], fam, str(profile.get("model", "model")), dtype, info)
+                gen.write_task(dest, name, record, e["unit"], fam, str(profile.get("model", "model")), dtype, info,
+                               backward=backward)
                 taskspec.load_spec(dest)
             except (ValueError, TaskFormatError) as exc:
                 shutil.rmtree(dest, ignore_errors=True)

@@ -225,10 +225,10 @@ def _dtype_of_unit(record: dict, unit: dict, default: str) -> str:
     return default
 
 
-def task_name(family: str, record: dict, unit: dict, n: int) -> str:
+def task_name(family: str, record: dict, unit: dict, n: int, backward: bool = False) -> str:
     ops = [packet(record["ops"][i]["op"]).strip("_") for i in unit["ops"] if not is_view(record["ops"][i]["op"])]
     body = "_".join(dict.fromkeys(ops))[:40] or family
-    return re.sub(r"[^a-z0-9_]+", "_", f"gen_{body}_{n}".lower())
+    return re.sub(r"[^a-z0-9_]+", "_", f"gen_{body}{'_bwd' if backward else ''}_{n}".lower())
 
 
 def _toml(v) -> str:
@@ -390,6 +390,19 @@ def _scaled(inputs, g):
 ADVERSARIAL = {{"scaled_activations": _scaled}}
 '''
 
+# Appended to a backward task's reference.py (the harness reads backward_flops/backward_bytes_moved).
+BACKWARD_COUNTS = '''
+
+def backward_flops(shape: dict) -> int:
+    # the gradient of every floating-point input: about twice the forward's work (an estimate)
+    return 2 * flops(shape)
+
+
+def backward_bytes_moved(shape: dict, dtype: torch.dtype) -> int:
+    # the forward's inputs and the grad_outs read, a gradient per input written: about twice (an estimate)
+    return 2 * bytes_moved(shape, dtype)
+'''
+
 NO_STARTER_MARK = "NO STARTER YET"  # the first words of a generated kernel.py that only raises
 
 
@@ -462,8 +475,12 @@ def write_kernel(dest: Path, name: str, spec: dict | None = None) -> tuple[str |
 
 
 def write_task(dest: Path, name: str, record: dict, unit: dict, family: str, model: str, model_dtype: str,
-               profile_info: dict | None = None) -> Path:
-    """Write one generated task folder; returns it. Raises ValueError when the unit cannot be a task."""
+               profile_info: dict | None = None, backward: bool = False) -> Path:
+    """Write one generated task folder; returns it. Raises ValueError when the unit cannot be a task.
+
+    ``backward``: the task is the chain's backward (``kind = "backward"``): the same reference.py, whose
+    forward the harness differentiates; ``kernel_fn(*inputs, *grad_outs)`` returns the gradient of every
+    floating-point input (``grad_inputs``), its starter Inductor's Triton for the traced backward."""
     dtype = _dtype_of_unit(record, unit, model_dtype)
     if dtype not in EPS:
         raise ValueError(f"dtype {dtype} is not a task dtype (float16, bfloat16, float32)")
@@ -486,24 +503,46 @@ def write_task(dest: Path, name: str, record: dict, unit: dict, family: str, mod
     compute = {op_family(o) for o in ops} & {"matmul", "conv", "attention"}
     depth = reduction_depth(record, unit)
     n_ops = sum(1 for o in ops if not is_view(o))
-    tol = tolerances(dtype, depth, n_ops)
     forbidden = list(dict.fromkeys(f"aten::{packet(o).rstrip('_') if packet(o).endswith('_') else packet(o)}"
                                    for o in ops if not is_view(o)))
     what = " -> ".join(packet(o) for o in ops)
+    if backward:
+        grad_inputs = [k for k, tid in enumerate(unit["inputs"]) if t[tid]["dtype"] in EPS]
+        if not grad_inputs:
+            raise ValueError("no floating-point input to differentiate")
+        # a weight's or bias's gradient sums over every row of the tensors it met; twice the ops
+        depth = max(depth, *(_numel(t[tid]["shape"]) // max(1, int(t[tid]["shape"][-1]))
+                             for tid in list(unit["inputs"]) + list(unit["outputs"]) if t[tid]["shape"]))
+        n_ops *= 2
+        forbidden += [f"{f}_backward" for f in forbidden]
+    tol = tolerances(dtype, depth, n_ops)
     dest.mkdir(parents=True)
     spec = unit_spec(record, unit, dtype)
     counts = ("bytes = outside inputs + outputs once each; FLOPs by op class (2MNK matmul, 2*out*Cin*k conv, "
               "4BHSSD attention, 8/elem norms, 5/elem softmax, 1/elem pointwise)")
     (dest / "reference.py").write_text(REFERENCE_TEMPLATE.format(
         what=what, model=model, counts=counts, unit_json=json.dumps(spec, separators=(",", ":")), flops=int(flops),
-        bytes_=int(nbytes), model_dtype=dtype, float_elems=float_elems, other_bytes=other), encoding="utf-8")
+        bytes_=int(nbytes), model_dtype=dtype, float_elems=float_elems, other_bytes=other)
+        + (BACKWARD_COUNTS if backward else ""), encoding="utf-8")
+    if backward:
+        described = f"Backward of {what} from {model}: the gradient of each floating-point input, at the recorded " \
+                    "shapes and arguments"
+        head = [f"kind = {_toml('backward')}",
+                f"grad_inputs = {_toml(grad_inputs)}  # every floating-point input of the chain",
+                f"name = {_toml(name)}",
+                f"family = {_toml(family)}",
+                f"description = {_toml(described)}",
+                f"bound = {_toml('compute' if compute else 'memory')}",
+                f"baseline = {_toml('autograd of the recorded aten calls: ' + ', '.join(ops))}"]
+    else:
+        head = [f"name = {_toml(name)}",
+                f"family = {_toml(family)}",
+                f"description = {_toml(f'Replay of {what} from {model}, at the recorded shapes and arguments')}",
+                f"bound = {_toml('compute' if compute else 'memory')}",
+                f"baseline = {_toml('recorded aten calls: ' + ', '.join(ops))}"]
     lines = [
         "# Harness-owned, generated by autokernel-tui from a recorded call (profiling/generate.py).",
-        f"name = {_toml(name)}",
-        f"family = {_toml(family)}",
-        f"description = {_toml(f'Replay of {what} from {model}, at the recorded shapes and arguments')}",
-        f"bound = {_toml('compute' if compute else 'memory')}",
-        f"baseline = {_toml('recorded aten calls: ' + ', '.join(ops))}",
+        *head,
         f"dtypes = [{_toml(dtype)}]",
         f"forbidden_ops = {_toml(forbidden)}",
         "generated = true",
@@ -525,9 +564,11 @@ def write_task(dest: Path, name: str, record: dict, unit: dict, family: str, mod
     if profile_info:
         lines += ["", "[profile]"] + [f"{k} = {_toml(v)}" for k, v in profile_info.items()]
     (dest / "task.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    source, why, origin = write_kernel(dest, name, spec)
+    # a backward's starter is Inductor's for the traced backward (the GEMM template writes forward chains)
+    source, why, origin = write_kernel(dest, name, None if backward else spec)
+    kind = " (backward: the gradients of its floating-point inputs)" if backward else ""
     (dest / "README.md").write_text(
-        f"# {name} (generated)\n\nReplays `{what}` from `{model}` ({dtype}), recorded by a dispatch-mode pass "
+        f"# {name} (generated)\n\nReplays `{what}` from `{model}` ({dtype}){kind}, recorded by a dispatch-mode pass "
         f"(profiling/replay.py).\n\n- reference.py: the recorded aten calls with their recorded arguments.\n"
         f"- kernel.py: {'from ' + origin if source else 'NO STARTER: ' + why + ' (it raises)'}.\n"
         f"- FLOPs {int(flops)}, bytes {int(nbytes)} (estimates: see reference.py).\n", encoding="utf-8")

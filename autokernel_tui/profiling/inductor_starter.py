@@ -752,7 +752,7 @@ def starter_source(fn: Callable, example_inputs: tuple, device: str = "cuda", *,
             if sig in seen:
                 continue
             seen.add(sig)
-            cap = _capture(fn, inputs, device)
+            cap = _capture(fn.graph_for(inputs) if isinstance(fn, Traced) else fn, inputs, device)
             codes.append(cap.code)
             kernels, names, body, knobs = _variant(cap, len(variants), helpers, templates)
             if len(names) != len(cap.input_order):
@@ -784,6 +784,28 @@ def starter_source(fn: Callable, example_inputs: tuple, device: str = "cuda", *,
         return StarterResult(None, {}, str(e), False, codes)
 
 
+class Traced:
+    """``fn`` traced to aten ops (``make_fx``) once per input signature, for what Dynamo cannot trace:
+    a backward task's reference calls ``torch.autograd.grad``. Called, it runs ``fn`` itself (the check
+    of the starter against it); ``graph_for(inputs)`` is the graph torch.compile compiles, the forward
+    recomputed and its backward, as aten calls with the shapes of ``inputs`` baked in."""
+
+    def __init__(self, fn: Callable) -> None:
+        self.fn = fn
+        self._graphs: dict = {}
+
+    def __call__(self, *inputs):
+        return self.fn(*inputs)
+
+    def graph_for(self, inputs: tuple):
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        key = _signature(inputs)
+        if key not in self._graphs:
+            self._graphs[key] = make_fx(self.fn)(*inputs)
+        return self._graphs[key]
+
+
 # ---------------------------------------------------------------------------------------------
 # A task's starter (run by profiling/starter_process.py in a process of its own)
 
@@ -798,9 +820,15 @@ def _task_main(task_dir: str) -> int:
 
     # task.toml read directly: the task has no kernel.py yet (this makes it)
     spec = tomllib.loads((Path(task_dir) / "task.toml").read_text(encoding="utf-8"))
-    loader = importlib.util.spec_from_file_location("reference", Path(task_dir) / "reference.py")
-    ref = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(ref)  # type: ignore[union-attr]
+    backward = spec.get("kind", "forward") == "backward"
+    if backward:  # the forward's reference differentiated, as the harness checks it: inputs + grad_outs
+        from autokernel_tui.harness.worker.reference import load_reference
+
+        ref = load_reference(Path(task_dir))
+    else:
+        loader = importlib.util.spec_from_file_location("reference", Path(task_dir) / "reference.py")
+        ref = importlib.util.module_from_spec(loader)
+        loader.loader.exec_module(ref)  # type: ignore[union-attr]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = getattr(torch, spec["dtypes"][0])
 
@@ -811,7 +839,9 @@ def _task_main(task_dir: str) -> int:
     inputs = ref.make_inputs(first, dtype, device, 0)
     more = tuple(ref.make_inputs(dims(s), dtype, device, 0) for s in spec.get("test_shapes", []) if dims(s) != first)
     check = None if os.environ.get(VERIFY_ENV) != "0" else False
-    r = starter_source(ref.reference, tuple(inputs), device, more_inputs=more, verify=check,
-                       description=f"Inductor's Triton for {spec['name']}, as a starting kernel.py.")
+    fn = Traced(ref.reference) if backward else ref.reference
+    what = "its forward recomputed and its backward" if backward else "this task"
+    r = starter_source(fn, tuple(inputs), device, more_inputs=more, verify=check,
+                       description=f"Inductor's Triton for {spec['name']} ({what}), as a starting kernel.py.")
     json.dump({"source": r.source, "knobs": r.knobs, "reason": r.reason, "verified": r.verified}, sys.stdout)
     return 0
