@@ -788,7 +788,8 @@ class Traced:
     """``fn`` traced to aten ops (``make_fx``) once per input signature, for what Dynamo cannot trace:
     a backward task's reference calls ``torch.autograd.grad``. Called, it runs ``fn`` itself (the check
     of the starter against it); ``graph_for(inputs)`` is the graph torch.compile compiles, the forward
-    recomputed and its backward, as aten calls with the shapes of ``inputs`` baked in."""
+    recomputed and its backward, as aten calls with the shapes of ``inputs`` baked in (a convolution's
+    backward as convolutions, ``conv_backward``: Inductor writes no Triton for ``convolution_backward``)."""
 
     def __init__(self, fn: Callable) -> None:
         self.fn = fn
@@ -800,9 +801,11 @@ class Traced:
     def graph_for(self, inputs: tuple):
         from torch.fx.experimental.proxy_tensor import make_fx
 
+        from autokernel_tui.profiling.conv_backward import decompositions
+
         key = _signature(inputs)
         if key not in self._graphs:
-            self._graphs[key] = make_fx(self.fn)(*inputs)
+            self._graphs[key] = make_fx(self.fn, decomposition_table=decompositions())(*inputs)
         return self._graphs[key]
 
 

@@ -45,15 +45,33 @@ def test_backward_ops_of_the_generated_families_are_their_own_families():
     assert classify("sm90_xmma_fprop_implicit_gemm_f32f32", ["aten::conv2d"]) == "conv"  # the forward stays
 
 
-def test_a_training_profile_makes_a_generated_backward_task_that_passes_the_harness(tmp_path, monkeypatch):
+class ConvGroupNormRelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3, padding=1, stride=(1, 2))
+        self.block = GroupNormRelu()
+
+    def forward(self, x):
+        return self.block(self.conv(x))
+
+
+def test_a_training_profile_makes_generated_backward_tasks_that_pass_the_harness(tmp_path, monkeypatch):
+    """A conv net's training step: the convolution's backward (as convolutions, conv_backward.py: the GEMM
+    template's implicit GEMM) and the group norm's (Inductor's reductions) each a task that PASSes."""
     monkeypatch.setenv("AUTOKERNEL_INDUCTOR_STARTERS", "1")  # the suite turns starter-making off for speed
-    model, x = GroupNormRelu(), torch.randn(2, 16, 5, 3)
-    prof = _train_profile("gn", model, [x])
+    model, x = ConvGroupNormRelu(), torch.randn(2, 3, 5, 6)
+    prof = _train_profile("convnet", model, [x])
     fams = {f["family"] for f in prof["families"]}
-    assert {"group_norm", "group_norm_backward"} <= fams
+    assert {"conv", "conv_backward", "group_norm", "group_norm_backward"} <= fams
     created, skipped = extract_all(prof, tmp_path / "kernels", top=20, threshold=0.0)
     names = {p.name: p for p in created}
-    assert "gen_native_group_norm_relu_1" in names
+    assert {"gen_convolution_1", "gen_native_group_norm_relu_1"} <= set(names)
+    conv = names["gen_convolution_bwd_1"]
+    assert taskspec.load_spec(conv).family == "conv_backward"
+    assert "_conv(" in (conv / "kernel.py").read_text()  # the gradients' convolutions, in Triton
+    with Harness(timeout_s=300, device="cpu") as h:
+        report = h.evaluate(conv, quick=True)
+    assert report.status == "PASS", report.reason
     task = names["gen_native_group_norm_relu_bwd_1"]
     spec = taskspec.load_spec(task)
     assert spec.kind == "backward" and spec.family == "group_norm_backward"
@@ -72,6 +90,7 @@ def test_a_training_profile_makes_a_generated_backward_task_that_passes_the_harn
     ref = load_reference(task)
     inputs = ref.make_inputs({"CALL": 1}, torch.float32, "cpu", 0)
     x_, w, b, grad_out = inputs
+    assert x_.shape == (2, 16, 5, 3)
     leaves = [t.detach().requires_grad_() for t in (x_, w, b)]
     torch.autograd.backward(F.relu(F.group_norm(leaves[0], 4, leaves[1], leaves[2])), grad_out)
     got = load_kernel(task / "kernel.py")(*inputs)
@@ -94,3 +113,44 @@ def test_a_backward_family_under_the_threshold_or_without_a_recorded_forward_is_
         _, skipped = extract_all(prof, tmp_path / "kernels", top=20, threshold=0.0)
         reasons = {s["family"]: s["reason"] for s in skipped}
         assert "no forward call of group_norm was recorded to differentiate" in reasons["group_norm_backward"]
+
+
+def test_a_convolutions_backward_as_convolutions_matches_autograd():
+    """Every kind of convolution KernelBench has (1-3-D, grouped, depthwise, transposed, strided,
+    dilated, padded): the three gradients in float64, against autograd's."""
+    from autokernel_tui.profiling.conv_backward import convolution_backward
+    from profiling.test_anyop import CONV_CASES
+
+    for case, (xs, ws, has_bias, stride, padding, dilation, transposed, output_padding, groups) in CONV_CASES.items():
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(xs, generator=g, dtype=torch.float64, requires_grad=True)
+        w = torch.randn(ws, generator=g, dtype=torch.float64, requires_grad=True)
+        b = (torch.randn(ws[1] * groups if transposed else ws[0], generator=g, dtype=torch.float64,
+                         requires_grad=True) if has_bias else None)
+        y = torch.ops.aten.convolution(x, w, b, list(stride), list(padding), list(dilation), transposed,
+                                       list(output_padding), groups)
+        grad_out = torch.randn(y.shape, generator=g, dtype=torch.float64)
+        want = torch.autograd.grad(y, [x, w] + ([b] if has_bias else []), grad_out)
+        got = convolution_backward(grad_out, x.detach(), w.detach(), None, list(stride), list(padding),
+                                   list(dilation), transposed, list(output_padding), groups, [True, True, has_bias])
+        for name, mine, theirs in zip(("input", "weight", "bias"), got, want):
+            torch.testing.assert_close(mine, theirs, msg=lambda m: f"{case}, the {name}'s gradient: {m}")
+        assert has_bias or got[2] is None
+
+
+@pytest.mark.gpu
+def test_generated_backward_tasks_pass_the_harness_on_the_gpu(tmp_path, monkeypatch):
+    """The same conv net's training step profiled on the card: Inductor's CUDA code for the traced
+    backwards (the gradients' convolutions through the GEMM template) made into tasks that PASS."""
+    monkeypatch.setenv("AUTOKERNEL_INDUCTOR_STARTERS", "1")
+    torch.manual_seed(0)
+    bundle = ModelBundle("convnet", ConvGroupNormRelu().cuda(), (torch.randn(8, 3, 32, 32, device="cuda"),), True,
+                         "float32", "cuda", 0, 0)
+    prof = rank(profile_bundle(bundle, steps=2, warmup=1))
+    created, skipped = extract_all(prof, tmp_path / "kernels", top=20, threshold=0.0)
+    backward = [p for p in created if "_bwd_" in p.name]
+    assert {taskspec.load_spec(p).family for p in backward} >= {"conv_backward", "group_norm_backward"}, skipped
+    with Harness(timeout_s=600, device="cuda") as h:
+        for task in backward:
+            report = h.evaluate(task, quick=True)
+            assert report.status == "PASS", (task.name, report.reason)
