@@ -16,8 +16,10 @@ from autokernel_tui.ledger.schema import upgrade_event
 
 
 # What a task is, as the kernel list says it: a hand-written starter, a task generated from a
-# profiled model's recorded calls, one made from a KernelBench problem file, a backward task.
+# profiled model's recorded calls (forward, or its backward), one made from a KernelBench problem
+# file, a hand-written backward task.
 STARTER, GENERATED, KERNELBENCH, BACKWARD = "starter", "generated", "kernelbench", "backward"
+GENERATED_BACKWARD = "gen bwd"
 
 
 def task_kinds(workspace: Path) -> dict[str, str]:
@@ -32,8 +34,10 @@ def task_kinds(workspace: Path) -> dict[str, str]:
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
             continue
         name = str(data.get("name") or spec.parent.name)
-        out[name] = (KERNELBENCH if data.get("kernelbench") else GENERATED if data.get("generated")
-                     else BACKWARD if data.get("kind") == "backward" else STARTER)
+        backward = data.get("kind") == "backward"
+        out[name] = (KERNELBENCH if data.get("kernelbench")
+                     else (GENERATED_BACKWARD if backward else GENERATED) if data.get("generated")
+                     else BACKWARD if backward else STARTER)
     return out
 
 

@@ -20,6 +20,7 @@ def _workspace(tmp_path: Path) -> Path:
     shutil.copytree(STARTERS / "rmsnorm", ws / "kernels" / "rmsnorm")
     shutil.copytree(STARTERS / "rmsnorm_bwd", ws / "kernels" / "rmsnorm_bwd", symlinks=True)
     for name, mark in (("group_norm_0", "generated = true"),
+                       ("gen_native_group_norm_bwd_1", 'generated = true\nkind = "backward"'),
                        ("kb_conv", 'generated = true\nkernelbench = "19_ReLU.py"')):
         (ws / "kernels" / name).mkdir(parents=True)
         (ws / "kernels" / name / "task.toml").write_text(f'name = "{name}"\n{mark}\n')
@@ -31,7 +32,7 @@ def _workspace(tmp_path: Path) -> Path:
 def test_task_kinds_reads_each_task_toml(tmp_path):
     kinds = workspace_files.task_kinds(_workspace(tmp_path))
     assert kinds == {"rmsnorm": "starter", "rmsnorm_bwd": "backward", "group_norm_0": "generated",
-                     "kb_conv": "kernelbench"}  # an unreadable task.toml is left out, not a crash
+                     "gen_native_group_norm_bwd_1": "gen bwd", "kb_conv": "kernelbench"}  # an unreadable task.toml is left out, not a crash
     assert workspace_files.task_kinds(tmp_path / "nowhere") == {}
 
 

@@ -13,13 +13,14 @@ STATE_STYLE = {"active": "bold #5fd75f", "plateaued": "#d7af5f", "done": "#87afd
 COLUMNS = (("op", "op", None, 0), ("kind", "kind", 11, 5), ("share", "share", 6, 2), ("speedup", "now", 7, 3),
            ("e2e", "e2e", 6, 1), ("state", "state", 9, 4))
 # kind: how the task came to be (workspace_files.task_kinds); a shipped starter is the plain case.
-KIND_STYLE = {"starter": "dim", "generated": "#5fafd7", "kernelbench": "#af87d7", "backward": "#d7af5f"}
+KIND_STYLE = {"starter": "dim", "generated": "#5fafd7", "kernelbench": "#af87d7", "backward": "#d7af5f",
+              "gen bwd": "#d7af5f"}
 VS_START_LABEL = "vs start"
 
 
 class KernelTable(DataTable):
-    """kind: a hand-written starter, a generated task (from a profiled model's recorded calls), a
-    KernelBench problem or a backward task; share: fraction of the model's GPU time; now: the op's
+    """kind: a hand-written starter, a generated task (from a profiled model's recorded calls; "gen
+    bwd": their backward), a KernelBench problem or a hand-written backward task; share: fraction of the model's GPU time; now: the op's
     best speedup (vs baseline on a GPU, vs the starter kernel on the CPU, where vs baseline means
     nothing); e2e: the model's, by Amdahl."""
     DEFAULT_CSS = "KernelTable { height: auto; max-height: 12; }"
