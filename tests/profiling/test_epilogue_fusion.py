@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from autokernel_tui.profiling import gemm_template as gt
 from autokernel_tui.tasks import spec as taskspec
+from profiling.test_anyop import Gemm as LinearScaleLeaky  # KernelBench level 2's Gemm_Multiply_LeakyReLU
 from profiling.test_anyop import _extract, _generated, _profile, _template
 
 
@@ -23,17 +24,6 @@ class LinearGeluResidual(nn.Module):
 
     def forward(self, x, r):
         return F.gelu(self.fc(x)) + r
-
-
-class LinearScaleLeaky(nn.Module):
-    """KernelBench level 2's Gemm_Multiply_LeakyReLU."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(24, 40)
-
-    def forward(self, x):
-        return F.leaky_relu(self.fc(x) * 2.0, 0.1)
 
 
 class ResidualMinusRelu(nn.Module):
