@@ -731,14 +731,39 @@ def _check_against(kernel_fn: Callable, fn: Callable, inputs: tuple) -> None:
             raise NoStarter("generated kernel_fn does not match fn")
 
 
+# Inductor's calls of a library attention kernel (flash, memory-efficient, cuDNN, the CPU's flash).
+LIBRARY_ATTENTION = re.compile(r"_scaled_dot_product_\w*attention|_flash_attention_forward|_efficient_attention_forward")
+ATTENTION_WRITTEN_OUT = (" Attention is written out (matmul, softmax, matmul: torch's math backend), as"
+                         " Inductor's own code calls a library attention kernel, which has no Triton to take.")
+
+
 def starter_source(fn: Callable, example_inputs: tuple, device: str = "cuda", *,
                    more_inputs: tuple[tuple, ...] = (), verify: bool | None = None,
                    description: str = "Inductor's Triton for this task, as a starting kernel.py.") -> StarterResult:
     """kernel.py text whose ``kernel_fn(*inputs)`` computes ``fn(*inputs)`` with Inductor's kernels.
 
     ``example_inputs`` (and each of ``more_inputs``) must already be on ``device``. Never raises for
-    an op it cannot handle: ``result.reason`` says why, ``result.source`` is then None.
+    an op it cannot handle: ``result.reason`` says why, ``result.source`` is then None. Where
+    Inductor calls a library attention kernel (KernelBench's D = 1024 attention, a ViT's or T5's
+    bidirectional one), the capture is made again under torch's math attention backend, which
+    Inductor compiles to its Triton softmax between two matmuls (the GEMM template's).
     """
+    result = _starter_source(fn, example_inputs, device, more_inputs, verify, description)
+    if result.ok or not LIBRARY_ATTENTION.search(result.reason or ""):
+        return result
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        written_out = _starter_source(fn, example_inputs, device, more_inputs, verify,
+                                      description + ATTENTION_WRITTEN_OUT)
+    if written_out.ok:
+        return written_out
+    written_out.reason = f"{result.reason}; with attention written out: {written_out.reason}"
+    return written_out
+
+
+def _starter_source(fn: Callable, example_inputs: tuple, device: str, more_inputs: tuple[tuple, ...],
+                    verify: bool | None, description: str) -> StarterResult:
     codes: list[str] = []
     try:
         all_inputs = [tuple(example_inputs)] + [tuple(m) for m in more_inputs]

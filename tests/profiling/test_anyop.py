@@ -559,3 +559,44 @@ def test_average_pooling_inductor_leaves_to_aten_gets_a_starter():
     r = starter_source(pool3d, (torch.randn(2, 3, 9, 8, 7),), "cpu")
     assert r.ok, r.reason
     assert "_avg_pool(" in r.source and set(r.knobs) == {"POOL_BLOCK", "POOL_NUM_WARPS"}
+
+
+KB_ATTENTION = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, Q, K, V):
+        return torch.nn.functional.scaled_dot_product_attention(Q, K, V)
+
+
+def get_inputs():
+    return [torch.randn(2, 3, 20, 24), torch.randn(2, 3, 20, 24), torch.randn(2, 3, 20, 24)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_attention_inductor_leaves_to_a_library_gets_a_written_out_starter(tmp_path, monkeypatch):
+    """KernelBench level 1 problem 97 (bidirectional attention, D = 1024) had no starter: Inductor calls a
+    library attention kernel. Captured again under torch's math backend, it is Inductor's softmax between
+    two of the GEMM template's batched matmuls, and passes the harness (here at a small size)."""
+    from autokernel_tui.harness.runner import Harness
+    from autokernel_tui.ledger.workspace import init_workspace
+
+    monkeypatch.setenv("AUTOKERNEL_INDUCTOR_STARTERS", "1")  # the suite turns starter-making off for speed
+    problem = tmp_path / "97_ScaledDotProductAttention.py"
+    problem.write_text(KB_ATTENTION)
+    ws = init_workspace(tmp_path / "ws", from_kernelbench=[problem])
+    task = ws / "kernels" / "kb_97_scaleddotproductattention"
+    source = (task / "kernel.py").read_text()
+    assert "NO STARTER" not in source, source[:800]
+    assert "_bmm(" in source and "Attention is written out" in source
+    with Harness(timeout_s=300, device="cpu") as h:
+        report = h.evaluate(task, quick=True)
+    assert report.status == "PASS", report.reason
