@@ -721,10 +721,13 @@ def _unravel(i, A, B, C):
 
 
 __CONV_KERNEL__CONV_BY_POSITION = 16  # channels per group from which K runs over kernel positions, then channels
-# 1: the input and the weight are copied with their channels innermost before the kernel runs, so a
-# tile's slice of input channels (K) and of output channels (N) are contiguous, vectorisable loads; in
-# torch's NCHW layout a K slice of the input reads one element per H*W. Costs a pass over x and w.
-CONV_CHANNELS_LAST = 0
+# 1: with CONV_BY_POSITION channels or more per group, the input and the weight are copied with their
+# channels innermost before the kernel runs (a pass over each), so a tile's slice of input channels (K)
+# and of output channels (N) are contiguous. In torch's NCHW layout a K slice of the input reads one
+# element per H*W: compiled for sm_90 (tests/kernels/test_template_compile.py), a 64-channel bf16
+# convolution loads its input tile with 64 scalar 2-byte loads and no async copies (232 registers);
+# channels innermost, with 16-byte cp.async copies (164). A SASS reading, not a timing: the GPU decides.
+CONV_CHANNELS_LAST = 1
 
 
 def _as_3d(t, spatial):
@@ -747,16 +750,17 @@ def _conv(x, w, bias, stride, padding, dilation, transposed=False, output_paddin
     dilation = (1,) * lead + each(dilation)
     output_padding = (0,) * lead + each(output_padding)
     x5, w5 = _as_3d(x, spatial), _as_3d(w, spatial)
-    if CONV_CHANNELS_LAST:
-        x5 = x5.movedim(1, -1).contiguous().movedim(-1, 1)  # (N, C, D, H, W) strides (DHWC, 1, HWC, WC, C)
-        # the weight's tile dim (output channels: dim 0, or 1 when transposed) innermost, then the other
-        inner, outer = (1, 0) if transposed else (0, 1)
-        w5 = w5.permute(2, 3, 4, outer, inner).contiguous().permute(*((4, 3) if inner == 0 else (3, 4)), 0, 1, 2)
     n, c = x5.shape[0], x5.shape[1]
     if transposed:
         cg, ocg = c // groups, w5.shape[1]
     else:
         cg, ocg = w5.shape[1], w5.shape[0] // groups
+    by_position = cg >= CONV_BY_POSITION
+    if CONV_CHANNELS_LAST and by_position:  # (few channels: K runs over (c, kd, kh, kw), W's order is better)
+        x5 = x5.movedim(1, -1).contiguous().movedim(-1, 1)  # (N, C, D, H, W) strides (DHWC, 1, HWC, WC, C)
+        # the weight's tile dim (output channels: dim 0, or 1 when transposed) innermost, then the other
+        inner, outer = (1, 0) if transposed else (0, 1)
+        w5 = w5.permute(2, 3, 4, outer, inner).contiguous().permute(*((4, 3) if inner == 0 else (3, 4)), 0, 1, 2)
     ks = w5.shape[2:]
     if transposed:
         size = [(i - 1) * s - 2 * p + d * (k - 1) + op + 1
@@ -768,6 +772,10 @@ def _conv(x, w, bias, stride, padding, dilation, transposed=False, output_paddin
     y5 = _as_3d(out, spatial)
     m = n * size[0] * size[1] * size[2]
     bm, bn, bk, warps, stages = _tile(x.dtype)
+    if not by_position:  # K = cg * kernel volume is short, and each K element's input point is worked out
+        # per element of the tile: no wider than K needs (a 16-bit 128 x 64 tile of 3-channel 3x3 index
+        # math spilled 96 bytes on sm_90)
+        bk = min(bk, max(16, triton.next_power_of_2(cg * ks[0] * ks[1] * ks[2])))
     grid = (triton.cdiv(m, bm), triton.cdiv(ocg, bn), groups)
     operands = []
     for e, shape in epilogue:  # each as N-C-D-H-W over the output's points (stride 0 where broadcast)
@@ -778,7 +786,7 @@ def _conv(x, w, bias, stride, padding, dilation, transposed=False, output_paddin
         *dilation, *x5.stride(), *w5.stride(), *y5.stride(), bias.stride(0) if bias is not None else 0, *operands,
         TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None, FP32=x.dtype == torch.float32,
         DOT=CONV_FP32_DOT, WIDE=_wide(x5, w5, y5, *operands[::6]),
-        BY_POSITION=cg >= CONV_BY_POSITION, BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages)
+        BY_POSITION=by_position, BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages)
     return out
 
 

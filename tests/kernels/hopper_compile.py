@@ -44,10 +44,11 @@ SASS_OPS = r"\b(HGMMA\.\S+|HMMA\.\S+|UTMALDG\S*|UTMASTG\S*|LDGSTS\S*|MUFU\.\S+|B
 
 
 def _op_name(instr: str) -> str:
-    """HGMMA.64x128x16.F32.BF16 -> HGMMA; global loads/stores keep their width: LDG.E.128 -> LDG.128,
-    LDG.E.U16 -> LDG.U16, LDG.E -> LDG.32 (a row loaded 2 bytes per instruction shows here)."""
+    """HGMMA.64x128x16.F32.BF16 -> HGMMA; global loads/stores and async copies keep their width:
+    LDG.E.128 -> LDG.128, LDG.E.U16 -> LDG.U16, LDG.E -> LDG.32, LDGSTS.E.BYPASS.128 -> LDGSTS.128
+    (a row loaded 2 bytes per instruction shows here)."""
     head, *rest = instr.split(".")
-    if head in ("LDG", "STG"):
+    if head in ("LDG", "STG", "LDGSTS"):
         width = next((p for p in rest if p in ("U8", "S8", "U16", "S16", "64", "128")), "32")
         return f"{head}.{width}"
     return head

@@ -1,0 +1,84 @@
+"""Compile the GEMM template's kernels (profiling/gemm_template.py) for Hopper (sm_90) without a GPU.
+
+The template's kernels run only under the interpreter in the CPU tests; this compiles what a
+generated task launches (plain and fused-epilogue GEMMs, convolutions read in NCHW and channels
+innermost, a few-channel convolution) through ptxas, as ``hopper_compile.py`` does for the
+starters, and prints a JSON list of rows (registers, spills, the interesting SASS).
+
+    python tests/kernels/template_compile.py OUT.json
+Must run WITHOUT TRITON_INTERPRET (it is unset here).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.pop("TRITON_INTERPRET", None)
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE))
+
+import torch  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
+
+from autokernel_tui.profiling import gemm_template as gt  # noqa: E402
+from hopper_compile import OfflineLauncher  # noqa: E402
+
+GELU_ADD = ("v = 0.5 * v * (1.0 + _erf(v * 0.7071067811865476))", "v = v + e0")
+RELU_ADD = ("v = tl.maximum(v, 0.0)", "v = v + e0")
+
+
+def template_module():
+    """The template's helpers and kernels, with one fused GEMM and one fused convolution, from a file
+    (``triton.jit`` reads each kernel's source from its file)."""
+    source = ("import torch\nimport triton\nimport triton.language as tl\n" + gt.MATH + gt.TILE + gt.GEMM + gt.CONV
+              + "\n\n" + gt.render_kernel(gt.GEMM_KERNEL, "_gemm_kernel", "_gemm_kernel_e0", 1, GELU_ADD)
+              + "\n\n" + gt.render_kernel(gt.CONV_KERNEL, "_conv_kernel", "_conv_kernel_e0", 1, RELU_ADD) + "\n")
+    path = Path(tempfile.mkdtemp(prefix="template-sm90-")) / "template_kernels.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("template_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def compile_template() -> list[dict]:
+    m = template_module()
+    launcher = OfflineLauncher()
+    original = JITFunction.run
+    JITFunction.run = lambda self, *a, grid, warmup, **k: launcher.run(self, *a, grid=grid, warmup=warmup, **k)
+    try:
+        for dtype in (torch.bfloat16, torch.float32):
+            name = str(dtype).replace("torch.", "")
+            a, b, bias = torch.randn(512, 256, dtype=dtype), torch.randn(256, 384, dtype=dtype), torch.randn(384, dtype=dtype)
+            launcher.context = f"gemm/{name}"
+            m._gemm(a, b, bias)
+            launcher.context = f"gemm_fused/{name}"
+            m._gemm(a, b, bias, kernel=m._gemm_kernel_e0, epilogue=((torch.randn(512, 384, dtype=dtype), (512, 384)),))
+            x, w = torch.randn(2, 64, 32, 32, dtype=dtype), torch.randn(128, 64, 3, 3, dtype=dtype)
+            for channels_last in (0, 1):
+                m.CONV_CHANNELS_LAST = channels_last
+                launcher.context = f"conv64_cl{channels_last}/{name}"
+                m._conv(x, w, torch.randn(128, dtype=dtype), (1, 1), (1, 1), (1, 1))
+                launcher.context = f"conv64_cl{channels_last}_fused/{name}"
+                m._conv(x, w, None, (1, 1), (1, 1), (1, 1), kernel=m._conv_kernel_e0,
+                        epilogue=((torch.randn(128, 1, 1, dtype=dtype), (2, 128, 32, 32)),))
+            launcher.context = f"conv3/{name}"  # an image's first layer: K = 27
+            m._conv(torch.randn(2, 3, 32, 32, dtype=dtype), torch.randn(16, 3, 3, 3, dtype=dtype), None,
+                    (1, 1), (1, 1), (1, 1))
+    finally:
+        JITFunction.run = original
+    return list(launcher.seen.values())
+
+
+if __name__ == "__main__":
+    rows = compile_template()
+    Path(sys.argv[1]).write_text(json.dumps(rows, indent=1))
+    for r in rows:
+        print(f"{r['where']:<26}{r['kernel']:<18}regs {r['regs']:>3} spill {r['local_bytes'] + r['stack_bytes']:>4}B "
+              f"{r['error'] or r['sass']}")
