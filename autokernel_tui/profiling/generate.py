@@ -474,6 +474,35 @@ def write_kernel(dest: Path, name: str, spec: dict | None = None) -> tuple[str |
     return source, why, origin
 
 
+# Tensor arguments autograd does not differentiate (by position), though they are floating point: a
+# batch norm's running statistics ("not differentiable with respect to argument 'running_mean'").
+NOT_DIFFERENTIABLE = {
+    **dict.fromkeys(["native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+                     "batch_norm", "cudnn_batch_norm", "miopen_batch_norm", "instance_norm",
+                     "_batch_norm_impl_index"], (3, 4)),
+}
+
+
+def differentiable_inputs(record: dict, unit: dict) -> list[int]:
+    """The positions (in the unit's inputs) of the tensors a backward task differentiates: floating-point
+    inputs that some op reads at a differentiable argument, masks left out (an additive -inf mask is
+    data, not a value the model learns or passes a gradient through)."""
+    t = record["tensors"]
+    read_at: dict = {}
+    for i in unit["ops"]:
+        op = record["ops"][i]
+        skip = NOT_DIFFERENTIABLE.get(packet(op["op"]), ())
+        for pos, arg in enumerate(op["args"]):
+            for v in (arg if isinstance(arg, list) else [arg]):
+                if isinstance(v, dict) and "tensor" in v:
+                    read_at.setdefault(v["tensor"], set()).add(pos not in skip)
+        for v in op.get("kwargs", {}).values():
+            if isinstance(v, dict) and "tensor" in v:
+                read_at.setdefault(v["tensor"], set()).add(True)
+    return [k for k, tid in enumerate(unit["inputs"])
+            if t[tid]["dtype"] in EPS and "neg_inf_frac" not in t[tid] and True in read_at.get(tid, ())]
+
+
 def write_task(dest: Path, name: str, record: dict, unit: dict, family: str, model: str, model_dtype: str,
                profile_info: dict | None = None, backward: bool = False) -> Path:
     """Write one generated task folder; returns it. Raises ValueError when the unit cannot be a task.
@@ -507,7 +536,7 @@ def write_task(dest: Path, name: str, record: dict, unit: dict, family: str, mod
                                    for o in ops if not is_view(o)))
     what = " -> ".join(packet(o) for o in ops)
     if backward:
-        grad_inputs = [k for k, tid in enumerate(unit["inputs"]) if t[tid]["dtype"] in EPS]
+        grad_inputs = differentiable_inputs(record, unit)
         if not grad_inputs:
             raise ValueError("no floating-point input to differentiate")
         # a weight's or bias's gradient sums over every row of the tensors it met; twice the ops
@@ -528,7 +557,7 @@ def write_task(dest: Path, name: str, record: dict, unit: dict, family: str, mod
         described = f"Backward of {what} from {model}: the gradient of each floating-point input, at the recorded " \
                     "shapes and arguments"
         head = [f"kind = {_toml('backward')}",
-                f"grad_inputs = {_toml(grad_inputs)}  # every floating-point input of the chain",
+                f"grad_inputs = {_toml(grad_inputs)}  # the chain's differentiable floating-point inputs",
                 f"name = {_toml(name)}",
                 f"family = {_toml(family)}",
                 f"description = {_toml(described)}",

@@ -154,3 +154,25 @@ def test_generated_backward_tasks_pass_the_harness_on_the_gpu(tmp_path, monkeypa
         for task in backward:
             report = h.evaluate(task, quick=True)
             assert report.status == "PASS", (task.name, report.reason)
+
+
+def test_running_statistics_and_masks_are_not_differentiated():
+    """A batch norm's running mean and variance are floating-point inputs autograd refuses to
+    differentiate (ResNet's training profile: every batch-norm backward task raised); an additive
+    -inf mask is data. Neither is a grad input."""
+    from autokernel_tui.profiling.generate import differentiable_inputs
+
+    meta = {"shape": [4], "stride": [1], "dtype": "float32", "param": False}
+    tensors = {i: dict(meta) for i in range(1, 10)}
+    tensors[7] = {**meta, "neg_inf_frac": 0.5}
+    tensors[8] = {**meta, "dtype": "int64"}
+    record = {"tensors": tensors, "ops": [
+        {"op": "aten.native_batch_norm.default", "args": [{"tensor": 1}, {"tensor": 2}, {"tensor": 3}, {"tensor": 4},
+                                                          {"tensor": 5}, True, 0.1, 1e-5], "kwargs": {}, "outputs": [6]},
+        {"op": "aten.add.Tensor", "args": [{"tensor": 6}, {"tensor": 7}], "kwargs": {}, "outputs": [9]},
+        {"op": "aten.index_select.default", "args": [{"tensor": 9}, 0, {"tensor": 8}], "kwargs": {}, "outputs": [10]}]}
+    unit = {"ops": [0, 1, 2], "inputs": [1, 2, 3, 4, 5, 7, 8], "outputs": [10]}
+    assert differentiable_inputs(record, unit) == [0, 1, 2]
+    # the same tensor read at a differentiable place elsewhere in the chain is differentiated
+    record["ops"].append({"op": "aten.mul.Tensor", "args": [{"tensor": 10}, {"tensor": 4}], "kwargs": {}, "outputs": [11]})
+    assert differentiable_inputs(record, {**unit, "ops": [0, 1, 2, 3]}) == [0, 1, 2, 3]
