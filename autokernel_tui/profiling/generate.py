@@ -337,10 +337,19 @@ def _arg(v, env, dtype, device):
     return v
 
 
+# Ops that write into their arguments without a trailing-underscore twin, and their functional form: a
+# batch norm in training updates its running statistics in place (the same outputs first, then the
+# new statistics, which no one reads here).
+_FUNCTIONAL = {{"native_batch_norm": "_native_batch_norm_legit_functional",
+               "_native_batch_norm_legit": "_native_batch_norm_legit_functional"}}
+
+
 def _fn(name, mutates):
     _, pkt, overload = name.split(".")
     if mutates and pkt.endswith("_") and hasattr(torch.ops.aten, pkt[:-1]):
         pkt = pkt[:-1]  # the functional form: a reference never writes into its inputs
+    if overload == "default" and pkt in _FUNCTIONAL:
+        pkt = _FUNCTIONAL[pkt]
     return getattr(getattr(torch.ops.aten, pkt), overload)
 
 

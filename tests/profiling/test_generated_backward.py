@@ -176,3 +176,20 @@ def test_running_statistics_and_masks_are_not_differentiated():
     # the same tensor read at a differentiable place elsewhere in the chain is differentiated
     record["ops"].append({"op": "aten.mul.Tensor", "args": [{"tensor": 10}, {"tensor": 4}], "kwargs": {}, "outputs": [11]})
     assert differentiable_inputs(record, {**unit, "ops": [0, 1, 2, 3]}) == [0, 1, 2, 3]
+
+
+def test_a_batch_norm_in_training_replays_without_writing_its_running_statistics(tmp_path, monkeypatch):
+    """native_batch_norm in training updates its running mean and variance in place: the replay wrote
+    into the task's inputs, and every starter for it was REJECTED for modifying an input (ResNet's
+    training profile). The reference calls the functional form; forward and backward tasks PASS."""
+    monkeypatch.setenv("AUTOKERNEL_INDUCTOR_STARTERS", "1")
+    model = nn.Sequential(nn.BatchNorm2d(8), nn.ReLU())
+    prof = _train_profile("bn", model, [torch.randn(4, 8, 5, 5)])
+    created, _ = extract_all(prof, tmp_path / "kernels", top=20, threshold=0.0)
+    names = {p.name: p for p in created}
+    forward, backward = names["gen_native_batch_norm_relu_1"], names["gen_native_batch_norm_relu_bwd_1"]
+    assert list(taskspec.load_spec(backward).grad_inputs) == [0, 1, 2]  # x, weight, bias: not the statistics
+    with Harness(timeout_s=300, device="cpu") as h:
+        for task in (forward, backward):
+            report = h.evaluate(task, quick=True)
+            assert report.status == "PASS", (task.name, report.reason)
