@@ -2,7 +2,7 @@
 
 The template's kernels run only under the interpreter in the CPU tests; this compiles what a
 generated task launches (plain and fused-epilogue GEMMs, convolutions read in NCHW and channels
-innermost, a few-channel convolution) through ptxas, as ``hopper_compile.py`` does for the
+innermost, a few-channel convolution, a matrix-vector product, average pooling) through ptxas, as ``hopper_compile.py`` does for the
 starters, and prints a JSON list of rows (registers, spills, the interesting SASS).
 
     python tests/kernels/template_compile.py OUT.json
@@ -37,6 +37,7 @@ def template_module():
     """The template's helpers and kernels, with one fused GEMM and one fused convolution, from a file
     (``triton.jit`` reads each kernel's source from its file)."""
     source = ("import torch\nimport triton\nimport triton.language as tl\n" + gt.MATH + gt.TILE + gt.GEMM + gt.CONV
+              + gt.POOL
               + "\n\n" + gt.render_kernel(gt.GEMM_KERNEL, "_gemm_kernel", "_gemm_kernel_e0", 1, GELU_ADD)
               + "\n\n" + gt.render_kernel(gt.CONV_KERNEL, "_conv_kernel", "_conv_kernel_e0", 1, RELU_ADD) + "\n")
     path = Path(tempfile.mkdtemp(prefix="template-sm90-")) / "template_kernels.py"
@@ -71,6 +72,10 @@ def compile_template() -> list[dict]:
             launcher.context = f"conv3/{name}"  # an image's first layer: K = 27
             m._conv(torch.randn(2, 3, 32, 32, dtype=dtype), torch.randn(16, 3, 3, 3, dtype=dtype), None,
                     (1, 1), (1, 1), (1, 1))
+            launcher.context = f"gemv/{name}"  # a matrix-vector product: split-K partial sums, then their sum
+            m._gemm(torch.randn(300, 700, dtype=dtype), torch.randn(700, 1, dtype=dtype), torch.randn(1, dtype=dtype))
+            launcher.context = f"avg_pool3d/{name}"  # KernelBench level 1 problem 46's window
+            m._avg_pool(torch.randn(2, 3, 9, 8, 7, dtype=dtype), 3, 3, (2, 2, 2), (1, 1, 1))
     finally:
         JITFunction.run = original
     return list(launcher.seen.values())

@@ -21,27 +21,32 @@ def rows(tmp_path_factory):
     proc = subprocess.run([sys.executable, str(HERE / "template_compile.py"), str(out)], capture_output=True,
                           text=True, env=env, timeout=600)
     assert out.exists(), proc.stderr[-3000:]
-    return {r["where"]: r for r in json.loads(out.read_text())}
+    return {f"{r['where']}/{r['kernel']}": r for r in json.loads(out.read_text())}
 
 
 def test_every_template_kernel_compiles_without_spills_on_tensor_cores(rows):
-    assert len(rows) == 14, sorted(rows)  # gemm, fused gemm, 4 convolutions, the few-channel one: x 2 dtypes
+    # gemm, fused gemm, 4 convolutions, the few-channel one, the GEMV's two kernels, pooling: x 2 dtypes
+    assert len(rows) == 20, sorted(rows)
+    assert {r["kernel"] for r in rows.values()} == {"_gemm_kernel", "_gemm_kernel_e0", "_conv_kernel", "_conv_kernel_e0",
+                                                    "_gemv_kernel", "_gemv_sum_kernel", "_avg_pool_kernel"}
     for where, r in rows.items():
         assert not r["error"], f"{where}: {r['error']}"
         assert r["local_bytes"] + r["stack_bytes"] == 0, f"{where}: spills {r['local_bytes'] + r['stack_bytes']} B"
-        assert r["sass"].get("HGMMA"), f"{where}: no wgmma"
+        if where.startswith(("gemm/", "gemm_fused/", "conv")):
+            assert r["sass"].get("HGMMA"), f"{where}: no wgmma"
 
 
 def test_the_fused_epilogue_reads_its_operand_with_vector_loads(rows):
     for dtype in ("bfloat16", "float32"):
-        assert rows[f"gemm_fused/{dtype}"]["kernel"] == "_gemm_kernel_e0"
-        assert rows[f"gemm_fused/{dtype}"]["sass"].get("LDG.128"), rows[f"gemm_fused/{dtype}"]["sass"]
+        fused = rows[f"gemm_fused/{dtype}/_gemm_kernel_e0"]["sass"]
+        assert fused.get("LDG.128") and not rows[f"gemm/{dtype}/_gemm_kernel"]["sass"].get("LDG.128"), fused
 
 
 def test_channels_innermost_turns_the_convolutions_loads_into_16_byte_async_copies(rows):
-    nchw, last = rows["conv64_cl0/bfloat16"]["sass"], rows["conv64_cl1/bfloat16"]["sass"]
+    conv = lambda where: rows[f"{where}/_conv_kernel"]  # noqa: E731
+    nchw, last = conv("conv64_cl0/bfloat16")["sass"], conv("conv64_cl1/bfloat16")["sass"]
     assert nchw.get("LDG.U16") and not any(k.startswith("LDGSTS") for k in nchw), nchw  # 2 bytes at a time
     assert last.get("LDGSTS.128") and not last.get("LDG.U16"), last
-    assert rows["conv64_cl1/bfloat16"]["regs"] < rows["conv64_cl0/bfloat16"]["regs"]
-    assert rows["conv64_cl1/float32"]["sass"].get("LDGSTS.128")
-    assert not rows["conv64_cl0/float32"]["sass"].get("LDGSTS.128")
+    assert conv("conv64_cl1/bfloat16")["regs"] < conv("conv64_cl0/bfloat16")["regs"]
+    assert conv("conv64_cl1/float32")["sass"].get("LDGSTS.128")
+    assert not conv("conv64_cl0/float32")["sass"].get("LDGSTS.128")
