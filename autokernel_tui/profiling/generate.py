@@ -450,6 +450,7 @@ def _starter_source(task_dir: Path) -> tuple[str | None, dict, str]:
 
 INDUCTOR_STARTER_LINE = "starter = \"profiling/inductor_starter (Inductor's Triton for this chain)\""
 TEMPLATE_STARTER_LINE = "starter = \"profiling/gemm_template (a tl.dot GEMM, its pointwise ops in its epilogue)\""
+TEMPLATE_MARK = "from autokernel_tui/profiling/gemm_template.py"  # in the template's first docstring line
 
 
 def write_kernel(dest: Path, name: str, spec: dict | None = None) -> tuple[str | None, str, str]:
@@ -469,10 +470,12 @@ def write_kernel(dest: Path, name: str, spec: dict | None = None) -> tuple[str |
     if source is None:
         source, knobs, inductor_why = _starter_source(dest)
         why = "" if source else why + inductor_why
+        if source and TEMPLATE_MARK in source.split("\n", 1)[0]:  # the starter process took the template
+            origin = "profiling/gemm_template"
     toml = dest / "task.toml"
     if origin == "profiling/gemm_template":
-        toml.write_text(toml.read_text(encoding="utf-8").replace(INDUCTOR_STARTER_LINE, TEMPLATE_STARTER_LINE),
-                        encoding="utf-8")
+        toml.write_text(re.sub(r'^starter = "profiling/inductor_starter[^\n]*', TEMPLATE_STARTER_LINE,
+                               toml.read_text(encoding="utf-8"), flags=re.M), encoding="utf-8")
     (dest / "kernel.py").write_text(source or KERNEL_MISSING.format(name=name, why=why), encoding="utf-8")
     if source and knobs:  # the tuner's search space: the template's tiles, or Inductor's blocks, warps, stages
         with toml.open("a", encoding="utf-8") as f:

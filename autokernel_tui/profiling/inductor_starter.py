@@ -834,6 +834,60 @@ class Traced:
         return self._graphs[key]
 
 
+def _template_starter(ref, inputs: tuple, name: str, check: bool | None) -> StarterResult | None:
+    """A KernelBench forward as the GEMM template (``gemm_template.template_source``) when every op it
+    runs is one the template writes, else None (Inductor's then). The forward is recorded on the meta
+    device (no memory, no time); ``kernel_fn(*inputs)`` hands the chain its tensors by position; checked
+    against the reference where it can run here, like Inductor's."""
+    from autokernel_tui.profiling import generate
+    from autokernel_tui.profiling.replay import op_inputs, record_forward
+
+    meta = tuple(x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs)
+    try:
+        with torch.no_grad():
+            ref.reference(*meta)  # the reference builds its Model on first use: not ops of the forward
+        record = record_forward(ref.reference, meta, known=meta)
+    except Exception:  # noqa: BLE001 - a forward the recorder cannot follow: Inductor's starter instead
+        return None
+    seen: list[int] = []
+    for op in record["ops"]:
+        seen += [t for t in op_inputs(op) if record["tensors"][t]["producer"] is None and t not in seen]
+    if not record["model_outputs"] or any(t not in record["known"] for t in seen):
+        return None  # a tensor the forward made without an op, or no output
+    unit = {"ops": list(range(len(record["ops"]))), "inputs": seen, "outputs": record["model_outputs"]}
+    chain = generate.unit_spec({**record, "tensors": dict(enumerate(record["tensors"]))}, unit,
+                               str(next((x.dtype for x in inputs if isinstance(x, torch.Tensor)
+                                         and x.is_floating_point()), torch.float32)).replace("torch.", ""))
+    if not gemm_template.applies(chain):
+        return None
+    try:
+        source, knobs = gemm_template.template_source(chain, name)
+    except gemm_template.NoTemplate:
+        return None
+    positions = [record["known"].index(t) for t in seen]
+    source = source.replace("\ndef kernel_fn(", "\ndef _chain(") + KERNELBENCH_ADAPTER.format(positions=positions)
+    verified = False
+    if check is not False and (torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"):
+        try:
+            _verify(source, ref.reference, [tuple(inputs)])
+        except NoStarter:
+            return None
+        verified = True
+    return StarterResult(source, knobs, None, verified)
+
+
+KERNELBENCH_ADAPTER = '''
+
+# kernel_fn takes the problem's inputs, then the Model's parameters and buffers (reference.py's STATE);
+# the chain above takes the tensors its ops read, in first-use order: these are their positions.
+_CHAIN_ARGS = {positions!r}
+
+
+def kernel_fn(*inputs):
+    return _chain(*[inputs[i] for i in _CHAIN_ARGS])
+'''
+
+
 # ---------------------------------------------------------------------------------------------
 # A task's starter (run by profiling/starter_process.py in a process of its own)
 
@@ -867,6 +921,14 @@ def _task_main(task_dir: str) -> int:
     inputs = ref.make_inputs(first, dtype, device, 0)
     more = tuple(ref.make_inputs(dims(s), dtype, device, 0) for s in spec.get("test_shapes", []) if dims(s) != first)
     check = None if os.environ.get(VERIFY_ENV) != "0" else False
+    if spec.get("profile", {}).get("kernelbench"):
+        # a forward of matmuls or convolutions and the template's pointwise ops: its GEMM template,
+        # epilogue fused (Inductor's would be a library call plus a Triton kernel)
+        templated = _template_starter(ref, tuple(inputs), spec["name"], check)
+        if templated is not None:
+            json.dump({"source": templated.source, "knobs": templated.knobs, "reason": None,
+                       "verified": templated.verified}, sys.stdout)
+            return 0
     fn = Traced(ref.reference) if backward else ref.reference
     what = "its forward recomputed and its backward" if backward else "this task"
     r = starter_source(fn, tuple(inputs), device, more_inputs=more, verify=check,

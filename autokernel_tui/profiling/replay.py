@@ -185,8 +185,9 @@ class Recorder:
         self.ops.append(entry)
 
 
-def record_forward(model, inputs: tuple) -> dict:
-    """Run ``model(*inputs)`` once under no_grad in a dispatch mode; the replay record (JSON-able)."""
+def record_forward(model, inputs: tuple, known: tuple = ()) -> dict:
+    """Run ``model(*inputs)`` once under no_grad in a dispatch mode; the replay record (JSON-able).
+    ``known``: tensors whose ids the record lists as ``known`` (None for one no op read)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -208,7 +209,8 @@ def record_forward(model, inputs: tuple) -> dict:
     finals = [rec.ids.get(o) for o in (out if isinstance(out, (tuple, list)) else (out,))
               if isinstance(o, torch.Tensor)]
     return {"version": REPLAY_VERSION, "tensors": rec.tensors, "ops": rec.ops,
-            "model_outputs": [f for f in finals if f is not None], "units": build_units(rec.tensors, rec.ops)}
+            "model_outputs": [f for f in finals if f is not None], "units": build_units(rec.tensors, rec.ops),
+            **({"known": [rec.ids.get(t) if isinstance(t, torch.Tensor) else None for t in known]} if known else {})}
 
 
 def _tensor_args(v: Any) -> list[int]:

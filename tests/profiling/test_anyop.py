@@ -600,3 +600,50 @@ def test_attention_inductor_leaves_to_a_library_gets_a_written_out_starter(tmp_p
     with Harness(timeout_s=300, device="cpu") as h:
         report = h.evaluate(task, quick=True)
     assert report.status == "PASS", report.reason
+
+
+KB_CONV_RELU_BIAS = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, bias_shape):
+        super(Model, self).__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
+        self.bias = nn.Parameter(torch.randn(bias_shape))
+
+    def forward(self, x):
+        x = self.conv(x)
+        x = torch.relu(x)
+        x = x + self.bias
+        return x
+
+
+def get_inputs():
+    return [torch.rand(2, 20, 9, 8)]
+
+
+def get_init_inputs():
+    return [20, 16, 3, (16, 1, 1)]
+'''
+
+
+def test_a_kernelbench_chain_of_a_convolution_and_pointwise_ops_starts_fused(tmp_path, monkeypatch):
+    """KernelBench level 2's staple (Conv2D_ReLU_BiasAdd): Inductor's starter is a library convolution plus
+    a Triton kernel; the GEMM template runs the ReLU and the bias add in the convolution's epilogue. The
+    chain's tensors come from kernel_fn's (inputs, then the Model's parameters in STATE order)."""
+    from autokernel_tui.harness.runner import Harness
+    from autokernel_tui.ledger.workspace import init_workspace
+
+    monkeypatch.setenv("AUTOKERNEL_INDUCTOR_STARTERS", "1")  # the suite turns starter-making off for speed
+    problem = tmp_path / "1_Conv2D_ReLU_BiasAdd.py"
+    problem.write_text(KB_CONV_RELU_BIAS)
+    ws = init_workspace(tmp_path / "ws", from_kernelbench=[problem])
+    task = ws / "kernels" / "kb_1_conv2d_relu_biasadd"
+    source = (task / "kernel.py").read_text()
+    assert "gemm_template" in source.splitlines()[0] and "kernel=_conv_kernel_e0" in source, source[:600]
+    assert "gemm_template" in (task / "task.toml").read_text()
+    assert {"FUSE_EPILOGUE", "CONV_CHANNELS_LAST"} <= set(taskspec.load_spec(task).knob_space)
+    with Harness(timeout_s=300, device="cpu") as h:
+        report = h.evaluate(task, quick=True)
+    assert report.status == "PASS", report.reason
