@@ -30,9 +30,18 @@ UNARY = {
     "aten.silu.default": "x / (1.0 + tl.exp(-x))",
     "aten.sigmoid.default": "1.0 / (1.0 + tl.exp(-x))",
     "aten.neg.default": "-x",
+    "aten.tanh.default": "_tanh(x)",
+    "aten.exp.default": "tl.exp(x)",
+    "aten.abs.default": "tl.abs(x)",
+    # softplus past 20 is x (torch's threshold), so exp never overflows where it is used
+    "aten.mish.default": "x * _tanh(tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(x))))",
+    "aten.hardswish.default": "x * tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) / 6.0",
+    "aten.hardsigmoid.default": "tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) / 6.0",
 }
 BINARY = {"aten.add.Tensor": "x + y", "aten.sub.Tensor": "x - y", "aten.mul.Tensor": "x * y",
-          "aten.div.Tensor": "x / y"}
+          "aten.div.Tensor": "x / y", "aten.maximum.default": "tl.maximum(x, y)",
+          "aten.minimum.default": "tl.minimum(x, y)"}
+POWERS = {2: "x * x", 3: "x * x * x", 0.5: "tl.sqrt(x)", 1: "x"}  # aten.pow.Tensor_Scalar's exponents
 GELU = {"none": "0.5 * x * (1.0 + _erf(x * 0.7071067811865476))",
         "tanh": "0.5 * x * (1.0 + _tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))"}
 # The 16-bit tile, and the fp32 one (fp32 dots need more registers per element): each task gets the
@@ -138,6 +147,31 @@ def _elementwise(op: dict) -> tuple[str, list[str]] | None:
     if name == "aten.leaky_relu.default":
         slope = _number(a[1] if len(a) > 1 else kw.get("negative_slope", 0.01))
         return f"tl.where(x > 0, x, x * {slope!r})", [_t(a[0])]
+    arg = lambda i, key, default: a[i] if len(a) > i else kw.get(key, default)  # noqa: E731
+    if name == "aten.hardtanh.default":
+        lo, hi = _number(arg(1, "min_val", -1.0)), _number(arg(2, "max_val", 1.0))
+        return f"tl.minimum(tl.maximum(x, {lo!r}), {hi!r})", [_t(a[0])]
+    if name == "aten.clamp.default":
+        lo, hi, expr = arg(1, "min", None), arg(2, "max", None), "x"
+        if lo is not None:
+            expr = f"tl.maximum({expr}, {_number(lo)!r})"
+        if hi is not None:
+            expr = f"tl.minimum({expr}, {_number(hi)!r})"
+        return expr, [_t(a[0])]
+    if name == "aten.softplus.default":
+        beta, threshold = _number(arg(1, "beta", 1.0)), _number(arg(2, "threshold", 20.0))
+        return (f"tl.where(x * {beta!r} > {threshold!r}, x, tl.log(1.0 + tl.exp(x * {beta!r})) / {beta!r})",
+                [_t(a[0])])
+    if name == "aten.elu.default":
+        alpha, scale, input_scale = (_number(arg(1, "alpha", 1.0)), _number(arg(2, "scale", 1.0)),
+                                     _number(arg(3, "input_scale", 1.0)))
+        return (f"tl.where(x > 0, x * {scale!r}, {alpha * scale!r} * (tl.exp(x * {input_scale!r}) - 1.0))",
+                [_t(a[0])])
+    if name == "aten.pow.Tensor_Scalar":
+        power = _number(a[1])
+        if power not in POWERS:
+            raise NoTemplate(f"pow with exponent {power!r} has no template ({', '.join(map(str, POWERS))} only)")
+        return POWERS[power], [_t(a[0])]
     if name in BINARY:
         if kw.get("alpha", 1) != 1 or len(a) > 2 or _t(a[0]) is None:
             raise NoTemplate(f"{name} with alpha or a scalar first operand has no template")
@@ -192,10 +226,14 @@ def _line(op: dict, pointwise: dict[tuple[str, bool], str]) -> str:
     elif is_view(name):
         rhs = _view(op, name)
     else:
-        raise NoTemplate(f"{name} has no template (matmul, gelu, leaky_relu, {', '.join(p.split('.')[1] for p in UNARY)}, "
-                         f"{', '.join(p.split('.')[1] for p in BINARY)} and views only)")
+        raise NoTemplate(f"{name} has no template (matmul, convolution, {', '.join(sorted(POINTWISE_OPS))} and views "
+                         "only)")
     return f"    {_lhs(op)} = {rhs}"
 
+
+# Every pointwise op the template writes (its name in the reason a chain gets no template).
+POINTWISE_OPS = {p.split(".")[1] for p in list(UNARY) + list(BINARY)} | {
+    "gelu", "leaky_relu", "hardtanh", "clamp", "softplus", "elu", "pow"}
 
 # Views that keep a packed tensor's element order: a GEMM's epilogue reads through them.
 ORDER_KEEPING_VIEWS = {"view", "reshape", "_unsafe_view", "_reshape_alias"}

@@ -65,9 +65,25 @@ class ScoresRelu(nn.Module):
         return torch.baddbmm(bias, q, k.transpose(1, 2)).relu() * 0.5
 
 
+class LinearActivations(nn.Module):
+    """KernelBench level 2's activations after one Linear, each read once: one fused epilogue."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 40)
+
+    def forward(self, x, r):
+        x = F.hardswish(F.mish(self.fc(x) * 3.0))
+        x = F.softplus(torch.clamp(x, min=-0.3), beta=2.0, threshold=5.0)
+        x = torch.abs(torch.exp(torch.tanh(F.elu(x - 1.0, alpha=0.7))))
+        x = torch.maximum(x ** 2, r)
+        return -F.hardtanh(F.hardsigmoid(x) * 4.0 - 2.5, -0.5, 0.5)
+
+
 CASES = {
     "linear_gelu_residual": (LinearGeluResidual, lambda: [torch.randn(2, 3, 16), torch.randn(2, 3, 40)], 1),
     "linear_scale_leaky": (LinearScaleLeaky, lambda: [torch.randn(6, 24)], 0),
+    "linear_activations": (LinearActivations, lambda: [torch.randn(6, 16), torch.randn(6, 40)], 1),
     "residual_minus_relu": (ResidualMinusRelu, lambda: [torch.randn(2, 3, 16), torch.randn(2, 3, 40)], 2),
     "conv_bias_sigmoid": (ConvBiasSigmoid, lambda: [torch.randn(2, 3, 9, 7)], 1),
     "transposed_conv_gelu": (TransposedConvTanhGelu, lambda: [torch.randn(2, 4, 5)], 0),
