@@ -136,10 +136,20 @@ def _view(op: dict, name: str) -> str:
     raise NoTemplate(f"view {name} has no template")
 
 
+def _out_of_place(name: str) -> str:
+    """``aten.add_.Tensor`` -> ``aten.add.Tensor``: the template computes into a new tensor, as the
+    reference replays an in-place op by its functional form (a later read sees the new value's id)."""
+    parts = name.split(".")
+    if len(parts) == 3 and parts[1].endswith("_") and not parts[1].startswith("_"):
+        return f"{parts[0]}.{parts[1][:-1]}.{parts[2]}"
+    return name
+
+
 def _elementwise(op: dict) -> tuple[str, list[str]] | None:
     """A pointwise op as (its Triton expression over x and y, computed in float32; the chain tensors it
-    reads, [x] or [x, y]); None for an op that is not one of the template's pointwise ops."""
-    name, a, kw = op["op"], op["args"], op.get("kwargs", {})
+    reads, [x] or [x, y]); None for an op that is not one of the template's pointwise ops. In-place
+    forms are their functional ones."""
+    name, a, kw = _out_of_place(op["op"]), op["args"], op.get("kwargs", {})
     if name == "aten.gelu.default":
         return GELU[kw.get("approximate", "none")], [_t(a[0])]
     if name in UNARY:

@@ -224,3 +224,29 @@ def test_the_fused_kernels_compile_and_match_on_the_gpu(case, tmp_path):
                 torch.testing.assert_close(got, want, rtol=3e-2, atol=3e-2)
             else:
                 torch.testing.assert_close(got, want, rtol=tol.rtol, atol=tol.atol)
+
+
+def test_in_place_pointwise_ops_fuse_as_their_functional_forms(tmp_path):
+    """KernelBench's ``x += bias`` and ``torch.relu_(x)`` record as add_ / relu_: the template writes them
+    out of place (as the reference replays them) and fuses them like the rest."""
+    meta = {"shape": [37, 29], "stride": [29, 1], "dtype": "float32", "param": False}
+    tensors = {str(i): dict(meta) for i in range(1, 8)}
+    tensors["1"] = {**meta, "shape": [37, 20], "stride": [20, 1]}
+    tensors["2"] = {**meta, "shape": [20, 29], "stride": [29, 1]}
+    unit = {"ops": [_op("aten.mm.default", [{"tensor": 1}, {"tensor": 2}], 3),
+                    _op("aten.add_.Tensor", [{"tensor": 3}, {"tensor": 4}], 5),
+                    _op("aten.relu_.default", [{"tensor": 5}], 6),
+                    _op("aten.mul_.Tensor", [{"tensor": 6}, 0.5], 7)],
+            "inputs": [1, 2, 4], "outputs": [7], "tensors": tensors}
+    epi = gt.epilogue_at(unit, 0, gt._tensor_uses(unit))
+    assert epi is not None and epi.end == 3 and len(epi.operands) == 1, epi
+    source, _ = gt.template_source(unit, "inplace")
+    path = tmp_path / "kernel.py"
+    path.write_text(source)
+    kernel = _load(path, "kernel_inplace")
+    g = torch.Generator().manual_seed(0)
+    a, b, c = torch.randn(37, 20, generator=g), torch.randn(20, 29, generator=g), torch.randn(37, 29, generator=g)
+    want = torch.relu(a @ b + c) * 0.5
+    for fuse in (1, 0):
+        kernel.FUSE_EPILOGUE = fuse
+        torch.testing.assert_close(kernel.kernel_fn(a, b, c), want, rtol=1e-4, atol=1e-4)
