@@ -561,6 +561,19 @@ def test_average_pooling_inductor_leaves_to_aten_gets_a_starter():
     assert "_avg_pool(" in r.source and set(r.knobs) == {"POOL_BLOCK", "POOL_NUM_WARPS"}
 
 
+def _kernelbench_task(tmp_path, monkeypatch, filename: str, text: str):
+    """``init --from-kernelbench`` of one problem file written here, starters made; its task folder."""
+    import re
+
+    from autokernel_tui.ledger.workspace import init_workspace
+
+    monkeypatch.setenv("AUTOKERNEL_INDUCTOR_STARTERS", "1")  # the suite turns starter-making off for speed
+    problem = tmp_path / filename
+    problem.write_text(text)
+    ws = init_workspace(tmp_path / "ws", from_kernelbench=[problem])
+    return ws / "kernels" / ("kb_" + re.sub(r"[^a-z0-9_]+", "_", problem.stem.lower()).strip("_"))
+
+
 KB_ATTENTION = '''import torch
 import torch.nn as nn
 
@@ -587,13 +600,8 @@ def test_attention_inductor_leaves_to_a_library_gets_a_written_out_starter(tmp_p
     library attention kernel. Captured again under torch's math backend, it is Inductor's softmax between
     two of the GEMM template's batched matmuls, and passes the harness (here at a small size)."""
     from autokernel_tui.harness.runner import Harness
-    from autokernel_tui.ledger.workspace import init_workspace
 
-    monkeypatch.setenv("AUTOKERNEL_INDUCTOR_STARTERS", "1")  # the suite turns starter-making off for speed
-    problem = tmp_path / "97_ScaledDotProductAttention.py"
-    problem.write_text(KB_ATTENTION)
-    ws = init_workspace(tmp_path / "ws", from_kernelbench=[problem])
-    task = ws / "kernels" / "kb_97_scaleddotproductattention"
+    task = _kernelbench_task(tmp_path, monkeypatch, "97_ScaledDotProductAttention.py", KB_ATTENTION)
     source = (task / "kernel.py").read_text()
     assert "NO STARTER" not in source, source[:800]
     assert "_bmm(" in source and "Attention is written out" in source
@@ -633,13 +641,8 @@ def test_a_kernelbench_chain_of_a_convolution_and_pointwise_ops_starts_fused(tmp
     a Triton kernel; the GEMM template runs the ReLU and the bias add in the convolution's epilogue. The
     chain's tensors come from kernel_fn's (inputs, then the Model's parameters in STATE order)."""
     from autokernel_tui.harness.runner import Harness
-    from autokernel_tui.ledger.workspace import init_workspace
 
-    monkeypatch.setenv("AUTOKERNEL_INDUCTOR_STARTERS", "1")  # the suite turns starter-making off for speed
-    problem = tmp_path / "1_Conv2D_ReLU_BiasAdd.py"
-    problem.write_text(KB_CONV_RELU_BIAS)
-    ws = init_workspace(tmp_path / "ws", from_kernelbench=[problem])
-    task = ws / "kernels" / "kb_1_conv2d_relu_biasadd"
+    task = _kernelbench_task(tmp_path, monkeypatch, "1_Conv2D_ReLU_BiasAdd.py", KB_CONV_RELU_BIAS)
     source = (task / "kernel.py").read_text()
     assert "gemm_template" in source.splitlines()[0] and "kernel=_conv_kernel_e0" in source, source[:600]
     assert "gemm_template" in (task / "task.toml").read_text()
