@@ -495,11 +495,30 @@ NOT_DIFFERENTIABLE = {
 }
 
 
+def requires_grad(record: dict) -> set:
+    """The recorded tensors a training step differentiates: the parameters (and views of them), and
+    every floating-point result of an op that read one of those at a differentiable argument. The
+    model's own inputs (token ids, images) and buffers are not among them."""
+    t = record["tensors"]
+    grad = {tid for tid in range(len(t)) if t[tid].get("param")} if isinstance(t, list) else \
+        {tid for tid, m in t.items() if m.get("param")}
+    for op in record["ops"]:
+        skip = NOT_DIFFERENTIABLE.get(packet(op["op"]), ())
+        reads = [v["tensor"] for pos, arg in enumerate(op["args"]) if pos not in skip
+                 for v in (arg if isinstance(arg, list) else [arg]) if isinstance(v, dict) and "tensor" in v]
+        reads += [v["tensor"] for v in op.get("kwargs", {}).values() if isinstance(v, dict) and "tensor" in v]
+        if any(r in grad for r in reads):
+            grad |= {o for o in op["outputs"] if o is not None and t[o]["dtype"] in EPS}
+    return grad
+
+
 def differentiable_inputs(record: dict, unit: dict) -> list[int]:
     """The positions (in the unit's inputs) of the tensors a backward task differentiates: floating-point
-    inputs that some op reads at a differentiable argument, masks left out (an additive -inf mask is
-    data, not a value the model learns or passes a gradient through)."""
+    inputs the training step differentiates (``requires_grad``) that some op of the unit reads at a
+    differentiable argument, masks left out (an additive -inf mask is data, not a value the model
+    learns or passes a gradient through)."""
     t = record["tensors"]
+    trained = requires_grad(record)
     read_at: dict = {}
     for i in unit["ops"]:
         op = record["ops"][i]
@@ -511,8 +530,8 @@ def differentiable_inputs(record: dict, unit: dict) -> list[int]:
         for v in op.get("kwargs", {}).values():
             if isinstance(v, dict) and "tensor" in v:
                 read_at.setdefault(v["tensor"], set()).add(True)
-    return [k for k, tid in enumerate(unit["inputs"])
-            if t[tid]["dtype"] in EPS and "neg_inf_frac" not in t[tid] and True in read_at.get(tid, ())]
+    return [k for k, tid in enumerate(unit["inputs"]) if tid in trained and t[tid]["dtype"] in EPS
+            and "neg_inf_frac" not in t[tid] and True in read_at.get(tid, ())]
 
 
 def write_task(dest: Path, name: str, record: dict, unit: dict, family: str, model: str, model_dtype: str,
@@ -569,7 +588,7 @@ def write_task(dest: Path, name: str, record: dict, unit: dict, family: str, mod
         described = f"Backward of {what} from {model}: the gradient of each floating-point input, at the recorded " \
                     "shapes and arguments"
         head = [f"kind = {_toml('backward')}",
-                f"grad_inputs = {_toml(grad_inputs)}  # the chain's differentiable floating-point inputs",
+                f"grad_inputs = {_toml(grad_inputs)}  # the inputs the training step differentiates",
                 f"name = {_toml(name)}",
                 f"family = {_toml(family)}",
                 f"description = {_toml(described)}",

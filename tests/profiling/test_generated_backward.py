@@ -68,6 +68,7 @@ def test_a_training_profile_makes_generated_backward_tasks_that_pass_the_harness
     assert {"gen_convolution_1", "gen_native_group_norm_relu_1"} <= set(names)
     conv = names["gen_convolution_bwd_1"]
     assert taskspec.load_spec(conv).family == "conv_backward"
+    assert list(taskspec.load_spec(conv).grad_inputs) == [1, 2]  # the image needs no gradient: w and b only
     assert "_conv(" in (conv / "kernel.py").read_text()  # the gradients' convolutions, in Triton
     with Harness(timeout_s=300, device="cpu") as h:
         report = h.evaluate(conv, quick=True)
@@ -163,19 +164,24 @@ def test_running_statistics_and_masks_are_not_differentiated():
     from autokernel_tui.profiling.generate import differentiable_inputs
 
     meta = {"shape": [4], "stride": [1], "dtype": "float32", "param": False}
-    tensors = {i: dict(meta) for i in range(1, 10)}
+    tensors = {i: dict(meta) for i in range(0, 12)}
+    tensors[2], tensors[3] = {**meta, "param": True}, {**meta, "param": True}  # the norm's weight and bias
     tensors[7] = {**meta, "neg_inf_frac": 0.5}
     tensors[8] = {**meta, "dtype": "int64"}
     record = {"tensors": tensors, "ops": [
+        # x comes from an earlier layer that read a parameter: the step differentiates it
+        {"op": "aten.mul.Tensor", "args": [{"tensor": 0}, {"tensor": 2}], "kwargs": {}, "outputs": [1]},
         {"op": "aten.native_batch_norm.default", "args": [{"tensor": 1}, {"tensor": 2}, {"tensor": 3}, {"tensor": 4},
                                                           {"tensor": 5}, True, 0.1, 1e-5], "kwargs": {}, "outputs": [6]},
         {"op": "aten.add.Tensor", "args": [{"tensor": 6}, {"tensor": 7}], "kwargs": {}, "outputs": [9]},
         {"op": "aten.index_select.default", "args": [{"tensor": 9}, 0, {"tensor": 8}], "kwargs": {}, "outputs": [10]}]}
-    unit = {"ops": [0, 1, 2], "inputs": [1, 2, 3, 4, 5, 7, 8], "outputs": [10]}
+    unit = {"ops": [1, 2, 3], "inputs": [1, 2, 3, 4, 5, 7, 8], "outputs": [10]}
     assert differentiable_inputs(record, unit) == [0, 1, 2]
-    # the same tensor read at a differentiable place elsewhere in the chain is differentiated
+    # the model's own input (tensor 0: produced by no op, no parameter) is not differentiated
+    assert differentiable_inputs(record, {"ops": [0], "inputs": [0, 2], "outputs": [1]}) == [1]
+    # a running statistic read at a differentiable place is still no parameter: not differentiated
     record["ops"].append({"op": "aten.mul.Tensor", "args": [{"tensor": 10}, {"tensor": 4}], "kwargs": {}, "outputs": [11]})
-    assert differentiable_inputs(record, {**unit, "ops": [0, 1, 2, 3]}) == [0, 1, 2, 3]
+    assert differentiable_inputs(record, {**unit, "ops": [1, 2, 3, 4]}) == [0, 1, 2]
 
 
 def test_a_batch_norm_in_training_replays_without_writing_its_running_statistics(tmp_path, monkeypatch):
@@ -188,7 +194,8 @@ def test_a_batch_norm_in_training_replays_without_writing_its_running_statistics
     created, _ = extract_all(prof, tmp_path / "kernels", top=20, threshold=0.0)
     names = {p.name: p for p in created}
     forward, backward = names["gen_native_batch_norm_relu_1"], names["gen_native_batch_norm_relu_bwd_1"]
-    assert list(taskspec.load_spec(backward).grad_inputs) == [0, 1, 2]  # x, weight, bias: not the statistics
+    # weight and bias: not the statistics, nor x (the model's own input: the step does not differentiate it)
+    assert list(taskspec.load_spec(backward).grad_inputs) == [1, 2]
     with Harness(timeout_s=300, device="cpu") as h:
         for task in (forward, backward):
             report = h.evaluate(task, quick=True)
