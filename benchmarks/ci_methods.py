@@ -40,9 +40,9 @@ def interval(rows: list[dict], method: str, seed: int) -> tuple[float, float, fl
     return stats.paired_bootstrap_speedup(pairs, batch, seed=seed)
 
 
-def verdict(samples: list[dict], method: str, margin: float) -> str:
-    """"kept", "not kept" or "unconfirmed" (kept first, no confirming comparison on record)."""
-    first = interval(samples[0]["rows"], method, len(samples[0]["rows"]))
+def verdict(samples: list[dict], first: tuple[float, float, float], method: str, margin: float) -> str:
+    """"kept", "not kept" or "unconfirmed" (kept first, no confirming comparison on record); ``first``:
+    the first comparison's interval by ``method``."""
     if first[1] <= margin:
         return "not kept"
     if len(samples) < 2:
@@ -58,9 +58,9 @@ def tally(comparisons: list[list[dict] | None], margin: float) -> dict[str, dict
         counts = {"kept": 0, "not kept": 0, "unconfirmed": 0, "n": len(recorded)}
         widths = []
         for c in recorded:
-            counts[verdict(c, method, margin)] += 1
-            _, lo, hi = interval(c[0]["rows"], method, len(c[0]["rows"]))
-            widths.append(hi - lo)
+            first = interval(c[0]["rows"], method, len(c[0]["rows"]))
+            counts[verdict(c, first, method, margin)] += 1
+            widths.append(first[2] - first[1])
         counts["median_ci_width"] = round(stats.median(widths), 4) if widths else None
         out[method] = counts
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Sequence
+from typing import Callable, Sequence
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -29,6 +29,19 @@ def geomean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
+def _bootstrap(pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
+               resample: Callable[[random.Random, int], float], n_boot: int, seed: int,
+               level: float) -> tuple[float, float, float]:
+    """The geomean over shapes of median(incumbent) / median(candidate), and its percentile-bootstrap
+    CI; ``resample(rng, k)`` draws shape ``k``'s ratio of one bootstrap sample."""
+    point = geomean([median(inc) / median(cand) for cand, inc in pairs])
+    rng = random.Random(seed)
+    stats = [math.exp(sum(math.log(resample(rng, k)) for k in range(len(pairs))) / len(pairs))
+             for _ in range(n_boot)]
+    tail = (1.0 - level) / 2 * 100
+    return point, percentile(stats, tail), percentile(stats, 100 - tail)
+
+
 def bootstrap_speedup(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], n_boot: int = 1000,
                       seed: int = 0, level: float = 0.95) -> tuple[float, float, float]:
     """Speedup = geomean over shapes of median(incumbent) / median(candidate), with a
@@ -36,18 +49,12 @@ def bootstrap_speedup(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], 
 
     ``pairs`` holds (candidate_times, incumbent_times) per shape.
     """
-    point = geomean([median(inc) / median(cand) for cand, inc in pairs])
-    rng = random.Random(seed)
-    stats = []
-    for _ in range(n_boot):
-        logs = 0.0
-        for cand, inc in pairs:
-            c = median(rng.choices(cand, k=len(cand)))
-            i = median(rng.choices(inc, k=len(inc)))
-            logs += math.log(i / c)
-        stats.append(math.exp(logs / len(pairs)))
-    tail = (1.0 - level) / 2 * 100
-    return point, percentile(stats, tail), percentile(stats, 100 - tail)
+    def resample(rng: random.Random, k: int) -> float:
+        cand, inc = pairs[k]
+        c = median(rng.choices(cand, k=len(cand)))
+        return median(rng.choices(inc, k=len(inc))) / c
+
+    return _bootstrap(pairs, resample, n_boot, seed, level)
 
 
 def paired_bootstrap_speedup(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], batch: Sequence[int | None],
@@ -62,18 +69,14 @@ def paired_bootstrap_speedup(pairs: Sequence[tuple[Sequence[float], Sequence[flo
     for cand, inc in pairs:
         if len(cand) != len(inc):
             raise ValueError("paired resampling needs as many candidate as incumbent times per shape")
-    point = geomean([median(inc) / median(cand) for cand, inc in pairs])
-    rng = random.Random(seed)
     groups = []
     for (cand, _), b in zip(pairs, batch):
         size = b if b and b > 0 else len(cand)
         groups.append([range(start, min(start + size, len(cand))) for start in range(0, len(cand), size)])
-    stats = []
-    for _ in range(n_boot):
-        logs = 0.0
-        for (cand, inc), shape_groups in zip(pairs, groups):
-            idx = [j for g in shape_groups for j in rng.choices(g, k=len(g))]
-            logs += math.log(median([inc[j] for j in idx]) / median([cand[j] for j in idx]))
-        stats.append(math.exp(logs / len(pairs)))
-    tail = (1.0 - level) / 2 * 100
-    return point, percentile(stats, tail), percentile(stats, 100 - tail)
+
+    def resample(rng: random.Random, k: int) -> float:
+        cand, inc = pairs[k]
+        idx = [j for g in groups[k] for j in rng.choices(g, k=len(g))]
+        return median([inc[j] for j in idx]) / median([cand[j] for j in idx])
+
+    return _bootstrap(pairs, resample, n_boot, seed, level)

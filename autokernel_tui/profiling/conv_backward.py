@@ -28,10 +28,9 @@ def _as_batch_of_channels(t: Any, groups: int) -> Any:
     return v.contiguous(memory_format=torch.contiguous_format).reshape(c // groups, groups * n, *rest)
 
 
-def _as_grouped_filters(t: Any, groups: int) -> Any:
-    """(N, g*Cg, *S) -> (g*Cg, N, *S): a filter per channel over the batch, grouped as the channels."""
-    n, c, rest = t.shape[0], t.shape[1], list(t.shape[2:])
-    return t.transpose(0, 1).contiguous().reshape(c, n, *rest)
+def _as_filters(t: Any) -> Any:
+    """(N, g*Cg, *S) -> (g*Cg, N, *S): a filter per channel over the batch (grouped as the channels are)."""
+    return t.transpose(0, 1).contiguous()
 
 
 def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
@@ -58,7 +57,7 @@ def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilat
         # plain: dW[oc, c, k] = sum over n, o of dY[n, oc, o] x[n, c, o*s + k*d - p]
         # transposed: dW[c, oc, k] = sum over n, i of x[n, c, i] dY[n, oc, i*s + k*d - p]
         source, filters = (grad_out, x) if transposed else (x, grad_out)
-        r = aten.convolution.default(_as_batch_of_channels(source, groups), _as_grouped_filters(filters, groups),
+        r = aten.convolution.default(_as_batch_of_channels(source, groups), _as_filters(filters),
                                      None, dilation, padding, stride, False, [0] * spatial, groups)
         r = r[(slice(None), slice(None), *(slice(0, k) for k in ksize))]
         grad_weight = r.transpose(0, 1).contiguous()

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from typing import Any, NamedTuple
 
-from autokernel_tui.profiling.replay import is_view, packet
+from autokernel_tui.profiling.replay import is_view, packet, tensor_args
 
 MATMULS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default",
            "aten.convolution.default"}
@@ -260,25 +261,11 @@ class Epilogue(NamedTuple):
     out_shape: tuple  # ...its shape (a GEMM's (M, N) result is reshaped to it)
 
 
-def _tensor_uses(spec: dict) -> dict:
+def _tensor_uses(spec: dict) -> Counter:
     """How many times each chain tensor is read (an op's argument, or a chain output)."""
-    uses: dict = {}
-
-    def walk(v):
-        if isinstance(v, dict) and "tensor" in v:
-            uses[v["tensor"]] = uses.get(v["tensor"], 0) + 1
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                walk(x)
-        elif isinstance(v, dict):
-            for x in v.values():
-                walk(x)
-
+    uses = Counter(spec["outputs"])
     for op in spec["ops"]:
-        walk(op["args"])
-        walk(op.get("kwargs", {}))
-    for o in spec["outputs"]:
-        uses[o] = uses.get(o, 0) + 1
+        uses.update(tensor_args(op["args"]) + tensor_args(list(op.get("kwargs", {}).values())))
     return uses
 
 

@@ -34,7 +34,7 @@ import re
 from pathlib import Path
 
 from autokernel_tui.profiling import classify as cls
-from autokernel_tui.profiling.replay import is_pointwise, is_view, packet
+from autokernel_tui.profiling.replay import is_pointwise, is_view, packet, tensor_args
 
 GENERATED_MARK = "generated"  # task.toml: generated = true
 ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "int64": 8, "int32": 4, "int16": 2,
@@ -438,19 +438,20 @@ def kernel_fn(*inputs):
 '''
 
 
-def _starter_source(task_dir: Path) -> tuple[str | None, dict, str]:
-    """(kernel.py text or None, its knob space, why not): Inductor's Triton for the task's reference
-    at its recorded shape (``profiling/inductor_starter``, in a process of its own)."""
+def _starter_source(task_dir: Path) -> tuple[str | None, dict, str, str]:
+    """(kernel.py text or None, its knob space, why not, what wrote it): Inductor's Triton for the task's
+    reference at its recorded shape, or for a KernelBench forward the template covers, the GEMM
+    template (``profiling/inductor_starter``, in a process of its own)."""
     from autokernel_tui.profiling.starter_process import for_task
 
     result = for_task(task_dir)
     # the reason is written into kernel.py's docstring and a string literal: keep it one plain line
-    return result.source, result.knobs, " ".join((result.reason or "").replace('"', "'").replace("\\", "/").split())
+    why = " ".join((result.reason or "").replace('"', "'").replace("\\", "/").split())
+    return result.source, result.knobs, why, result.origin
 
 
 INDUCTOR_STARTER_LINE = "starter = \"profiling/inductor_starter (Inductor's Triton for this chain)\""
 TEMPLATE_STARTER_LINE = "starter = \"profiling/gemm_template (a tl.dot GEMM, its pointwise ops in its epilogue)\""
-TEMPLATE_MARK = "from autokernel_tui/profiling/gemm_template.py"  # in the template's first docstring line
 
 
 def write_kernel(dest: Path, name: str, spec: dict | None = None) -> tuple[str | None, str, str]:
@@ -468,10 +469,8 @@ def write_kernel(dest: Path, name: str, spec: dict | None = None) -> tuple[str |
         except gemm_template.NoTemplate as exc:
             why = f"the GEMM template: {exc}; Inductor: "
     if source is None:
-        source, knobs, inductor_why = _starter_source(dest)
+        source, knobs, inductor_why, origin = _starter_source(dest)
         why = "" if source else why + inductor_why
-        if source and TEMPLATE_MARK in source.split("\n", 1)[0]:  # the starter process took the template
-            origin = "profiling/gemm_template"
     toml = dest / "task.toml"
     if origin == "profiling/gemm_template":
         toml.write_text(re.sub(r'^starter = "profiling/inductor_starter[^\n]*', TEMPLATE_STARTER_LINE,
@@ -495,19 +494,21 @@ NOT_DIFFERENTIABLE = {
 }
 
 
+def _reads(op: dict) -> list[tuple[int, bool]]:
+    """(tensor id, read at a differentiable argument) for each tensor ``op`` reads."""
+    skip = NOT_DIFFERENTIABLE.get(packet(op["op"]), ())
+    return ([(t, pos not in skip) for pos, arg in enumerate(op["args"]) for t in tensor_args(arg)]
+            + [(t, True) for t in tensor_args(list(op.get("kwargs", {}).values()))])
+
+
 def requires_grad(record: dict) -> set:
     """The recorded tensors a training step differentiates: the parameters (and views of them), and
     every floating-point result of an op that read one of those at a differentiable argument. The
     model's own inputs (token ids, images) and buffers are not among them."""
     t = record["tensors"]
-    grad = {tid for tid in range(len(t)) if t[tid].get("param")} if isinstance(t, list) else \
-        {tid for tid, m in t.items() if m.get("param")}
+    grad = {tid for tid, m in (enumerate(t) if isinstance(t, list) else t.items()) if m.get("param")}
     for op in record["ops"]:
-        skip = NOT_DIFFERENTIABLE.get(packet(op["op"]), ())
-        reads = [v["tensor"] for pos, arg in enumerate(op["args"]) if pos not in skip
-                 for v in (arg if isinstance(arg, list) else [arg]) if isinstance(v, dict) and "tensor" in v]
-        reads += [v["tensor"] for v in op.get("kwargs", {}).values() if isinstance(v, dict) and "tensor" in v]
-        if any(r in grad for r in reads):
+        if any(differentiable and tid in grad for tid, differentiable in _reads(op)):
             grad |= {o for o in op["outputs"] if o is not None and t[o]["dtype"] in EPS}
     return grad
 
@@ -519,19 +520,9 @@ def differentiable_inputs(record: dict, unit: dict) -> list[int]:
     learns or passes a gradient through)."""
     t = record["tensors"]
     trained = requires_grad(record)
-    read_at: dict = {}
-    for i in unit["ops"]:
-        op = record["ops"][i]
-        skip = NOT_DIFFERENTIABLE.get(packet(op["op"]), ())
-        for pos, arg in enumerate(op["args"]):
-            for v in (arg if isinstance(arg, list) else [arg]):
-                if isinstance(v, dict) and "tensor" in v:
-                    read_at.setdefault(v["tensor"], set()).add(pos not in skip)
-        for v in op.get("kwargs", {}).values():
-            if isinstance(v, dict) and "tensor" in v:
-                read_at.setdefault(v["tensor"], set()).add(True)
-    return [k for k, tid in enumerate(unit["inputs"]) if tid in trained and t[tid]["dtype"] in EPS
-            and "neg_inf_frac" not in t[tid] and True in read_at.get(tid, ())]
+    read = {tid for i in unit["ops"] for tid, differentiable in _reads(record["ops"][i]) if differentiable}
+    return [k for k, tid in enumerate(unit["inputs"]) if tid in trained and tid in read and t[tid]["dtype"] in EPS
+            and "neg_inf_frac" not in t[tid]]
 
 
 def write_task(dest: Path, name: str, record: dict, unit: dict, family: str, model: str, model_dtype: str,
@@ -539,8 +530,9 @@ def write_task(dest: Path, name: str, record: dict, unit: dict, family: str, mod
     """Write one generated task folder; returns it. Raises ValueError when the unit cannot be a task.
 
     ``backward``: the task is the chain's backward (``kind = "backward"``): the same reference.py, whose
-    forward the harness differentiates; ``kernel_fn(*inputs, *grad_outs)`` returns the gradient of every
-    floating-point input (``grad_inputs``), its starter Inductor's Triton for the traced backward."""
+    forward the harness differentiates; ``kernel_fn(*inputs, *grad_outs)`` returns the gradient of each
+    input the training step differentiates (``grad_inputs``: ``differentiable_inputs``), its starter
+    Inductor's Triton for the traced backward."""
     dtype = _dtype_of_unit(record, unit, model_dtype)
     if dtype not in EPS:
         raise ValueError(f"dtype {dtype} is not a task dtype (float16, bfloat16, float32)")
@@ -584,25 +576,17 @@ def write_task(dest: Path, name: str, record: dict, unit: dict, family: str, mod
         what=what, model=model, counts=counts, unit_json=json.dumps(spec, separators=(",", ":")), flops=int(flops),
         bytes_=int(nbytes), model_dtype=dtype, float_elems=float_elems, other_bytes=other)
         + (BACKWARD_COUNTS if backward else ""), encoding="utf-8")
-    if backward:
-        described = f"Backward of {what} from {model}: the gradient of each floating-point input, at the recorded " \
-                    "shapes and arguments"
-        head = [f"kind = {_toml('backward')}",
-                f"grad_inputs = {_toml(grad_inputs)}  # the inputs the training step differentiates",
-                f"name = {_toml(name)}",
-                f"family = {_toml(family)}",
-                f"description = {_toml(described)}",
-                f"bound = {_toml('compute' if compute else 'memory')}",
-                f"baseline = {_toml('autograd of the recorded aten calls: ' + ', '.join(ops))}"]
-    else:
-        head = [f"name = {_toml(name)}",
-                f"family = {_toml(family)}",
-                f"description = {_toml(f'Replay of {what} from {model}, at the recorded shapes and arguments')}",
-                f"bound = {_toml('compute' if compute else 'memory')}",
-                f"baseline = {_toml('recorded aten calls: ' + ', '.join(ops))}"]
+    described = (f"Backward of {what} from {model}: the gradient of each input the training step differentiates"
+                 if backward else f"Replay of {what} from {model}") + ", at the recorded shapes and arguments"
     lines = [
         "# Harness-owned, generated by autokernel-tui from a recorded call (profiling/generate.py).",
-        *head,
+        *([f"kind = {_toml('backward')}",
+           f"grad_inputs = {_toml(grad_inputs)}  # the inputs the training step differentiates"] if backward else []),
+        f"name = {_toml(name)}",
+        f"family = {_toml(family)}",
+        f"description = {_toml(described)}",
+        f"bound = {_toml('compute' if compute else 'memory')}",
+        f"baseline = {_toml(('autograd of the ' if backward else '') + 'recorded aten calls: ' + ', '.join(ops))}",
         f"dtypes = [{_toml(dtype)}]",
         f"forbidden_ops = {_toml(forbidden)}",
         "generated = true",
@@ -626,7 +610,7 @@ def write_task(dest: Path, name: str, record: dict, unit: dict, family: str, mod
     (dest / "task.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
     # a backward's starter is Inductor's for the traced backward (the GEMM template writes forward chains)
     source, why, origin = write_kernel(dest, name, None if backward else spec)
-    kind = " (backward: the gradients of its floating-point inputs)" if backward else ""
+    kind = " (backward: the gradients of the inputs the training step differentiates)" if backward else ""
     (dest / "README.md").write_text(
         f"# {name} (generated)\n\nReplays `{what}` from `{model}` ({dtype}){kind}, recorded by a dispatch-mode pass "
         f"(profiling/replay.py).\n\n- reference.py: the recorded aten calls with their recorded arguments.\n"

@@ -855,7 +855,7 @@ def _template_starter(ref, inputs: tuple, name: str, check: bool | None) -> Star
     if not record["model_outputs"] or any(t not in record["known"] for t in seen):
         return None  # a tensor the forward made without an op, or no output
     unit = {"ops": list(range(len(record["ops"]))), "inputs": seen, "outputs": record["model_outputs"]}
-    chain = generate.unit_spec({**record, "tensors": dict(enumerate(record["tensors"]))}, unit,
+    chain = generate.unit_spec(record, unit,
                                str(next((x.dtype for x in inputs if isinstance(x, torch.Tensor)
                                          and x.is_floating_point()), torch.float32)).replace("torch.", ""))
     if not gemm_template.applies(chain):
@@ -873,7 +873,7 @@ def _template_starter(ref, inputs: tuple, name: str, check: bool | None) -> Star
         except NoStarter:
             return None
         verified = True
-    return StarterResult(source, knobs, None, verified)
+    return StarterResult(source, knobs, None, verified, origin="profiling/gemm_template")
 
 
 KERNELBENCH_ADAPTER = '''
@@ -921,17 +921,15 @@ def _task_main(task_dir: str) -> int:
     inputs = ref.make_inputs(first, dtype, device, 0)
     more = tuple(ref.make_inputs(dims(s), dtype, device, 0) for s in spec.get("test_shapes", []) if dims(s) != first)
     check = None if os.environ.get(VERIFY_ENV) != "0" else False
-    if spec.get("profile", {}).get("kernelbench"):
-        # a forward of matmuls or convolutions and the template's pointwise ops: its GEMM template,
-        # epilogue fused (Inductor's would be a library call plus a Triton kernel)
-        templated = _template_starter(ref, tuple(inputs), spec["name"], check)
-        if templated is not None:
-            json.dump({"source": templated.source, "knobs": templated.knobs, "reason": None,
-                       "verified": templated.verified}, sys.stdout)
-            return 0
-    fn = Traced(ref.reference) if backward else ref.reference
-    what = "its forward recomputed and its backward" if backward else "this task"
-    r = starter_source(fn, tuple(inputs), device, more_inputs=more, verify=check,
-                       description=f"Inductor's Triton for {spec['name']} ({what}), as a starting kernel.py.")
-    json.dump({"source": r.source, "knobs": r.knobs, "reason": r.reason, "verified": r.verified}, sys.stdout)
+    # a KernelBench forward of matmuls or convolutions and the template's pointwise ops: its GEMM template,
+    # epilogue fused (Inductor's would be a library call plus a Triton kernel)
+    r = _template_starter(ref, tuple(inputs), spec["name"], check) if spec.get("profile", {}).get("kernelbench") \
+        else None
+    if r is None:
+        fn = Traced(ref.reference) if backward else ref.reference
+        what = "its forward recomputed and its backward" if backward else "this task"
+        r = starter_source(fn, tuple(inputs), device, more_inputs=more, verify=check,
+                           description=f"Inductor's Triton for {spec['name']} ({what}), as a starting kernel.py.")
+    json.dump({"source": r.source, "knobs": r.knobs, "reason": r.reason, "verified": r.verified,
+               "origin": r.origin}, sys.stdout)
     return 0

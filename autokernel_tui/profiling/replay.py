@@ -213,18 +213,19 @@ def record_forward(model, inputs: tuple, known: tuple = ()) -> dict:
             **({"known": [rec.ids.get(t) if isinstance(t, torch.Tensor) else None for t in known]} if known else {})}
 
 
-def _tensor_args(v: Any) -> list[int]:
+def tensor_args(v: Any) -> list[int]:
+    """Tensor ids in a recorded argument (nested lists too), each time it appears."""
     if isinstance(v, dict):
         return [v["tensor"]] if "tensor" in v else []
     if isinstance(v, list):
-        return [t for x in v for t in _tensor_args(x)]
+        return [t for x in v for t in tensor_args(x)]
     return []
 
 
 def op_inputs(op: dict) -> list[int]:
     """Tensor ids an op reads, in argument order, each once."""
     seen: list[int] = []
-    for t in _tensor_args(op["args"]) + _tensor_args(list(op["kwargs"].values())):
+    for t in tensor_args(op["args"]) + tensor_args(list(op["kwargs"].values())):
         if t not in seen:
             seen.append(t)
     return seen

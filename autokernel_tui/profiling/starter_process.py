@@ -41,6 +41,7 @@ class StarterResult:
     reason: str | None = None               # why there is no starter
     verified: bool = False                  # kernel_fn was run where it was made and matched the reference
     inductor_code: list[str] = field(default_factory=list)      # the captured modules, for debugging
+    origin: str = "profiling/inductor_starter"  # what wrote it: Inductor's code, or profiling/gemm_template
 
     @property
     def ok(self) -> bool:
@@ -72,4 +73,5 @@ def for_task(task_dir: Path, timeout_s: float | None = None) -> StarterResult:
     except ValueError:
         return StarterResult(None, reason="the starter process printed no result")
     return StarterResult(data.get("source"), {k: list(v) for k, v in (data.get("knobs") or {}).items()},
-                   data.get("reason"), bool(data.get("verified")))
+                         data.get("reason"), bool(data.get("verified")),
+                         origin=data.get("origin") or StarterResult.origin)

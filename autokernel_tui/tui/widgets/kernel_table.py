@@ -20,9 +20,9 @@ VS_START_LABEL = "vs start"
 
 class KernelTable(DataTable):
     """kind: a hand-written starter, a generated task (from a profiled model's recorded calls; "gen
-    bwd": their backward), a KernelBench problem or a hand-written backward task; share: fraction of the model's GPU time; now: the op's
-    best speedup (vs baseline on a GPU, vs the starter kernel on the CPU, where vs baseline means
-    nothing); e2e: the model's, by Amdahl."""
+    bwd": their backward), a KernelBench problem or a hand-written backward task; share: fraction of
+    the model's GPU time; now: the op's best speedup (vs baseline on a GPU, vs the starter kernel on
+    the CPU, where vs baseline means nothing); e2e: the model's, by Amdahl."""
     DEFAULT_CSS = "KernelTable { height: auto; max-height: 12; }"
 
     def on_mount(self) -> None:
