@@ -41,7 +41,8 @@ def _args():
     p.add_argument("--kb", required=True, help="KernelBench's problem folder (holding level1/, level2/)")
     p.add_argument("--levels", default="1,2")
     p.add_argument("--limit", type=int, default=0, help="the first N problems of each level (0: all)")
-    p.add_argument("--only", default="", help="comma-separated problem numbers to run (e.g. 1,23,40)")
+    p.add_argument("--only", default="",
+                   help="comma-separated problem numbers to run, in every level (1,23,40) or in one (1:50,2:12)")
     p.add_argument("--bench", action="store_true", help="run each task through the harness (needs a GPU)")
     p.add_argument("--starter-timeout", type=float, default=300.0, help="seconds per starter")
     p.add_argument("--dtype", default="float32")
@@ -62,11 +63,20 @@ def _number(path: Path) -> int:
     return int(m.group(1)) if m else 10**6
 
 
-def _problems(kb: Path, levels: list[str], limit: int, only: set[int]) -> list[tuple[str, Path]]:
+def _wanted(only: str) -> set[tuple[str, int]]:
+    """--only's entries as (level, number) pairs; a bare number stands for every level ("*")."""
+    pairs = set()
+    for item in filter(None, (x.strip() for x in only.split(","))):
+        level, _, number = item.rpartition(":")
+        pairs.add((level or "*", int(number)))
+    return pairs
+
+
+def _problems(kb: Path, levels: list[str], limit: int, only: set[tuple[str, int]]) -> list[tuple[str, Path]]:
     out = []
     for level in levels:
         files = sorted((kb / f"level{level}").glob("*.py"), key=_number)
-        files = [f for f in files if not only or _number(f) in only]
+        files = [f for f in files if not only or {("*", _number(f)), (level, _number(f))} & only]
         out += [(level, f) for f in (files[:limit] if limit else files)]
     return out
 
@@ -170,7 +180,7 @@ def _make(f: Path, kernels: Path, dtype: str) -> dict:
 def main() -> int:
     args = _args()
     os.environ.setdefault("AUTOKERNEL_STARTER_TIMEOUT_S", str(args.starter_timeout))
-    only = {int(x) for x in args.only.split(",") if x.strip()}
+    only = _wanted(args.only)
     problems = _problems(Path(args.kb), [x.strip() for x in args.levels.split(",") if x.strip()], args.limit, only)
     kernels = Path(args.workspace or tempfile.mkdtemp(prefix="kb-")) / "kernels"
     kernels.mkdir(parents=True, exist_ok=True)
