@@ -30,13 +30,15 @@
 #   aa:        A/A at K = 8 (the fake server answers with the incumbent): false keeps out of N
 #   anyop:     GPT-2 small (bf16, 8x1024) profiled, `init --from-profile --top 12`, and every generated
 #              task's starter (GEMM template or Inductor's Triton) benched through the sandboxed harness
+#   tunegen:   issue 19's tuner on generated tasks: a model profiled (default gpt2), `init --from-profile
+#              --top 12`, then `tuner_budget.py` on every generated task (20 experiments each, or N)
 #   models:    a model that is neither GPT-2 nor LLaMA (resnet, vit or t5; default resnet) at its full
 #              default size: profiled, `init --from-profile --top 8`, and `verify` with every task it
 #              made (generated kernels put into the traced graph): outputs checked, every mode timed
 #
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | aa [N] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | aa [N] | tunegen [MODEL [N]] | kernelbench [LEVELS [N [ONLY]]]
 set -u
 part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, agreement, sandboxcost, parallel, aa or kernelbench}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -176,6 +178,15 @@ anyop)
         step "bench_$t" 150 python3 -m autokernel_tui bench "/tmp/anyop_ws/kernels/$t" --device cuda --quick \
             --json "$R/bench_$t.json"
     done
+    ;;
+tunegen)
+    m=${2:-gpt2}; ws=/tmp/tunegen_$m
+    step "profile_$m" 150 python3 -m autokernel_tui profile "$m" --device cuda --dtype bfloat16 \
+        $([ "$m" = gpt2 ] && echo --batch 8 --seq 1024) --json "$R/profile_$m.json" --top 12
+    step "init_$m" 150 python3 -m autokernel_tui init "$ws" --from-profile "$R/profile_$m.json" --top 12
+    left=$(( ${DEADLINE:-$(( $(date +%s) + 560 ))} - $(date +%s) - 20 ))
+    step tuner 560 python3 benchmarks/tuner_budget.py --tasks "$ws"/kernels/gen_* --budget "${3:-20}" \
+        --max-seconds 120 --total-seconds "$left" --json "$R/tuner.json"
     ;;
 models)
     m=${2:-resnet}

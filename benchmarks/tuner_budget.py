@@ -146,9 +146,25 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
+def _task_dirs(names: list[str]) -> list[Path]:
+    """Each --tasks entry as task folders: a starter's name, a task folder, or a folder of tasks."""
+    out = []
+    for name in names:
+        path = Path(name)
+        if (path / "task.toml").is_file():
+            out.append(path)
+        elif path.is_dir():
+            out += sorted(p for p in path.iterdir() if (p / "task.toml").is_file())
+        else:
+            out.append(starters_dir() / name)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tasks", nargs="+", default=["rmsnorm", "softmax", "matmul"], help="starter names, or all")
+    ap.add_argument("--tasks", nargs="+", default=["rmsnorm", "softmax", "matmul"],
+                    help="starter names, or all; or task folders, or a kernels folder (every task in it: "
+                         "a workspace's generated tasks)")
     ap.add_argument("--budget", type=int, default=30, help="experiments per task")
     ap.add_argument("--max-seconds", type=float, default=120.0, help="loop time per task (JIT compiles count)")
     ap.add_argument("--full", action="store_true", help="time every dtype, not just the first (slower)")
@@ -167,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     from autokernel_tui.harness.runner import Harness
 
     if args.tasks == ["all"]:
-        args.tasks = sorted(p.name for p in starters_dir().iterdir() if (p / "task.toml").is_file())
+        args.tasks = [str(starters_dir())]
     device = "auto"
     if args.smoke:
         device, args.tasks, args.budget = "cpu", args.tasks if args.tasks != ap.get_default("tasks") else \
@@ -183,12 +199,14 @@ def main(argv: list[str] | None = None) -> int:
         out = {"device": info, "budget": args.budget, "max_seconds": args.max_seconds, "quick": not args.full,
                "command": " ".join(["benchmarks/tuner_budget.py"] + (argv if argv is not None else sys.argv[1:])),
                "tasks": results}
-        for i, name in enumerate(args.tasks):
+        task_dirs = _task_dirs(args.tasks)
+        for i, task_dir in enumerate(task_dirs):
+            name = task_dir.name
             # Share what is left of --total-seconds among the remaining tasks, keeping PER_TASK_RESERVE_S
             # of each share for the baselines' preparation and the final measurements.
-            share = (args.total_seconds - (time.monotonic() - t0)) / (len(args.tasks) - i) - PER_TASK_RESERVE_S
+            share = (args.total_seconds - (time.monotonic() - t0)) / (len(task_dirs) - i) - PER_TASK_RESERVE_S
             loop_s = max(0.0, min(args.max_seconds, share))
-            results.append(tune_task(harness, starters_dir() / name, args.budget, loop_s, not args.full,
+            results.append(tune_task(harness, task_dir, args.budget, loop_s, not args.full,
                                      args.prescreen, args.seed, log))
             out["total_s"] = round(time.monotonic() - t0, 1)
             if args.save_kernels and "final_source" in results[-1]:
