@@ -51,9 +51,13 @@ def _scaled(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         r = torch.rand(t.shape, generator=gen, device=t.device, dtype=torch.float32)
         return (t.float() * r.add_(0.5)).to(t.dtype)
     out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    r = torch.empty(min(t.numel(), PERTURB_CHUNK), dtype=torch.float32, device=t.device)
     for src, dst in zip(t.view(-1).split(PERTURB_CHUNK), out.view(-1).split(PERTURB_CHUNK)):
-        r = torch.rand(src.shape, generator=gen, device=t.device, dtype=torch.float32)
-        dst.copy_(src.float() * r.add_(0.5))
+        # Two kernels a chunk: the factors drawn in their range, then one product computed in float32 and
+        # rounded into ``dst`` (12 bytes moved per 2-byte element, where a rand, an add, an upcast, a
+        # product and a copy moved 36: every timed rep's inputs are built so, on both sides).
+        factors = r[:src.numel()].uniform_(0.5, 1.5, generator=gen)
+        torch.mul(src, factors, out=dst)
     return out
 
 
