@@ -305,3 +305,29 @@ def test_a_precise_reference_too_big_for_the_card_runs_on_the_host_and_falls_bac
 
     (out,) = precise_reference(types.SimpleNamespace(reference=device_bound), (x, w), device_bytes=0, host="meta")
     assert out.device.type == "cpu" and torch.allclose(out, (x * w).double())
+
+
+def test_the_fingerprint_bound_passes_every_correct_output_and_refuses_a_stale_one_at_model_size():
+    """At GPT-2's 8192 x 768 in bfloat16 the worst-case bound (||e|| ||w||) let a stale output, 28% off,
+    pass 19 checks of 20; the statistical bound refuses most, and still passes outputs at the edge of the
+    tolerance and outputs whose only error is the dtype's rounding (where that exceeds max_rel_l2)."""
+    import torch
+    from autokernel_tui.harness.worker import inputs
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8192, 768, generator=g)
+    rms = lambda t: t / t.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt()  # noqa: E731
+    ref = rms(x.double())
+    stale = rms(x * (torch.rand(x.shape, generator=g) + 0.5)).bfloat16()  # the last rep's output, replayed
+    noise = torch.randn(x.shape, generator=g, dtype=torch.float64)
+    edge = (ref + noise * (0.99 * 1e-5 * ref.norm() / noise.norm())).float()  # within float32's tolerance
+    refused = 0
+    for seed in range(30):
+        checks = [(rms(x).bfloat16(), 1e-2, True), (edge, 1e-5, True), (ref.bfloat16(), 1e-4, True),
+                  (stale, 1e-2, False)]
+        for out, tol, correct in checks:
+            ref_fp, bound = inputs.fingerprint_bound(ref, seed, tol, out_dtype=out.dtype)
+            ok = inputs.fingerprint_ok(inputs.fingerprint_batch([[out]], seed)[0][0], ref_fp, bound)
+            assert ok or not correct, (seed, out.dtype, tol)
+            refused += not ok and not correct
+    assert refused >= 21  # 4 in 5 expected (a normal projection of the error beyond 7 tolerances)

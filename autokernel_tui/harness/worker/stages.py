@@ -252,7 +252,7 @@ class Evaluation:
                 raise
             with self.timed("judge: fingerprints verified"):
                 self._verify_fingerprints([None], [0], [reply.get("fingerprints")], seed, self.spec.tolerances[dtype],
-                                          f"{shape.name} {dtype}", inputs=[inputs], error=stale)
+                                          (shape.name, dtype), inputs=[inputs], error=stale)
             report.shapes.append(ShapeResult(
                 shape=shape.name, dims=dict(shape.dims), dtype=dtype, passed=True,
                 max_abs_err=max(e.max_abs_err for e in errors), rel_l2_err=max(e.rel_l2_err for e in errors)))
@@ -306,24 +306,28 @@ class Evaluation:
             raise Verdict("REJECTED", "timing", f"{where}: fingerprints missing for the timed calls")
         tol = self.spec.tolerances[dtype]
         with self.timed("judge: fingerprints verified"):
-            self._verify_fingerprints(recipes, verify, claimed, seed, tol, where)
+            self._verify_fingerprints(recipes, verify, claimed, seed, tol, (shape.name, dtype))
         self.outside.append({"config": where, "who": c.pid, "reps": len(recipes), "outside_s": t_time + t_fp,
                              "reported_us": sum(times), "warmup": warmup})
         return times
 
     def _verify_fingerprints(self, recipes: list[dict | None], verify: list[int], claimed: Any, seed: int, tol: Any,
-                             where: str, inputs: list[tuple] | None = None, error: Verdict | None = None) -> None:
-        """Check the claimed fingerprints of reps ``verify`` against the reference on their inputs (built
-        from ``recipes``, or given as ``inputs``); a mismatch raises ``error`` (default: a timed run)."""
+                             key: tuple[str, str], inputs: list[tuple] | None = None,
+                             error: Verdict | None = None) -> None:
+        """Check the claimed fingerprints of reps ``verify`` of config ``key`` (shape name, dtype) against the
+        reference on their inputs (built from ``recipes``, or given as ``inputs``); a mismatch raises
+        ``error`` (default: a timed run's)."""
+        where = " ".join(key)
         if not isinstance(claimed, list):
             claimed = []
         for r in verify:
             inputs_r = inputs[r] if inputs is not None else self.builder.build(recipes[r])
             refs = self.precise(inputs_r)
+            out_dtypes = [getattr(torch, m["dtype"]) for m in self.expected(inputs_r, key)]
             got = claimed[r] if r < len(claimed) and isinstance(claimed[r], list) else []
             device = next((t.device for t in inputs_r if isinstance(t, torch.Tensor)), None)  # the fingerprints'
             for i, ref in enumerate(refs):
-                ref_fp, bound = inputs_mod.fingerprint_bound(ref, seed + i, tol.max_rel_l2, device)
+                ref_fp, bound = inputs_mod.fingerprint_bound(ref, seed + i, tol.max_rel_l2, device, out_dtypes[i])
                 value = float(got[i]) if i < len(got) and isinstance(got[i], (int, float)) else math.nan
                 if not inputs_mod.fingerprint_ok(value, ref_fp, bound):
                     raise error or Verdict("REJECTED", "timing", f"{where}: the output of a timed run is wrong (the "
