@@ -219,6 +219,40 @@ def test_the_judges_clock_refuses_hidden_work_and_skipped_steps():
     assert info.value.status == "REJECTED" and "hidden" in info.value.reason
 
 
+def test_as_called_figures_keep_the_judges_clock_and_an_under_reported_one_is_refused():
+    """In as-called mode the speedup comes from figures the contestant reports: each keeps the judge's clock
+    around its request, and a candidate that reports far less than that clock saw is REJECTED."""
+    import types
+
+    from autokernel_tui.harness.worker.errors import Verdict
+    from autokernel_tui.harness.worker.stages import Evaluation, excess_check
+
+    class Contestant:  # a contestant's reply and the judge's clock around it, as ContestantProxy.request gives
+        def __init__(self, pid, reported_us, outside_s):
+            self.pid, self.reported_us, self.outside_s = pid, reported_us, outside_s
+
+        def request(self, msg, stage):
+            assert msg["op"] == "time_as_called"
+            return {"as_called_us": self.reported_us}, self.outside_s
+
+    ev = types.SimpleNamespace(as_called_outside=[])
+    shape = types.SimpleNamespace(name="s")
+    recipes = [{}] * 20
+    honest_cand, inc = Contestant(1, 100.0, 0.0030), Contestant(2, 200.0, 0.0050)  # 1 ms of building either side
+    for first, second in ((honest_cand, inc), (inc, honest_cand)) * 2:
+        for c in (first, second):
+            Evaluation.as_called_us(ev, c, shape, "float16", recipes)
+    assert excess_check(ev.as_called_outside, 1, "as-called runs")["quads"] == 2
+    ev.as_called_outside.clear()
+    forged = Contestant(1, 5.0, 0.0080)  # says 5 us a call; the judge's clock saw 350 us a call beyond the build
+    for first, second in ((forged, inc), (inc, forged)) * 2:
+        for c in (first, second):
+            Evaluation.as_called_us(ev, c, shape, "float16", recipes)
+    with pytest.raises(Verdict) as info:
+        excess_check(ev.as_called_outside, 1, "as-called runs")
+    assert info.value.status == "REJECTED" and "as-called runs" in info.value.reason
+
+
 def test_a_disturbed_shape_is_counted_but_never_averaged_into_a_speedup():
     from autokernel_tui.harness.report import ShapeResult
     from autokernel_tui.harness.worker.stages import summarize

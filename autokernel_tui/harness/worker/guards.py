@@ -118,11 +118,12 @@ class OpRecorder(TorchDispatchMode):
 # lazy import inside torch may legitimately rebind other attributes); small ones, and
 # every harness module, are watched whole.
 CRITICAL = {
-    "torch": ("equal", "allclose", "isfinite", "isnan", "rand", "randperm", "randn", "empty", "empty_like",
-              "zeros", "sum", "Generator", "Tensor", "compile", "linalg", "float64", "no_grad", "cuda"),
+    "torch": ("equal", "allclose", "isfinite", "isnan", "rand", "randperm", "randn", "mul", "dot", "empty",
+              "empty_like", "zeros", "sum", "Generator", "Tensor", "compile", "linalg", "float64", "no_grad", "cuda"),
     "torch.Tensor": ("copy_", "clone", "double", "float", "to", "data_ptr", "untyped_storage", "abs", "sub",
                      "__sub__", "__mul__", "__eq__", "all", "any", "max", "sum", "fill_", "view", "reshape",
-                     "contiguous", "numel", "element_size", "item", "__bool__", "__float__", "detach"),
+                     "contiguous", "numel", "element_size", "item", "__bool__", "__float__", "detach",
+                     "uniform_"),
     "torch.linalg": ("vector_norm",),
     "torch.cuda": ("synchronize", "Event", "Stream", "current_stream", "get_device_name", "get_device_properties",
                    "max_memory_allocated", "reset_peak_memory_stats", "is_available"),
