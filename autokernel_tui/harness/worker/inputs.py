@@ -199,27 +199,29 @@ def fingerprint_bound(ref: torch.Tensor, seed: int, max_rel_l2: float,
 
     A correct output passes ``correctness.compare``, so its error e has ||e|| <= tol ||ref||, tol the
     task's ``max_rel_l2`` or, where rounding the reference to ``out_dtype`` alone errs more, that rounding
-    times ``ROUNDING_FACTOR`` (as ``compare`` allows). w is drawn after e is fixed, so <e, w> is normal
-    with standard deviation ||e||: the bound is FINGERPRINT_Z of those, plus the contestant's rounding
-    (``_dot``). One read back from the device. ``device``: where the candidate's fingerprint was taken
-    (w is drawn there; a reference computed on the host is brought over a chunk at a time); default the
-    reference's own. ``out_dtype``: the candidate output's dtype (default the reference's).
+    times ``ROUNDING_FACTOR`` (as ``compare`` allows; here an upper bound of the rounding, no extra pass
+    over the output). w is drawn after e is fixed, so <e, w> is normal with standard deviation ||e||: the
+    bound is FINGERPRINT_Z of those, plus the contestant's rounding (``_dot``). One read back from the
+    device. ``device``: where the candidate's fingerprint was taken (w is drawn there; a reference
+    computed on the host is brought over a chunk at a time); default the reference's own.
+    ``out_dtype``: the candidate output's dtype (default the reference's). A reference with inf or nan
+    has a fingerprint that is not finite, which ``fingerprint_ok`` handles without the bound.
     """
     flat = ref.detach().reshape(-1)
     if not flat.numel():
         return 0.0, 1e-30
-    low = out_dtype in (torch.float16, torch.bfloat16)
     sums = []  # in float64 a chunk at a time: no whole double copy of a many-GB output, no whole w
     device = flat.device if device is None else torch.device(device)
     for a, b in zip(flat.split(FINGERPRINT_CHUNK), _weight_chunks(flat.numel(), seed, device)):
         d, wd = a.to(device).double(), b.double()
-        finite = d.nan_to_num(0.0, 0.0, 0.0)  # compare's norms are over the finite elements
-        rounding = (finite.to(out_dtype).double() - finite).square().sum() if low else d.new_zeros(())
-        sums.append(torch.stack([torch.dot(d, wd), finite.square().sum(), wd.square().sum(),
-                                 (d.abs() * wd.abs()).sum(), rounding]))
-    ref_fp, ref_sq, w_sq, abs_sum, round_sq = torch.stack(sums).sum(0).tolist()
+        sums.append(torch.stack([torch.dot(d, wd), d.square().sum(), wd.square().sum(), (d.abs() * wd.abs()).sum()]))
+    ref_fp, ref_sq, w_sq, abs_sum = torch.stack(sums).sum(0).tolist()
     ref_norm, w_norm = math.sqrt(ref_sq), math.sqrt(w_sq)
-    tol = max(max_rel_l2, ROUNDING_FACTOR * math.sqrt(round_sq) / ref_norm) if ref_norm > 0 else max_rel_l2
+    tol = max_rel_l2
+    if out_dtype in (torch.float16, torch.bfloat16) and ref_norm > 0:
+        info = torch.finfo(out_dtype)  # |round(x) - x| <= eps/2 |x| in range, <= tiny eps/2 below it
+        rounding = info.eps / 2 * ref_norm + info.tiny * info.eps / 2 * math.sqrt(flat.numel())
+        tol = max(tol, ROUNDING_FACTOR * rounding / ref_norm)
     err_norm = tol * (ref_norm if ref_norm > 0 else 1.0)  # compare's rel_l2 is absolute for a zero reference
     bound = FINGERPRINT_Z * err_norm + PRODUCT_ROUNDING * (abs_sum + err_norm * w_norm) + 1e-30
     return ref_fp, bound
