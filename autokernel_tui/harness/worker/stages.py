@@ -140,6 +140,7 @@ class Evaluation:
         self.as_called_outside: list[dict[str, Any]] = []  # the same per as-called figure
         self.split: Counter[str] = Counter()  # where the evaluation's wall time went, in seconds
         self._expected: dict[tuple, list[dict[str, Any]]] = {}
+        self._rep_bytes: dict[tuple, int] = {}  # per config: one rep's inputs and outputs, bytes
         self.host_us: dict[str, list[float]] = {}  # per config: host time of each timed call (as reported)
 
     @contextlib.contextmanager
@@ -281,9 +282,13 @@ class Evaluation:
     # Timing ------------------------------------------------------------------------------
     def batch_size(self, shape: Shape, dtype: str, wanted: int) -> int:
         """Reps per timed batch: ``wanted``, or fewer where inputs plus outputs would not fit."""
-        sample = self.builder.build(self.recipe(shape, dtype))
-        per_rep = inputs_mod.nbytes(sample) + inputs_mod.nbytes(as_tuple(self.ref.reference(*sample)))
-        return max(1, min(wanted, memory.budget(self.st.device, "batch") // max(per_rep, 1)))
+        key = (shape.name, dtype)
+        if key not in self._rep_bytes:  # once per config: a perturbed set and a reference call cost a rep
+            sample = self.builder.build(self.recipe(shape, dtype))
+            outs = self.expected(sample, key)
+            self._rep_bytes[key] = inputs_mod.nbytes(sample) + sum(
+                math.prod(o["shape"]) * getattr(torch, o["dtype"]).itemsize for o in outs)
+        return max(1, min(wanted, memory.budget(self.st.device, "batch") // max(self._rep_bytes[key], 1)))
 
     def timed_batch(self, c: ContestantProxy, shape: Shape, dtype: str, recipes: list[dict], warmup: int,
                     verify: list[int], lead_us: float = 0.0) -> list[float]:
