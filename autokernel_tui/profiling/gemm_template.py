@@ -59,7 +59,7 @@ FP32_KNOBS = {"FP32_BLOCK_M": [32, 64, 128], "FP32_BLOCK_N": [32, 64, 128], "FP3
 def knobs_for(dtypes, gemm: bool = True, gemv: bool = False, conv: bool = False) -> dict[str, list[int]]:
     """The tile knobs a kernel for inputs of ``dtypes`` reads (GROUP_M only for a GEMM: a convolution's
     tiles go in grid order; the GEMV_* knobs only for a chain with a matrix-vector product;
-    CONV_CHANNELS_LAST for a convolution)."""
+    CONV_CHANNELS_LAST and CONV_SPLIT_PROGRAMS_PER_SM for a convolution)."""
     out: dict[str, list[int]] = {}
     if "float32" in dtypes:
         out.update(FP32_KNOBS)
@@ -71,6 +71,7 @@ def knobs_for(dtypes, gemm: bool = True, gemv: bool = False, conv: bool = False)
         out.update(GEMV_KNOBS)
     if conv:
         out["CONV_CHANNELS_LAST"] = [0, 1]
+        out["CONV_SPLIT_PROGRAMS_PER_SM"] = [0, 1, 2, 4]
     return out
 
 
@@ -449,6 +450,17 @@ def _tile(dtype):
     return BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES
 
 
+# device -> SM count, asked once per device (not on every call: the host's time per call counts); dict(),
+# not braces: HEAD + TILE is a format string
+_SMS = dict()
+
+
+def _num_sms(device):
+    if device not in _SMS:
+        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
+    return _SMS[device]
+
+
 '''
 HEAD = '''"""Starter for generated task {name}: {chain}, from autokernel_tui/profiling/gemm_template.py.
 
@@ -527,13 +539,19 @@ __EPILOGUE__    tl.store(C + rm[:, None] * scm + rn[None, :] * scn, __RESULT__.t
 '''
 CONV_KERNEL = '''@triton.jit
 def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd, sh, sw, pd, ph, pw, dd, dh, dw,
-                 sxn, sxc, sxd, sxh, sxw, swa, swb, swd, swh, sww, syn, syc, syd, syh, syw, sbias,__EPI_PARAMS__
+                 sxn, sxc, sxd, sxh, sxw, swa, swb, swd, swh, sww, syn, syc, syd, syh, syw, sbias,
+                 P, sps, spm, SPLITS, K_PER,__EPI_PARAMS__
                  TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, FP32: tl.constexpr, DOT: tl.constexpr,
-                 WIDE: tl.constexpr, BY_POSITION: tl.constexpr,
+                 WIDE: tl.constexpr, BY_POSITION: tl.constexpr, SPLIT: tl.constexpr,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     # Implicit GEMM for one group (grid axis 2): rows are output points (n, od, oh, ow), columns the
-    # group's output channels, K over the group's input channels and kernel positions.
+    # group's output channels, K over the group's input channels and kernel positions. SPLIT: grid axis 2
+    # is (group, part of K), and each part's float32 sums go to P[part, row, channel] for _conv_split_sum.
     g = tl.program_id(2)
+    part = 0
+    if SPLIT:
+        part = g % SPLITS
+        g = g // SPLITS
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
     if WIDE:  # a tensor of 2**31 elements or more: 32-bit offsets would wrap
@@ -547,7 +565,12 @@ def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd
         # Many channels per group: K runs over kernel positions, then a block of channels at a time, so
         # each row's input point is worked out once per position (not per K element) and the channel
         # block is one strided vector per row.
-        for pos in range(0, KD * KH * KW):
+        lo = 0
+        hi = KD * KH * KW
+        if SPLIT:  # this program's kernel positions
+            lo = part * K_PER
+            hi = tl.minimum(lo + K_PER, hi)
+        for pos in range(lo, hi):
             kw = pos % KW
             kh = (pos // KW) % KH
             kd = pos // (KW * KH)
@@ -575,7 +598,12 @@ def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd
         # Few channels per group (an image's first layer, depthwise): K runs over (channel, kd, kh, kw)
         # together so a block is not mostly padding.
         ktot = CG * KD * KH * KW
-        for k0 in range(0, ktot, BK):
+        lo = 0
+        hi = ktot
+        if SPLIT:  # this program's K (K_PER a multiple of BK)
+            lo = part * K_PER
+            hi = tl.minimum(lo + K_PER, hi)
+        for k0 in range(lo, hi, BK):
             kk = k0 + tl.arange(0, BK)
             if WIDE:
                 kk = kk.to(tl.int64)
@@ -599,8 +627,11 @@ def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd
     inside = (rm[:, None] < M) & (rn[None, :] < OCG)
     if HAS_BIAS:
         acc += tl.load(BIAS + oc * sbias, mask=rn < OCG, other=0.0).to(tl.float32)[None, :]
-__EPILOGUE__    tl.store(Y + n[:, None] * syn + oc[None, :] * syc + od[:, None] * syd + oh[:, None] * syh + ow[:, None] * syw,
-             __RESULT__.to(Y.dtype.element_ty), mask=inside)
+__EPILOGUE__    if SPLIT:
+        tl.store(P + part * sps + rm[:, None] * spm + oc[None, :], acc, mask=inside)
+    else:
+        tl.store(Y + n[:, None] * syn + oc[None, :] * syc + od[:, None] * syd + oh[:, None] * syh + ow[:, None] * syw,
+                 __RESULT__.to(Y.dtype.element_ty), mask=inside)
 
 
 '''
@@ -643,15 +674,6 @@ def _gemv_sum_kernel(P, BIAS, C, M, SPLITS, scm, sbias, HAS_BIAS: tl.constexpr, 
     if HAS_BIAS:
         acc += tl.load(BIAS + rm * sbias, mask=rm < M, other=0.0).to(tl.float32)
     tl.store(C + rm * scm, acc.to(C.dtype.element_ty), mask=rm < M)
-
-
-_SMS = {}  # device -> SM count, asked once per device (not on every call: the host's time per call counts)
-
-
-def _num_sms(device):
-    if device not in _SMS:
-        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
-    return _SMS[device]
 
 
 def _gemv(a, b, bias, c):
@@ -765,6 +787,45 @@ __CONV_KERNEL__CONV_BY_POSITION = 16  # channels per group from which K runs ove
 CONV_CHANNELS_LAST = 1
 
 
+# Split-K: where a convolution's output has fewer tiles than CONV_SPLIT_PROGRAMS_PER_SM per SM and its K
+# is long (a weight's gradient: output channels x kernel positions, K over the batch and every output
+# point; a ResNet stem's is 2 tiles of 100k K on 132 SMs), each tile's K is cut into parts summed in float32
+# by _conv_split_sum, in a fixed order (deterministic). 0: never split.
+CONV_SPLIT_PROGRAMS_PER_SM = 2
+CONV_SPLIT_MIN_TRIPS = 4  # trips of the K loop's outer level each part keeps at least
+
+
+CONV_FLAT_BLOCK_M = 64  # few channels per group (K over channel and position together): the tile's rows
+CONV_FLAT_BLOCK_K = (32, 16)  # and its K, 16-bit and fp32
+
+
+def _conv_splits(tiles, trips, device):
+    """Parts of K per output tile: enough for CONV_SPLIT_PROGRAMS_PER_SM programs per SM, each part at
+    least CONV_SPLIT_MIN_TRIPS of the K loop."""
+    wanted = CONV_SPLIT_PROGRAMS_PER_SM * _num_sms(device)
+    if not wanted or tiles >= wanted:
+        return 1
+    return max(1, min(triton.cdiv(wanted, tiles), trips // CONV_SPLIT_MIN_TRIPS))
+
+
+@triton.jit
+def _conv_split_sum(P, BIAS, Y, TOTAL, OCT, SPLITS, OD, OH, OW, syn, syc, syd, syh, syw, sbias,
+                    HAS_BIAS: tl.constexpr, WIDE: tl.constexpr, BLOCK: tl.constexpr):
+    # Y[point, channel] = sum of the parts' P[part, point, channel] (+ bias), in part order
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if WIDE:
+        i = i.to(tl.int64)
+    inside = i < TOTAL
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for part in range(0, SPLITS):
+        acc += tl.load(P + part * TOTAL + i, mask=inside, other=0.0)
+    oc = i % OCT
+    if HAS_BIAS:
+        acc += tl.load(BIAS + oc * sbias, mask=inside, other=0.0).to(tl.float32)
+    ow, oh, od, n = _unravel(i // OCT, OW, OH, OD)
+    tl.store(Y + n * syn + oc * syc + od * syd + oh * syh + ow * syw, acc.to(Y.dtype.element_ty), mask=inside)
+
+
 def _as_3d(t, spatial):
     # N-C-(1-3 spatial dims) as N-C-D-H-W: size-1 dims in front, a view (writes reach t)
     for _ in range(3 - spatial):
@@ -807,21 +868,38 @@ def _conv(x, w, bias, stride, padding, dilation, transposed=False, output_paddin
     y5 = _as_3d(out, spatial)
     m = n * size[0] * size[1] * size[2]
     bm, bn, bk, warps, stages = _tile(x.dtype)
-    if not by_position:  # K = cg * kernel volume is short, and each K element's input point is worked out
-        # per element of the tile: no wider than K needs (a 16-bit 128 x 64 tile of 3-channel 3x3 index
-        # math spilled 96 bytes on sm_90)
-        bk = min(bk, max(16, triton.next_power_of_2(cg * ks[0] * ks[1] * ks[2])))
-    grid = (triton.cdiv(m, bm), triton.cdiv(ocg, bn), groups)
+    if not by_position:  # each K element's input point is worked out per element of the tile: the tile
+        # no bigger than CONV_FLAT_BLOCK_M x CONV_FLAT_BLOCK_K, nor wider than K needs (compiled for sm_90, a
+        # 16-bit 128 x 64 tile of this index math spilled 96 to 584 bytes: a 3-channel 3x3 convolution, a
+        # weight gradient over a batch of 4; 128 x 32, 216 bytes)
+        bm = min(bm, CONV_FLAT_BLOCK_M)
+        bk = min(bk, CONV_FLAT_BLOCK_K[x.dtype == torch.float32],
+                 max(16, triton.next_power_of_2(cg * ks[0] * ks[1] * ks[2])))
+    tiles = triton.cdiv(m, bm) * triton.cdiv(ocg, bn) * groups
+    volume = ks[0] * ks[1] * ks[2]
+    trips = volume if by_position else triton.cdiv(cg * volume, bk)  # of the K loop's outer level
+    splits = _conv_splits(tiles, trips, x.device) if kernel is None else 1  # (a fused epilogue needs whole sums)
+    per = triton.cdiv(trips, splits)
+    splits = triton.cdiv(trips, per)
+    partial = torch.empty((splits, m, ocg * groups), dtype=torch.float32, device=x.device) if splits > 1 else y5
+    grid = (triton.cdiv(m, bm), triton.cdiv(ocg, bn), groups * splits)
     operands = []
     for e, shape in epilogue:  # each as N-C-D-H-W over the output's points (stride 0 where broadcast)
         e = _as_3d(e.expand(shape), spatial)
         operands += [e, *e.stride()]
+    wide = _wide(x5, w5, y5, *operands[::6]) or partial.numel() >= WIDE_FROM
     (kernel or _conv_kernel)[grid](
         x5, w5, bias if bias is not None else y5, y5, m, cg, *x5.shape[2:], ocg, *size, *ks, *stride, *padding,
-        *dilation, *x5.stride(), *w5.stride(), *y5.stride(), bias.stride(0) if bias is not None else 0, *operands,
-        TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None, FP32=x.dtype == torch.float32,
-        DOT=CONV_FP32_DOT, WIDE=_wide(x5, w5, y5, *operands[::6]),
-        BY_POSITION=by_position, BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages)
+        *dilation, *x5.stride(), *w5.stride(), *y5.stride(), bias.stride(0) if bias is not None else 0,
+        partial, m * ocg * groups, ocg * groups, splits, per if by_position else per * bk, *operands,
+        TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None and splits == 1, FP32=x.dtype == torch.float32,
+        DOT=CONV_FP32_DOT, WIDE=wide, BY_POSITION=by_position, SPLIT=splits > 1, BM=bm, BN=bn, BK=bk,
+        num_warps=warps, num_stages=stages)
+    if splits > 1:
+        total = m * ocg * groups
+        _conv_split_sum[(triton.cdiv(total, 1024),)](
+            partial, bias if bias is not None else y5, y5, total, ocg * groups, splits, *size, *y5.stride(),
+            bias.stride(0) if bias is not None else 0, HAS_BIAS=bias is not None, WIDE=wide, BLOCK=1024)
     return out
 
 

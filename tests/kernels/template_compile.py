@@ -72,6 +72,14 @@ def compile_template() -> list[dict]:
             launcher.context = f"conv3/{name}"  # an image's first layer: K = 27
             m._conv(torch.randn(2, 3, 32, 32, dtype=dtype), torch.randn(16, 3, 3, 3, dtype=dtype), None,
                     (1, 1), (1, 1), (1, 1))
+            m.CONV_SPLIT_PROGRAMS_PER_SM = 64  # (the CPU counts 2 SMs) a weight gradient's K split, as on a GPU
+            launcher.context = f"conv_wgrad_by_position/{name}"  # batch 32 as channels, 28x28 "kernel" positions
+            m._conv(torch.randn(64, 32, 28, 28, dtype=dtype), torch.randn(64, 32, 28, 28, dtype=dtype), None,
+                    (1, 1), (1, 1), (1, 1))
+            launcher.context = f"conv_wgrad_flat/{name}"  # batch 4: K over (batch, position) together
+            m._conv(torch.randn(3, 4, 58, 58, dtype=dtype), torch.randn(16, 4, 56, 56, dtype=dtype), None,
+                    (1, 1), (0, 0), (1, 1))
+            m.CONV_SPLIT_PROGRAMS_PER_SM = 2
             launcher.context = f"gemv/{name}"  # a matrix-vector product: split-K partial sums, then their sum
             m._gemm(torch.randn(300, 700, dtype=dtype), torch.randn(700, 1, dtype=dtype), torch.randn(1, dtype=dtype))
             launcher.context = f"avg_pool3d/{name}"  # KernelBench level 1 problem 46's window

@@ -378,15 +378,56 @@ def test_the_convolution_template_writes_every_kind_kernelbench_has(case):
     bias = torch.randn(ws[1] * groups if transposed else ws[0], generator=g) if has_bias else None
     want = torch.ops.aten.convolution(x, w, bias, list(stride), list(padding), list(dilation), transposed,
                                       list(output_padding), groups)
-    for channels_last in (0, 1):  # the knob: input and weight copied with their channels innermost first
-        ns["CONV_CHANNELS_LAST"] = channels_last
+    # the knobs: input and weight copied with their channels innermost first; K split across programs
+    # (0: never; 8 per SM of the CPU's 2: every case with 8+ trips of its K loop is split)
+    for channels_last, split in ((0, 0), (1, 0), (1, 8)):
+        ns["CONV_CHANNELS_LAST"], ns["CONV_SPLIT_PROGRAMS_PER_SM"] = channels_last, split
         got = ns["_conv"](x, w, bias, stride, padding, dilation, transposed, output_padding, groups)
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"channels last {channels_last}: {m}")
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4,
+                                   msg=lambda m: f"channels last {channels_last}, split {split}: {m}")
         assert got.is_contiguous()  # the model's layout, whichever way the kernel read its operands
     if len(xs) == 4:  # into a buffer laid out channels-last, as Inductor's are on the CPU
         out = torch.empty_strided(want.shape, (want[0].numel(), 1, want.shape[3] * want.shape[1], want.shape[1]))
         ns["_conv"](x, w, bias, stride, padding, dilation, transposed, output_padding, groups, out=out)
         torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_weight_gradients_convolution_splits_its_long_k_and_stays_deterministic():
+    """Issue 20: a weight's gradient as a convolution has few output tiles (output channels x kernel
+    positions) and a K over the whole batch and image; split-K gives the GPU programs to run, each part
+    summed in a fixed order (two calls agree bitwise, as the harness's determinism stage asks)."""
+    from autokernel_tui.profiling.conv_backward import convolution_backward
+
+    ns = _template()
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(4, 3, 24, 24, generator=g), torch.randn(8, 3, 3, 3, generator=g)
+    dy = torch.randn(4, 8, 12, 12, generator=g)  # K: 4 x 12 x 12 points for 27 x 8 outputs (one tile)
+    want = torch.ops.aten.convolution_backward(dy, x, w, [8], [2, 2], [1, 1], [1, 1], False, [0, 0], 1,
+                                               [False, True, False])[1]
+    sums = []  # the grids _conv_split_sum ran with: one per split convolution
+
+    class Counted:
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            sums.append(grid)
+            return self.kernel[grid]
+
+    class Ops:  # convolution_backward's convolutions, through the template's _conv
+        class aten:
+            class convolution:
+                default = staticmethod(ns["_conv"])
+
+    ns["_conv_split_sum"] = Counted(ns["_conv_split_sum"])
+    ns["CONV_SPLIT_PROGRAMS_PER_SM"] = 8
+    args = (dy, x, w, [8], [2, 2], [1, 1], [1, 1], False, [0, 0], 1, [False, True, False])
+    import unittest.mock
+    with unittest.mock.patch.object(torch, "ops", Ops):
+        first, again = convolution_backward(*args)[1], convolution_backward(*args)[1]
+    assert len(sums) == 2  # K was split, in both calls
+    torch.testing.assert_close(first, want, rtol=1e-4, atol=1e-4)
+    assert torch.equal(first, again)
 
 
 @pytest.mark.parametrize("wide", [False, True])
