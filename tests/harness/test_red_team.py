@@ -467,3 +467,50 @@ def test_a_symlinked_output_file_is_not_followed(tmp_path):
     torch.ones(2).numpy().tofile(scratch / "out-last-0.bin")
     got = transfer.receive(desc, [{"shape": [2], "dtype": "float32", "device": "cpu"}], scratch)
     assert got[0].tolist() == [1.0, 1.0]
+
+
+def test_swapping_a_harness_functions_code_in_place_is_refused(guarded):
+    # The function object stays (an identity check sees nothing); its __code__ reports every time / 1000.
+    src = hostile(r"""
+import sys
+timing = sys.modules["autokernel_tui.harness.worker.timing"]
+ns = {}
+exec('''
+def time_reps(fn, input_sets, flush, lead_us=0.0):
+    outputs, times = [], []
+    for inputs in input_sets:
+        t0 = time.perf_counter()
+        outputs.append(fn(*inputs))
+        times.append((time.perf_counter() - t0) * 1e6 / 1000.0)
+    return Samples(times), outputs
+''', timing.__dict__, ns)
+timing.time_reps.__code__ = ns["time_reps"].__code__
+""")
+    report = guarded(src)
+    assert report.status == "REJECTED" and "time_reps.__code__" in report.reason
+
+
+@pytest.mark.parametrize("how", ["_thread", "unwatched"])
+def test_a_thread_started_around_the_thread_hook_is_refused(guarded, how):
+    # Straight through _thread (threading's hook never sees it), or after emptying the harness's set of
+    # candidate files (so no frame counts as the candidate's): a thread left running is work off the clock.
+    body = {"_thread": "import _thread, time\n_thread.start_new_thread(time.sleep, (3600,))",
+            "unwatched": "import sys, threading, time\n"
+                         "sys.modules['autokernel_tui.harness.worker.guards']._CANDIDATE_FILES.clear()\n"
+                         "threading.Thread(target=lambda: time.sleep(3600), daemon=True).start()"}[how]
+    report = guarded(hostile(body))
+    assert report.status == "REJECTED", report.reason
+    assert ("started a thread" if how == "_thread" else "list of candidate files") in report.reason
+
+
+def test_a_fifo_in_place_of_an_output_file_does_not_hold_the_judge(tmp_path):
+    # Opening a FIFO for reading blocks until a writer comes: the judge would wait out its deadline.
+    from autokernel_tui.harness.worker import transfer
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    os.mkfifo(scratch / "out-last-0.bin")
+    desc = [{"shape": [2], "dtype": "float32", "device": "cpu", "file": "out-last-0.bin", "nbytes": 8}]
+    t0 = time.monotonic()
+    with pytest.raises(transfer.TransferError, match="not a plain file"):
+        transfer.receive(desc, [{"shape": [2], "dtype": "float32", "device": "cpu"}], scratch)
+    assert time.monotonic() - t0 < 5

@@ -23,6 +23,7 @@ import socket
 import sys
 import time
 import traceback
+import types
 from pathlib import Path
 from typing import Callable
 
@@ -68,7 +69,7 @@ class Contestant:
         self.flusher: L2Flusher | None = None
         self.launches = guards.LaunchCounter()
         self.snapshot: guards.IdentitySnapshot | None = None
-
+        self.watched: frozenset[str] = frozenset()  # the candidate files registered with guards
     # Requests ----------------------------------------------------------------------------
     def assign(self, msg: dict) -> dict:
         self.scratch = Path(msg["scratch"])
@@ -101,6 +102,7 @@ class Contestant:
 
     def load(self, path: Path) -> None:
         guards.watch_candidate_code(path)
+        self.watched = frozenset({str(path)})
         threads = guards.live_threads()
         try:
             module = load_module(path, "kernel")
@@ -114,6 +116,8 @@ class Contestant:
 
     def _after_candidate_code(self, stage: str, where: str, threads_before: int) -> None:
         changed = self.snapshot.changed() if self.snapshot else []
+        if not guards.watched_files_intact(self.watched):
+            changed.append("the harness's list of candidate files")
         if changed or not self.launches.hooks_intact():
             name = changed[0] if changed else "the Triton launch hook"
             raise Verdict("REJECTED", stage, f"{where}: replaced {name} (patching timers or the harness)")
@@ -228,9 +232,10 @@ class Contestant:
             memory.release_cached()
         return {}
 
-    HANDLERS = {"assign": assign, "call": call, "refill": refill, "time": time, "time_as_called": time_as_called,
-                "fingerprint_batch": fingerprint_batch,
-                "fetch_rep": fetch_rep, "drop": drop}
+    # read-only: a candidate that could put its own handler here would answer the judge in the harness's place
+    HANDLERS = types.MappingProxyType({
+        "assign": assign, "call": call, "refill": refill, "time": time, "time_as_called": time_as_called,
+        "fingerprint_batch": fingerprint_batch, "fetch_rep": fetch_rep, "drop": drop})
 
     # Loop --------------------------------------------------------------------------------
     def serve(self) -> int:

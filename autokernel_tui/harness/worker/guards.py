@@ -11,16 +11,19 @@
   leaves unwritten, or memory it hopes still holds a freed reference result,
   show up as errors.
 * ``live_threads`` counts the threads still alive that were started while
-  candidate code was on the stack (a hook on ``threading.Thread.start``).
+  candidate code was on the stack (hooks on ``threading.Thread.start`` and on
+  ``_thread.start_new_thread``, which a candidate can call directly).
   Threads torch itself starts (inductor's compile workers while a baseline is
   prepared, for instance) are not the candidate's and must not reject it.
 * ``IdentitySnapshot`` remembers the identity of every callable in the modules
-  the harness trusts (timers, events, do_bench, torch, the harness itself) and
-  names any that a candidate replaced.
+  the harness trusts (timers, events, do_bench, torch, the harness itself), and
+  of each Python function's code, defaults and closure, and names any that a
+  candidate replaced (swapping a function's ``__code__`` keeps the object).
 """
 
 from __future__ import annotations
 
+import _thread
 import builtins
 import sys
 import threading
@@ -141,7 +144,7 @@ def _trusted_namespaces() -> dict[str, tuple[Any, tuple[str, ...] | None]]:
         "torch": (torch, CRITICAL["torch"]), "torch.Tensor": (torch.Tensor, CRITICAL["torch.Tensor"]),
         "torch.linalg": (torch.linalg, CRITICAL["torch.linalg"]), "torch.cuda": (torch.cuda, CRITICAL["torch.cuda"]),
         "builtins": (builtins, CRITICAL["builtins"]),
-        "time": (time, None), "threading": (threading, None),
+        "time": (time, None), "threading": (threading, None), "_thread": (_thread, None),
         "torch.cuda.Event": (torch.cuda.Event, None), "triton.testing": (triton.testing, None),
         "triton.runtime.jit.JITFunction": (triton_jit.JITFunction, None),
         "triton.runtime.jit.KernelInterface": (triton_jit.KernelInterface, None),
@@ -161,6 +164,28 @@ def _trusted_namespaces() -> dict[str, tuple[Any, tuple[str, ...] | None]]:
     return spaces
 
 
+def _code_parts(value: Any) -> tuple | None:
+    """A Python function's code, defaults and closure cells' contents (None for anything else): what a
+    candidate can swap while the function object stays the same."""
+    fn = getattr(value, "__func__", value)  # staticmethod, classmethod, bound method
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    return (code, fn.__defaults__, fn.__kwdefaults__, *(_cell_contents(c) for c in (fn.__closure__ or ())))
+
+
+def _same(a: tuple | None, b: tuple) -> bool:
+    """Element by element, by identity (a default may be a tensor, whose == is elementwise)."""
+    return a is not None and len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def _cell_contents(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
+
+
 class IdentitySnapshot:
     """Identity of the trusted callables, to spot monkey-patching."""
 
@@ -168,9 +193,14 @@ class IdentitySnapshot:
         self._spaces = _trusted_namespaces()
         # Hold the objects themselves (not ids: a freed id can be reused by a replacement).
         self._values = {}
+        self._code: dict[str, tuple] = {}  # "space.name" -> what a function object carries that can be swapped
         for name, (ns, keys) in self._spaces.items():
             now = vars(ns)
             self._values[name] = {k: now[k] for k in (keys if keys is not None else list(now)) if k in now}
+            for key, value in self._values[name].items():
+                parts = _code_parts(value)
+                if parts is not None:
+                    self._code[f"{name}.{key}"] = parts
         self._modules = {name: sys.modules[name] for name in ("time", "threading", "builtins", "torch", "triton")
                          if name in sys.modules}
         self._modules.update({name: mod for name, mod in sys.modules.items() if name.startswith("autokernel_tui.")})
@@ -184,6 +214,8 @@ class IdentitySnapshot:
                     continue
                 if key not in now or now[key] is not value:
                     out.append(f"{name}.{key}")
+                elif f"{name}.{key}" in self._code and not _same(_code_parts(value), self._code[f"{name}.{key}"]):
+                    out.append(f"{name}.{key}.__code__")
         for name, module in self._modules.items():
             if sys.modules.get(name) is not module:
                 out.append(f"sys.modules[{name!r}]")
@@ -210,6 +242,9 @@ def _candidate_on_stack() -> bool:
     return False
 
 
+_RAW_THREADS = [0]  # threads started through _thread directly by candidate code, still running
+
+
 def _install_thread_hook() -> None:
     original = threading.Thread.start
     if getattr(original, "_autokernel_hook", False):
@@ -222,6 +257,25 @@ def _install_thread_hook() -> None:
 
     start._autokernel_hook = True  # type: ignore[attr-defined]
     threading.Thread.start = start  # type: ignore[method-assign]
+    raw_start = _thread.start_new_thread  # threading keeps its own reference: Thread.start is hooked above
+
+    def start_new_thread(function: Callable, args: tuple = (), kwargs: dict | None = None) -> int:
+        if not (_CANDIDATE_FILES and _candidate_on_stack()):
+            return raw_start(function, args, kwargs or {})
+
+        def counted(*a: Any, **k: Any) -> Any:
+            try:
+                return function(*a, **k)
+            finally:
+                _RAW_THREADS[0] -= 1
+        _RAW_THREADS[0] += 1
+        try:
+            return raw_start(counted, args, kwargs or {})
+        except BaseException:
+            _RAW_THREADS[0] -= 1
+            raise
+
+    _thread.start_new_thread = start_new_thread
 
 
 _install_thread_hook()
@@ -230,4 +284,10 @@ _install_thread_hook()
 def live_threads() -> int:
     """Threads started by candidate code that are still running."""
     _CANDIDATE_THREADS[:] = [t for t in _CANDIDATE_THREADS if t.is_alive()]
-    return len(_CANDIDATE_THREADS)
+    return len(_CANDIDATE_THREADS) + _RAW_THREADS[0]
+
+
+def watched_files_intact(files: frozenset[str]) -> bool:
+    """Whether the candidate files the harness registered are all still watched (a candidate that
+    empties the set would start threads unseen)."""
+    return files <= _CANDIDATE_FILES

@@ -83,12 +83,15 @@ def _receive_file(d: dict, dtype: torch.dtype, scratch: Path) -> torch.Tensor:
         numel *= int(n)
     nbytes = numel * torch.empty((), dtype=dtype).element_size()
     try:  # never through a link the contestant planted: only a plain file of its own folder
-        fd = os.open(scratch / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # (O_NONBLOCK: a FIFO planted in its place would otherwise hold the judge at open until its deadline)
+        fd = os.open(scratch / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
         raise TransferError(f"output file {name!r}: {exc.strerror}") from None
     with os.fdopen(fd, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode) or size != nbytes or int(d.get("nbytes", -1)) != nbytes:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise TransferError(f"output file {name} is not a plain file")
+        if size != nbytes or int(d.get("nbytes", -1)) != nbytes:
             raise TransferError(f"output file {name} holds {size} bytes, expected {nbytes}")
         data = bytearray(fh.read(nbytes))
     os.unlink(scratch / name)
