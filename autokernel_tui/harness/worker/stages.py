@@ -292,10 +292,23 @@ class Evaluation:
                 math.prod(o["shape"]) * getattr(torch, o["dtype"]).itemsize for o in outs)
         return max(1, min(wanted, memory.budget(self.st.device, "batch") // max(self._rep_bytes[key], 1)))
 
+    def twin(self, recipes: list[dict]) -> tuple[int, int] | None:
+        """Make one rep of a timed batch repeat an earlier one's inputs, with another call between them
+        (positions secret): their outputs must agree bitwise. The determinism stage runs the same inputs
+        twice back to back, where a kernel that keeps its last output by content passes while its sums
+        change from call to call (atomics); here the other call has replaced that output."""
+        if len(recipes) < 3:
+            return None
+        i = self.rng.randrange(len(recipes) - 2)
+        j = self.rng.randrange(i + 2, len(recipes))
+        recipes[j] = recipes[i]
+        return i, j
+
     def timed_batch(self, c: ContestantProxy, shape: Shape, dtype: str, recipes: list[dict], warmup: int,
-                    verify: list[int], lead_us: float = 0.0) -> list[float]:
-        """One batch of timed calls in ``c``; its fingerprints checked at ``verify`` (rep indices); the GPU
-        spins ``lead_us`` (at least the default lead) before each call."""
+                    verify: list[int], lead_us: float = 0.0, twins: tuple[int, int] | None = None) -> list[float]:
+        """One batch of timed calls in ``c``; its fingerprints checked at ``verify`` (rep indices), and those of
+        ``twins`` (two reps on the same inputs, ``twin``) against each other; the GPU spins ``lead_us`` (at
+        least the default lead) before each call."""
         where = f"{shape.name} {dtype}"
         reply, t_time = c.request({"op": "time", "recipes": recipes, "warmup": warmup, "where": where,
                                    "lead_us": lead_us,
@@ -315,6 +328,9 @@ class Evaluation:
         tol = self.spec.tolerances[dtype]
         with self.timed("judge: fingerprints verified"):
             self._verify_fingerprints(recipes, verify, claimed, seed, tol, (shape.name, dtype))
+        if twins is not None and claimed[twins[0]] != claimed[twins[1]]:
+            raise Verdict("FAIL", "determinism", f"{where}: two timed calls on the same inputs gave different "
+                          "outputs (fingerprints differ): the kernel is not deterministic")
         self.outside.append({"config": where, "who": c.pid, "reps": len(recipes), "outside_s": t_time + t_fp,
                              "reported_us": sum(times), "warmup": warmup})
         return times
@@ -358,7 +374,8 @@ class Evaluation:
         dev = self.st.device
         if not self.st.cuda:
             recipes = [self.recipe(shape, dtype) for _ in range(CPU_REPS)]
-            times = self.timed_batch(c, shape, dtype, recipes, 2, list(range(len(recipes))))
+            twins = self.twin(recipes)
+            times = self.timed_batch(c, shape, dtype, recipes, 2, list(range(len(recipes))), twins=twins)
             self.fetch_and_check(c, shape, dtype, recipes[0], 0)
             return Samples(times, self.host_us.get(f"{shape.name} {dtype}", []))
         first = [self.recipe(shape, dtype) for _ in range(FIRST_BATCH)]
@@ -371,7 +388,8 @@ class Evaluation:
         while len(times) < total:
             recipes = [self.recipe(shape, dtype) for _ in range(min(size, total - len(times)))]
             verify = self.rng.sample(range(len(recipes)), min(VERIFY_PER_BATCH[dev], len(recipes)))
-            times += self.timed_batch(c, shape, dtype, recipes, 0, verify, lead)
+            twins = self.twin(recipes) if b == 0 else None
+            times += self.timed_batch(c, shape, dtype, recipes, 0, verify, lead, twins)
             if b == fetch_batch:
                 self.fetch_and_check(c, shape, dtype, recipes[verify[0]], verify[0])
             b += 1
@@ -573,13 +591,15 @@ def compare_run(ev: Evaluation, candidate_source: str, incumbent_source: str,
             inc_times: list[float] = []
             for b in range(n_batches):
                 recipes = [ev.recipe(shape, dtype) for _ in range(size)]
+                twins = ev.twin(recipes) if b == 0 else None
                 recipes_all.append(recipes)
                 verify = ev.rng.sample(range(size), min(VERIFY_PER_BATCH[dev], size))
                 order = [(cand, cand_times), (inc, inc_times)]
                 if b % 2:
                     order.reverse()
                 for who, acc in order:
-                    acc += ev.timed_batch(who, shape, dtype, recipes, 0 if (ev.st.cuda or b) else 2, verify, lead)
+                    warmup = 0 if (ev.st.cuda or b) else 2
+                    acc += ev.timed_batch(who, shape, dtype, recipes, warmup, verify, lead, twins)
             # batch: reps per timed batch; rep j of either side ran on the same inputs, in the same batch pair
             row = {"shape": shape.name, "dtype": dtype, "candidate_us": cand_times, "incumbent_us": inc_times,
                    "batch": size}
