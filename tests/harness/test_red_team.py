@@ -554,3 +554,32 @@ def kernel_fn(x, weight, eps):
     report = guarded(src)
     assert report.status == "FAIL" and report.stage == "determinism", report.reason
     assert "two timed calls on the same inputs" in report.reason
+
+
+def test_a_kernel_right_only_while_it_believes_it_is_checked_is_caught_timed(guarded):
+    # Wrong on the task's adversarial inputs (eps dropped: tiny rows blow up) except when the stack says the
+    # stability stage is running: the timed batches hold an adversarial set too, its recipe gone before the
+    # candidate runs, and its fingerprint is checked.
+    src = PREFIX + '''
+import typing
+
+_INSPECT = typing.sys.modules["inspect"]
+
+
+def _stage():
+    f = _INSPECT.currentframe()
+    while f is not None:
+        st = f.f_locals.get("stage")
+        if isinstance(st, str):
+            return st
+        f = f.f_back
+    return None
+
+
+def kernel_fn(x, weight, eps):
+    return launch(x, weight, eps if _stage() == "stability" else 0.0, torch.empty_like(x))
+'''
+    assert check_source(src) == [], check_source(src)
+    report = guarded(src)
+    assert report.status == "REJECTED" and report.stage == "timing", report.reason
+    assert "timed run is wrong" in report.reason

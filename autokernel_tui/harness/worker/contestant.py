@@ -182,18 +182,22 @@ class Contestant:
         recorder: a kernel that reaches for PyTorch only after the correctness stages is named.
         """
         self.batch = []
-        sets = [self.builder.build(r) for r in msg["recipes"]]
+        # Every set built, and the recipes dropped, before any candidate code runs: a batch may hold an
+        # adversarial set (a stability transform) and the candidate must not tell which from its recipe.
+        recipes = msg.pop("recipes")
+        sets = [self.builder.build(r) for r in recipes]
+        split = random.randrange(len(sets) + 1)
+        spied = self.builder.build(recipes[split % len(sets)])
+        del recipes
         launches = self.launches.count
         threads = guards.live_threads()
         where = msg["where"]
-        split = random.randrange(len(sets) + 1)
         recorder = guards.OpRecorder(poison=False)
         try:
             if msg.get("warmup"):
                 warm_up(self.fn, sets[0], int(msg["warmup"]))
             lead = max(0.0, float(msg.get("lead_us") or 0.0))
             before, outs = time_reps(self.fn, sets[:split], self.flusher, lead)
-            spied = self.builder.build(msg["recipes"][split % len(sets)])
             with recorder:
                 self.fn(*spied)
             after, more = time_reps(self.fn, sets[split:], self.flusher, lead)

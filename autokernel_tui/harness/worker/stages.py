@@ -292,6 +292,34 @@ class Evaluation:
                 math.prod(o["shape"]) * getattr(torch, o["dtype"]).itemsize for o in outs)
         return max(1, min(wanted, memory.budget(self.st.device, "batch") // max(self._rep_bytes[key], 1)))
 
+    def adversarial(self, shape: Shape, dtype: str, recipes: list[dict], verify: list[int],
+                    taken: tuple[int, ...] = ()) -> list[int]:
+        """At the stability stage's shape, put each of the task's adversarial inputs (its stability
+        transforms) among a timed batch's reps, at secret places outside ``taken``, each verified; returns
+        their places, whose times are not the kernel's speed. Where the batch is short: reps added at its
+        end on the CPU; on a GPU (a short batch: inputs near the memory share) a random few of them.
+        The stages before timing tell the candidate what they check (their order, their requests); a timed
+        batch does not, and its recipes are gone before the candidate runs, so a kernel right only when it
+        believes it is being checked is wrong here."""
+        transforms = list(getattr(self.ref, "ADVERSARIAL", {}) or {})
+        if not transforms or shape != self.spec.shapes_for(self.st.device)[0]:
+            return []
+        free = [k for k in range(len(recipes)) if k not in taken]
+        self.rng.shuffle(free)
+        self.rng.shuffle(transforms)
+        if self.st.cuda:
+            transforms = transforms[:len(free)]
+        places = []
+        for name in transforms:
+            k = free.pop() if free else len(recipes)
+            if k == len(recipes):
+                recipes.append({})
+            recipes[k] = self.recipe(shape, dtype, ["transform", name, self.rng.randrange(2**62)])
+            places.append(k)
+            if k not in verify:
+                verify.append(k)
+        return places
+
     def twin(self, recipes: list[dict]) -> tuple[int, int] | None:
         """Make one rep of a timed batch repeat an earlier one's inputs, with another call between them
         (positions secret): their outputs must agree bitwise. The determinism stage runs the same inputs
@@ -375,7 +403,9 @@ class Evaluation:
         if not self.st.cuda:
             recipes = [self.recipe(shape, dtype) for _ in range(CPU_REPS)]
             twins = self.twin(recipes)
+            odd = self.adversarial(shape, dtype, recipes, [], twins or ())
             times = self.timed_batch(c, shape, dtype, recipes, 2, list(range(len(recipes))), twins=twins)
+            times = [t for k, t in enumerate(times) if k not in odd]
             self.fetch_and_check(c, shape, dtype, recipes[0], 0)
             return Samples(times, self.host_us.get(f"{shape.name} {dtype}", []))
         first = [self.recipe(shape, dtype) for _ in range(FIRST_BATCH)]
@@ -389,7 +419,9 @@ class Evaluation:
             recipes = [self.recipe(shape, dtype) for _ in range(min(size, total - len(times)))]
             verify = self.rng.sample(range(len(recipes)), min(VERIFY_PER_BATCH[dev], len(recipes)))
             twins = self.twin(recipes) if b == 0 else None
-            times += self.timed_batch(c, shape, dtype, recipes, 0, verify, lead, twins)
+            odd = self.adversarial(shape, dtype, recipes, verify, twins or ()) if b == 0 else []
+            got = self.timed_batch(c, shape, dtype, recipes, 0, verify, lead, twins)
+            times += [t for k, t in enumerate(got) if k not in odd]
             if b == fetch_batch:
                 self.fetch_and_check(c, shape, dtype, recipes[verify[0]], verify[0])
             b += 1
