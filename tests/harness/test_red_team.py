@@ -583,3 +583,12 @@ def kernel_fn(x, weight, eps):
     report = guarded(src)
     assert report.status == "REJECTED" and report.stage == "timing", report.reason
     assert "timed run is wrong" in report.reason
+
+
+def test_a_process_left_running_beside_the_other_sides_timing_is_refused(guarded):
+    # A child that would take the CPU (or the GPU) while the incumbent is timed makes an exact copy of it
+    # look faster: the judge asks the zygote for strays after each side's timed calls.
+    src = hostile("import os, time\nif os.fork() == 0:\n    time.sleep(3600)\n    os._exit(0)")
+    result = guarded(src, compare_with=GOOD)
+    assert result.status == "REJECTED" and "process(es) running" in result.reason, result.reason
+    assert not result.faster

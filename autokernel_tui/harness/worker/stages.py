@@ -632,6 +632,12 @@ def compare_run(ev: Evaluation, candidate_source: str, incumbent_source: str,
                 for who, acc in order:
                     warmup = 0 if (ev.st.cuda or b) else 2
                     acc += ev.timed_batch(who, shape, dtype, recipes, warmup, verify, lead, twins)
+                    strays = ev.st.pool.strays()
+                    if strays:  # they would run while the other side is timed: its time, not this side's
+                        side = "candidate" if who is cand else "incumbent"
+                        raise Verdict("REJECTED", "timing", f"{shape.name} {dtype}: the {side} left {len(strays)} "
+                                      "process(es) running after its timed calls (work beside the other side's "
+                                      "timing); killed")
             # batch: reps per timed batch; rep j of either side ran on the same inputs, in the same batch pair
             row = {"shape": shape.name, "dtype": dtype, "candidate_us": cand_times, "incumbent_us": inc_times,
                    "batch": size}

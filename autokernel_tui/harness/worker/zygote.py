@@ -8,6 +8,9 @@ never run candidate code. It serves three requests on a SOCK_SEQPACKET socket:
 * ``sweep``: kill every process below this one except the live contestants named
   (this process is a child subreaper, so whatever a candidate forked, double
   forked or ``setsid``-ed is below it);
+* ``strays``: the live processes below this one other than the contestants named (a
+  comparison asks after each side's timed calls: a process a candidate leaves running
+  would take the CPU or GPU from the other side while it is timed);
 * ``status``: how a contestant ended (exit code or signal), once reaped.
 
 It never runs candidate code itself and is not dumpable, so no contestant can
@@ -35,8 +38,9 @@ def prctl(option: int, value: int) -> None:
         pass
 
 
-def descendants(root: int) -> list[int]:
-    """Every live process below ``root`` (read from /proc)."""
+def descendants(root: int, running: bool = False) -> list[int]:
+    """Every live process below ``root`` (read from /proc); ``running``: not those that have exited and
+    wait to be reaped (zombies run nothing)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -44,8 +48,11 @@ def descendants(root: int) -> list[int]:
         try:
             with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
                 stat = fh.read()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            fields = stat.rsplit(")", 1)[1].split()
+            ppid = int(fields[1])
         except (OSError, ValueError, IndexError):
+            continue
+        if running and fields[0] == "Z":
             continue
         children.setdefault(ppid, []).append(int(entry))
     out, todo = [], [root]
@@ -139,6 +146,9 @@ class Zygote:
                 self.spawn()
             elif op == "sweep":
                 self.sweep([int(p) for p in message.get("keep", [])])
+            elif op == "strays":
+                keep = {int(p) for p in message.get("keep", [])}
+                self.reply({"ok": True, "pids": [p for p in descendants(os.getpid(), running=True) if p not in keep]})
             elif op == "status":
                 self.reply({"ok": True, "exit": self.exits.get(int(message["pid"]))})
             elif op == "exit":
