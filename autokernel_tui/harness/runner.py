@@ -30,7 +30,7 @@ from typing import Any
 from autokernel_tui.harness import protocol, stats
 from autokernel_tui.harness.report import MEASURES, Comparison, Report
 from autokernel_tui.harness.roofline import cache_dir
-from autokernel_tui.harness.sandbox import bwrap, environment
+from autokernel_tui.harness.sandbox import bwrap, environment, landlock
 from autokernel_tui.harness.static_check import check_source
 from autokernel_tui.redaction import redact
 from autokernel_tui.tasks.spec import HARNESS_OWNED, KERNEL_FILE, load_spec, owned_file_hashes
@@ -181,7 +181,7 @@ class Harness:
         mounts = bwrap.python_mounts(_PKG_ROOT).read_only
         # Without bwrap's own /proc, a contestant may read its own process's entries and the system's,
         # never another process's (whose environ may hold a secret).
-        read_roots = mounts + ["/dev", "/sys", str(self._scratch)] + [
+        read_roots = mounts + landlock.device_files() + ["/sys", str(self._scratch)] + [
             f"/proc/{name}" for name in ("self", "cpuinfo", "meminfo", "stat", "filesystems", "sys", "driver",
                                          "modules", "version", "loadavg", "uptime", "mounts")]
         if self.sandbox == "off":

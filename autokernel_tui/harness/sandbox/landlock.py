@@ -82,6 +82,19 @@ def _fs_rights(abi: int) -> int:
     return _FS_BY_ABI.get(abi, _FS_BY_ABI[5])
 
 
+# The device files a contestant opens: the null and random devices, and the GPU's (CUDA may open more of
+# them after its context starts). Not /dev whole: without bwrap's own /dev that is the host's, whose
+# /dev/shm holds other programs' shared memory and whose /dev/tty is the user's terminal.
+DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+
+
+def device_files() -> list[str]:
+    """DEVICE_FILES and the GPU's device files (``/dev/nvidia*``) that exist here."""
+    import glob
+
+    return [p for p in DEVICE_FILES if os.path.exists(p)] + sorted(glob.glob("/dev/nvidia*"))
+
+
 def restrict(read_roots: Iterable[str], write_roots: Iterable[str]) -> Applied:
     """Restrict this process (and its future children) for good. Raises LandlockError when it cannot."""
     abi = abi_version()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from autokernel_tui.harness import protocol
+from autokernel_tui.harness.sandbox import landlock
 from autokernel_tui.harness.worker.errors import Verdict, one_line
 
 SPAWN_TIMEOUT_S = 300.0
@@ -235,7 +236,7 @@ class ContestantPool:
         proxy.key = key
         reply, _ = proxy.request({"op": "assign", "scratch": str(scratch), "kernel_path": str(source_dir / "kernel.py"),
                                   "task_dir": str(task_copy), "triton_cache": str(cache), "landlock": self.landlock,
-                                  "write_roots": [str(scratch), str(cache), "/dev"],
+                                  "write_roots": [str(scratch), str(cache), *landlock.device_files()],
                                   "read_roots": self.read_roots + [str(task_copy), str(source_dir), str(scratch),
                                                                    str(cache)]},
                                  stage)
