@@ -145,10 +145,15 @@ def test_kill_9_of_the_engine_takes_every_harness_process_with_it(tiny_task, tmp
     import subprocess
     import sys
     import time
+    # The candidate also leaves a setsid-ed child (no parent-death signal of its own) that names this test.
+    mark = f"9{os.getpid()}.4243"
+    hang = HANG.replace("def kernel_fn", "import typing\n"
+                        "typing.sys.modules['builtins'].exec(\"import os\\nif os.fork() == 0:\\n    os.setsid()\\n"
+                        f"    os.execv('/bin/sleep', ['sleep', '{mark}'])\", {{}})\n\n\ndef kernel_fn", 1)
     script = tmp_path / "engine.py"
     script.write_text(f'''
 from autokernel_tui.harness.runner import Harness
-HANG = {HANG!r}
+HANG = {hang!r}
 h = Harness(timeout_s=600, device="cpu", sandbox={sandbox!r})
 print("SCRATCH", h._tmp, flush=True)
 h.evaluate({str(tiny_task)!r}, kernel_source=HANG, quick=True)
@@ -163,12 +168,14 @@ h.evaluate({str(tiny_task)!r}, kernel_source=HANG, quick=True)
         time.sleep(0.5)  # the hanging candidate has its contestant now
     time.sleep(2)
     assert _harness_processes(scratch), "the judge should be running"
+    assert _harness_processes(mark), "the candidate's child should be running"
     os.kill(engine.pid, signal.SIGKILL)
     engine.wait()
     deadline = time.time() + 15
-    while time.time() < deadline and _harness_processes(scratch):
+    while time.time() < deadline and (_harness_processes(scratch) or _harness_processes(mark)):
         time.sleep(0.25)
     assert _harness_processes(scratch) == [], "harness processes outlived the engine"
+    assert _harness_processes(mark) == [], "the candidate's setsid-ed child outlived the engine"
     # The next harness clears the dead one's scratch folder.
     from autokernel_tui.harness.runner import clean_stale_scratch
     assert scratch in clean_stale_scratch() and not os.path.exists(scratch)

@@ -116,7 +116,7 @@ class Zygote:
 
     def sweep(self, keep: list[int]) -> None:
         keep_set = set(keep)
-        for _ in range(3):  # a fork racing the first pass is caught by the next
+        for _ in range(3):  # a fork racing the first pass is caught by the next (as in _kill_descendants)
             victims = [p for p in descendants(os.getpid()) if p not in keep_set]
             if not victims:
                 break
@@ -155,12 +155,37 @@ class Zygote:
                 return
 
 
+def _kill_descendants() -> None:
+    for _ in range(3):  # a fork racing one pass is caught by the next
+        victims = descendants(os.getpid())
+        if not victims:
+            return
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _die_with_descendants(*_: object) -> None:
+    try:
+        _kill_descendants()
+    finally:
+        os._exit(0)
+
+
 def run(ctrl: socket.socket, device: str) -> None:
     """The body of the forked zygote; never returns."""
     code = 0
     sys.argv = ["autokernel-zygote"]  # the judge's command line (its pipes' numbers) is none of a contestant's business
     try:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        # The judge's death (its engine killed, say) reaches this process as SIGTERM, not SIGKILL, so that
+        # what a candidate left below it (setsid, double forked: this is their subreaper) dies with it:
+        # under bwrap the pid namespace does that; with Landlock alone nothing else would.
+        signal.signal(signal.SIGTERM, _die_with_descendants)
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() == 1:  # the judge died before the line above took effect
+            _die_with_descendants()
         prctl(_PR_SET_CHILD_SUBREAPER, 1)
         prctl(_PR_SET_DUMPABLE, 0)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -171,8 +196,7 @@ def run(ctrl: socket.socket, device: str) -> None:
         code = 70
     finally:
         try:
-            for pid in descendants(os.getpid()):
-                os.kill(pid, signal.SIGKILL)
+            _kill_descendants()
         except OSError:
             pass
         sys.stdout.flush()
