@@ -365,3 +365,27 @@ def test_the_fingerprint_bound_passes_every_correct_output_and_refuses_a_stale_o
             assert ok or not correct, (seed, out.dtype, tol)
             refused += not ok and not correct
     assert refused >= 21  # 4 in 5 expected (a normal projection of the error beyond 7 tolerances)
+
+
+def test_an_output_with_inf_or_nan_is_fingerprinted_by_where_they_are_not_only_by_having_one():
+    """A reference with inf or nan (an adversarial input's output) made any fingerprint that was not finite
+    pass: garbage with one nan did. Now the pair (finite part, where the specials are) must match."""
+    import math
+
+    import torch
+    from autokernel_tui.harness.worker import inputs
+
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(1000, 77, generator=g, dtype=torch.float64)
+    ref[3, 4], ref[5, 6], ref[7, 1] = math.inf, math.nan, -math.inf
+    good = ref.float() + 1e-7 * torch.randn(ref.shape, generator=g)
+    garbage = torch.randn(ref.shape, generator=g)
+    garbage[0, 0] = math.nan
+    moved = good.clone()
+    moved[3, 4], moved[3, 5] = moved[3, 5], math.inf  # the right specials, one of them in the wrong place
+    ref_fp, bound = inputs.fingerprint_bound(ref, 11, 1e-5, out_dtype=torch.float32)
+    verdicts = {name: inputs.fingerprint_ok(inputs.fingerprint_batch([[o]], 11)[0][0], ref_fp, bound)
+                for name, o in (("good", good), ("garbage", garbage), ("moved", moved))}
+    assert verdicts == {"good": True, "garbage": False, "moved": False}
+    finite_ref_fp, _ = inputs.fingerprint_bound(ref.nan_to_num(0.0, 0.0, 0.0), 11, 1e-5)
+    assert not inputs.fingerprint_ok(finite_ref_fp, ref_fp, bound)  # a plain number never stands for a pair

@@ -189,12 +189,43 @@ def fingerprint_batch(batch: Sequence[Sequence[torch.Tensor]], seed: int) -> lis
         got = iter(torch.stack(flat).tolist())
     else:  # outputs on different devices: each read on its own
         got = iter(float(v) for v in flat)
-    return [[next(got) for _ in rep] for rep in values]
+    out: list[list] = [[next(got) for _ in rep] for rep in values]
+    for rep, outs in zip(out, batch):  # an output with inf or nan: its finite part and where its specials are
+        for i, value in enumerate(rep):
+            if not math.isfinite(value):
+                rep[i] = _special_pair(outs[i], seed + i)
+    return out
+
+
+# inf and nan as codes: an output with any of them is fingerprinted as two numbers, its finite elements'
+# dot with w and its codes' (``_special_pair``), which the judge's reference must match.
+_SPECIAL_CODES = ((math.nan, 1.0), (math.inf, 2.0), (-math.inf, 3.0))
+
+
+def _special_codes(t: torch.Tensor) -> torch.Tensor:
+    codes = torch.zeros(t.shape, dtype=torch.float32, device=t.device)
+    codes[torch.isnan(t)] = 1.0
+    codes[torch.isposinf(t)] = 2.0
+    codes[torch.isneginf(t)] = 3.0
+    return codes
+
+
+def _special_pair(out: torch.Tensor, seed: int, device: torch.device | None = None) -> list[float]:
+    """[<out's finite elements, w>, <codes of its inf and nan, w>], each summed in float64."""
+    flat = out.detach().reshape(-1)
+    device = flat.device if device is None else device
+    sums = []
+    for a, w in zip(flat.split(FINGERPRINT_CHUNK), _weight_chunks(flat.numel(), seed, device)):
+        a = a.to(device)
+        finite = torch.where(torch.isfinite(a), a, torch.zeros((), dtype=a.dtype, device=device))
+        sums.append(torch.stack([torch.mul(finite, w).sum(dtype=torch.float64),
+                                 torch.mul(_special_codes(a), w).sum(dtype=torch.float64)]))
+    return torch.stack(sums).sum(0).tolist()
 
 
 def fingerprint_bound(ref: torch.Tensor, seed: int, max_rel_l2: float,
                       device: torch.device | str | None = None, out_dtype: torch.dtype | None = None
-                      ) -> tuple[float, float]:
+                      ) -> tuple[Any, float]:
     """(the reference's fingerprint, how far a correct output's may lie from it).
 
     A correct output passes ``correctness.compare``, so its error e has ||e|| <= tol ||ref||, tol the
@@ -205,7 +236,8 @@ def fingerprint_bound(ref: torch.Tensor, seed: int, max_rel_l2: float,
     device. ``device``: where the candidate's fingerprint was taken (w is drawn there; a reference
     computed on the host is brought over a chunk at a time); default the reference's own.
     ``out_dtype``: the candidate output's dtype (default the reference's). A reference with inf or nan
-    has a fingerprint that is not finite, which ``fingerprint_ok`` handles without the bound.
+    gives the pair ``_special_pair`` gives (its finite part's fingerprint, its specials'), the bound then
+    for the finite part.
     """
     flat = ref.detach().reshape(-1)
     if not flat.numel():
@@ -216,6 +248,15 @@ def fingerprint_bound(ref: torch.Tensor, seed: int, max_rel_l2: float,
         d, wd = a.to(device).double(), b.double()
         sums.append(torch.stack([torch.dot(d, wd), d.square().sum(), wd.square().sum(), (d.abs() * wd.abs()).sum()]))
     ref_fp, ref_sq, w_sq, abs_sum = torch.stack(sums).sum(0).tolist()
+    special = not math.isfinite(ref_fp)
+    if special:  # the finite elements' figures again, and the pair a correct output's fingerprint must give
+        pair = _special_pair(ref, seed, device)
+        sums = []
+        for a, b in zip(flat.split(FINGERPRINT_CHUNK), _weight_chunks(flat.numel(), seed, device)):
+            d = a.to(device).double()
+            d = torch.where(torch.isfinite(d), d, torch.zeros((), dtype=d.dtype, device=device))
+            sums.append(torch.stack([d.square().sum(), (d.abs() * b.double().abs()).sum()]))
+        ref_sq, abs_sum = torch.stack(sums).sum(0).tolist()
     ref_norm, w_norm = math.sqrt(ref_sq), math.sqrt(w_sq)
     tol = max_rel_l2
     if out_dtype in (torch.float16, torch.bfloat16) and ref_norm > 0:
@@ -224,10 +265,16 @@ def fingerprint_bound(ref: torch.Tensor, seed: int, max_rel_l2: float,
         tol = max(tol, ROUNDING_FACTOR * rounding / ref_norm)
     err_norm = tol * (ref_norm if ref_norm > 0 else 1.0)  # compare's rel_l2 is absolute for a zero reference
     bound = FINGERPRINT_Z * err_norm + PRODUCT_ROUNDING * (abs_sum + err_norm * w_norm) + 1e-30
-    return ref_fp, bound
+    return (pair if special else ref_fp), bound
 
 
-def fingerprint_ok(value: float, ref_fp: float, bound: float) -> bool:
-    if not math.isfinite(ref_fp):
-        return not math.isfinite(value)
-    return math.isfinite(value) and abs(value - ref_fp) <= bound
+def fingerprint_ok(value: Any, ref_fp: Any, bound: float) -> bool:
+    """Whether a claimed fingerprint is a correct output's: within ``bound`` of the reference's, or, where
+    either has inf or nan, the same pair (finite part within ``bound``, the specials' codes exactly)."""
+    if isinstance(ref_fp, list) or isinstance(value, list):
+        if not (isinstance(ref_fp, list) and isinstance(value, list) and len(value) == 2
+                and all(isinstance(v, (int, float)) and math.isfinite(v) for v in value)):
+            return False
+        # the codes' dot is a sum of exact float32 products in float64: equal but for the order of the sums
+        return abs(value[0] - ref_fp[0]) <= bound and abs(value[1] - ref_fp[1]) <= 1e-9 * (1.0 + abs(ref_fp[1]))
+    return isinstance(value, (int, float)) and math.isfinite(value) and abs(value - ref_fp) <= bound
