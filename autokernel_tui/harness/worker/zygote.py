@@ -115,17 +115,7 @@ class Zygote:
         mine.close()
 
     def sweep(self, keep: list[int]) -> None:
-        keep_set = set(keep)
-        for _ in range(3):  # a fork racing the first pass is caught by the next (as in _kill_descendants)
-            victims = [p for p in descendants(os.getpid()) if p not in keep_set]
-            if not victims:
-                break
-            for pid in victims:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            self.reap()
+        kill_descendants(set(keep), self.reap)
         self.reply({"ok": True})
 
     def reply(self, message: dict[str, Any]) -> None:
@@ -155,9 +145,10 @@ class Zygote:
                 return
 
 
-def _kill_descendants() -> None:
+def kill_descendants(keep: set[int] = frozenset(), reap=lambda: None) -> None:
+    """SIGKILL every process below this one but ``keep``, ``reap``-ing after each pass."""
     for _ in range(3):  # a fork racing one pass is caught by the next
-        victims = descendants(os.getpid())
+        victims = [p for p in descendants(os.getpid()) if p not in keep]
         if not victims:
             return
         for pid in victims:
@@ -165,11 +156,12 @@ def _kill_descendants() -> None:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+        reap()
 
 
 def _die_with_descendants(*_: object) -> None:
     try:
-        _kill_descendants()
+        kill_descendants()
     finally:
         os._exit(0)
 
@@ -196,7 +188,7 @@ def run(ctrl: socket.socket, device: str) -> None:
         code = 70
     finally:
         try:
-            _kill_descendants()
+            kill_descendants()
         except OSError:
             pass
         sys.stdout.flush()
