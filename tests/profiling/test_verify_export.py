@@ -290,7 +290,11 @@ def test_llama_trains_on_the_shipped_backward_starters():
     assert all(p["ok"] for p in r["gradients"]) and len(r["gradients"]) > 5
     # Issue 20: the measured step beside the prediction, the miss split out as time outside kernels.
     p = r["prediction"]
-    assert all(k > 0 for k in p["kernel_us"]) and p["predicted_speedup"] > 0
+    assert all(k > 0 for k in p["kernel_us"])
+    # No prediction where the profiled kernels outlast the measured step (the profiler's own cost on a busy
+    # CPU: CI saw it once); else the step's time with the kernels' time swapped.
+    assert (p["predicted_speedup"] is None) == (p["predicted_after_us"] <= 0)
+    assert p["predicted_speedup"] is None or p["predicted_speedup"] > 0
     before, after = r["steps"]["eager"]["median_us"], r["steps"]["eager+kernels"]["median_us"]
     assert p["outside_kernels_us"][1] - p["outside_kernels_us"][0] == pytest.approx(after - p["predicted_after_us"])
     assert p["measured_speedup"] == pytest.approx(before / after)
