@@ -556,28 +556,27 @@ def kernel_fn(x, weight, eps):
     assert "two timed calls on the same inputs" in report.reason
 
 
-def test_a_kernel_right_only_while_it_believes_it_is_checked_is_caught_timed(guarded):
-    # Wrong on the task's adversarial inputs (eps dropped: tiny rows blow up) except when the stack says the
-    # stability stage is running: the timed batches hold an adversarial set too, its recipe gone before the
-    # candidate runs, and its fingerprint is checked.
+def test_a_kernel_wrong_on_adversarial_inputs_only_while_timed_is_caught(guarded):
+    # Right in every check before timing; while timed (time_reps on the stack) it drops eps, which only the
+    # task's adversarial inputs (tiny rows) expose: the timed batches hold each of them at a secret place,
+    # their recipes gone before the candidate runs, and their fingerprints are checked.
     src = PREFIX + '''
 import typing
 
 _INSPECT = typing.sys.modules["inspect"]
 
 
-def _stage():
+def _timed():
     f = _INSPECT.currentframe()
     while f is not None:
-        st = f.f_locals.get("stage")
-        if isinstance(st, str):
-            return st
+        if f.f_code.co_name == "time_reps":
+            return True
         f = f.f_back
-    return None
+    return False
 
 
 def kernel_fn(x, weight, eps):
-    return launch(x, weight, eps if _stage() == "stability" else 0.0, torch.empty_like(x))
+    return launch(x, weight, 0.0 if _timed() else eps, torch.empty_like(x))
 '''
     assert check_source(src) == [], check_source(src)
     report = guarded(src)
@@ -585,24 +584,31 @@ def kernel_fn(x, weight, eps):
     assert "timed run is wrong" in report.reason
 
 
-def test_a_process_left_running_beside_the_other_sides_timing_is_refused(guarded):
-    # A child that would take the CPU (or the GPU) while the incumbent is timed makes an exact copy of it
-    # look faster: the judge asks the zygote for strays after each side's timed calls.
-    src = hostile("import os, time\nif os.fork() == 0:\n    time.sleep(3600)\n    os._exit(0)")
-    result = guarded(src, compare_with=GOOD)
-    assert result.status == "REJECTED" and "process(es) running" in result.reason, result.reason
-    assert not result.faster
+def test_a_call_names_no_stage_and_keeps_no_recipe_while_the_candidate_runs(guarded):
+    # What a correctness call's request shows the candidate: the config, and nothing of the stage or of a
+    # stability transform (the recipe is dropped before kernel_fn runs); the verdict still names both.
+    src = PREFIX + '''
+import typing
+
+_INSPECT = typing.sys.modules["inspect"]
+_G = {}
+typing.sys.modules["builtins"].exec("G['big'] = lambda x: float(abs(x.cpu().numpy()).max()) > 100", {"G": _G})
 
 
-def test_without_bwrap_the_hosts_dev_shm_is_out_of_reach(tiny_task):
-    # Landlock alone (no bwrap: no private /dev): writes to /dev are allowed only on the device files a
-    # contestant opens, not the host's /dev/shm, where the same user's other programs keep shared memory.
-    from autokernel_tui.harness.sandbox import landlock
-    if landlock.abi_version() < 1:
-        pytest.skip("Landlock is not available on this kernel")
-    name = f"/dev/shm/autokernel-redteam-{os.getpid()}"
-    src = hostile(f"try:\n    open({name!r}, 'w').write('planted')\nexcept OSError:\n    pass")
-    with Harness(timeout_s=120, device="cpu", sandbox="landlock") as h:
-        report = h.evaluate(tiny_task, kernel_source=src, quick=True)
-    assert report.status == "PASS", report.reason  # the write was refused, the kernel itself is fine
-    assert not os.path.exists(name)
+def kernel_fn(x, weight, eps):
+    f = _INSPECT.currentframe()
+    while f is not None:
+        seen = f.f_locals.get("msg")
+        if isinstance(seen, dict) and seen.get("op") == "call":
+            assert "stage" not in seen and "recipe" not in seen and "'" not in seen.get("where", ""), seen
+            if f.f_locals.get("stage"):
+                raise RuntimeError("a stage is named: " + f.f_locals["stage"])
+        f = f.f_back
+    if _G["big"](x):  # the 'large' transform's inputs (x 300): this kernel's one bug, found by their content
+        raise RuntimeError("cannot handle large inputs")
+    return launch(x, weight, eps, torch.empty_like(x))
+'''
+    assert check_source(src) == [], check_source(src)
+    report = guarded(src)
+    assert report.status == "FAIL" and report.stage == "stability", report.reason
+    assert "'large'" in report.reason and "cannot handle large inputs" in report.reason

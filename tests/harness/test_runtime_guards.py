@@ -50,7 +50,7 @@ def _call(c, fn, tiny_task):
     expected = [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch."), "device": "cpu"}
                 for o in [c.builder.ref.reference(*inputs)]]
     c.fn = fn
-    return c.call({"set": "s", "recipe": recipe, "where": f"{shape.name} {dtype}", "stage": "smoke",
+    return c.call({"set": "s", "recipe": recipe, "where": f"{shape.name} {dtype}",
                    "expected": expected, "forbidden_ops": list(spec.forbidden_ops)})
 
 

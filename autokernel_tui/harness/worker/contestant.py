@@ -129,10 +129,14 @@ class Contestant:
         if self.builder is None:  # its assignment failed (said then, with the cause): no call can run
             raise RuntimeError("this contestant was never set up for a task (its assignment failed)")
         key = msg["set"]
-        if msg.get("recipe") is not None:
-            self.sets[key] = self.builder.build(msg["recipe"])
+        # The recipe (a stability transform's name, say) is gone before candidate code runs, the inputs kept
+        # for the judge's next call on them, and no stage named: the judge names it in its verdicts.
+        recipe = msg.pop("recipe", None)
+        if recipe is not None:
+            self.sets[key] = self.builder.build(recipe)
+        del recipe
         inputs = self.sets[key]
-        where, stage = msg["where"], msg["stage"]
+        where, stage = msg["where"], ""
         before = snapshot_inputs(inputs)
         launches = self.launches.count
         guards.watch_candidate_code(self.fn)
@@ -156,8 +160,6 @@ class Contestant:
         check_structure(outs, msg["expected"], inputs, where, stage)
         check_inputs_unchanged(before, inputs, where, stage)
         self.last = outs
-        if not msg.get("keep_inputs"):
-            self.sets.pop(key, None)
         if msg.get("fingerprint_seed") is not None:  # the judge wants only fingerprints of these outputs
             return {"elapsed_s": elapsed, "fingerprints": inputs_mod.fingerprints(outs, int(msg["fingerprint_seed"]))}
         return {"elapsed_s": elapsed, "outputs": transfer.export(outs, self.scratch, "last")}
@@ -257,7 +259,7 @@ class Contestant:
                 reply = {"ok": False, "status": v.status, "stage": v.stage, "reason": v.reason}
             except BaseException as exc:  # noqa: BLE001 - a harness bug or a candidate's trick: say so, die
                 print("".join(traceback.format_exception(exc)), file=sys.stderr, flush=True)
-                reply = {"ok": False, "status": "CRASH", "stage": message.get("stage", "smoke"),
+                reply = {"ok": False, "status": "CRASH", "stage": "",
                          "reason": one_line(f"contestant error: {describe(exc)}")}
             sys.stdout.flush()
             sys.stderr.flush()

@@ -177,15 +177,21 @@ class Evaluation:
         return self.st.pool.acquire(source, self.task_dir, slot)
 
     def call(self, c: ContestantProxy, shape: Shape, dtype: str, stage: str, recipe: dict | None,
-             inputs: tuple | None = None, label: str = "", keep_inputs: bool = False) -> tuple[tuple, tuple, float]:
-        """One guarded call in the contestant; (the judge's inputs, the outputs received, seconds)."""
-        where = f"{shape.name} {dtype}" + (f" '{label}'" if label else "")
+             inputs: tuple | None = None, label: str = "") -> tuple[tuple, tuple, float]:
+        """One guarded call in the contestant; (the judge's inputs, the outputs received, seconds). The
+        request names no stage and no label (the contestant keeps every set it builds, and drops the
+        recipe before the candidate runs); the judge adds both to any verdict."""
+        plain = f"{shape.name} {dtype}"
+        where = plain + (f" '{label}'" if label else "")
         if recipe is not None:
             inputs = self.builder.build(recipe)
         expected = self.expected(inputs, (shape.name, dtype))
-        reply, _ = c.request({"op": "call", "set": f"{shape.name}:{dtype}", "recipe": recipe, "where": where,
-                              "stage": stage, "expected": expected, "keep_inputs": keep_inputs,
-                              "forbidden_ops": list(self.spec.forbidden_ops)}, stage)
+        try:
+            reply, _ = c.request({"op": "call", "set": f"{shape.name}:{dtype}", "recipe": recipe, "where": plain,
+                                  "expected": expected, "forbidden_ops": list(self.spec.forbidden_ops)}, stage)
+        except Verdict as v:
+            v.reason = v.reason.replace(plain, where, 1)
+            raise
         with self.timed("judge: outputs received"):
             outs = self.receive(c, reply.get("outputs"), expected, where, stage)
         return inputs, outs, float(reply.get("elapsed_s") or 0.0)
@@ -210,9 +216,8 @@ class Evaluation:
             return [compare(o, r, tol.atol, tol.rtol, tol.max_rel_l2) for o, r in zip(outs, refs)]
 
     def run_checked(self, c: ContestantProxy, shape: Shape, dtype: str, stage: str, recipe: dict | None,
-                    inputs: tuple | None = None, label: str = "", keep_inputs: bool = False
-                    ) -> tuple[tuple, tuple, list[Errors]]:
-        inputs, outs, elapsed = self.call(c, shape, dtype, stage, recipe, inputs, label, keep_inputs)
+                    inputs: tuple | None = None, label: str = "") -> tuple[tuple, tuple, list[Errors]]:
+        inputs, outs, elapsed = self.call(c, shape, dtype, stage, recipe, inputs, label)
         key = (shape.name, dtype)
         if key not in self.first_call_s:
             self.first_call_s[key] = elapsed
@@ -233,8 +238,7 @@ class Evaluation:
 
     def stage_shapes(self, c: ContestantProxy, report: Report) -> None:
         for shape, dtype in self.configs:
-            inputs, _, errors = self.run_checked(c, shape, dtype, "shapes", self.recipe(shape, dtype),
-                                                 keep_inputs=True)
+            inputs, _, errors = self.run_checked(c, shape, dtype, "shapes", self.recipe(shape, dtype))
             # Replay check: new contents in the same tensors, with the same address, id and _version
             # (written through .data), so a cache keyed on any of them is stale.
             # Only the outputs' fingerprints come back this time (a stale output fails them as surely).
@@ -246,7 +250,7 @@ class Evaluation:
             seed = self.rng.randrange(2**40)
             try:
                 reply, _ = c.request({"op": "call", "set": f"{shape.name}:{dtype}", "recipe": None,
-                                      "where": f"{shape.name} {dtype}", "stage": "shapes",
+                                      "where": f"{shape.name} {dtype}",
                                       "expected": self.expected(inputs, (shape.name, dtype)),
                                       "forbidden_ops": list(self.spec.forbidden_ops), "fingerprint_seed": seed},
                                      "shapes")
@@ -272,8 +276,7 @@ class Evaluation:
     def stage_determinism(self, c: ContestantProxy) -> None:
         shape = self.spec.shapes_for(self.st.device)[0]
         for dtype in dict.fromkeys(d for _, d in self.configs):
-            inputs, first, _ = self.run_checked(c, shape, dtype, "determinism", self.recipe(shape, dtype),
-                                                keep_inputs=True)
+            inputs, first, _ = self.run_checked(c, shape, dtype, "determinism", self.recipe(shape, dtype))
             _, second, _ = self.run_checked(c, shape, dtype, "determinism", None, inputs=inputs)
             for i, (a, b) in enumerate(zip(first, second)):
                 if not bitwise_equal(a, b):
