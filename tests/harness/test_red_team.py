@@ -612,3 +612,26 @@ def kernel_fn(x, weight, eps):
     report = guarded(src)
     assert report.status == "FAIL" and report.stage == "stability", report.reason
     assert "'large'" in report.reason and "cannot handle large inputs" in report.reason
+
+
+def test_a_process_left_running_beside_the_other_sides_timing_is_refused(guarded):
+    # A child that would take the CPU (or the GPU) while the incumbent is timed makes an exact copy of it
+    # look faster: the judge asks the zygote for strays after each side's timed calls.
+    src = hostile("import os, time\nif os.fork() == 0:\n    time.sleep(3600)\n    os._exit(0)")
+    result = guarded(src, compare_with=GOOD)
+    assert result.status == "REJECTED" and "process(es) running" in result.reason, result.reason
+    assert not result.faster
+
+
+def test_without_bwrap_the_hosts_dev_shm_is_out_of_reach(tiny_task):
+    # Landlock alone (no bwrap: no private /dev): writes to /dev are allowed only on the device files a
+    # contestant opens, not the host's /dev/shm, where the same user's other programs keep shared memory.
+    from autokernel_tui.harness.sandbox import landlock
+    if landlock.abi_version() < 1:
+        pytest.skip("Landlock is not available on this kernel")
+    name = f"/dev/shm/autokernel-redteam-{os.getpid()}"
+    src = hostile(f"try:\n    open({name!r}, 'w').write('planted')\nexcept OSError:\n    pass")
+    with Harness(timeout_s=120, device="cpu", sandbox="landlock") as h:
+        report = h.evaluate(tiny_task, kernel_source=src, quick=True)
+    assert report.status == "PASS", report.reason  # the write was refused, the kernel itself is fine
+    assert not os.path.exists(name)
