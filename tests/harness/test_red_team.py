@@ -213,24 +213,28 @@ def kernel_fn(x, weight, eps):
     assert honest.status == "PASS", honest.reason  # and nothing of the patch survived
 
 
-def test_garbage_only_when_the_timer_is_on_the_stack_is_caught(guarded):
-    src = PREFIX + '''
+# A candidate's helper: whether a function of one of ``names`` is on its call stack (the harness's timer).
+ON_STACK = '''
 import typing
 
 _INSPECT = typing.sys.modules["inspect"]
 
 
-def _timed():
+def _on_stack(*names):
     f = _INSPECT.currentframe()
     while f is not None:
-        if f.f_code.co_name in ("time_reps", "warm_up"):
+        if f.f_code.co_name in names:
             return True
         f = f.f_back
     return False
+'''
 
+
+def test_garbage_only_when_the_timer_is_on_the_stack_is_caught(guarded):
+    src = PREFIX + ON_STACK + '''
 
 def kernel_fn(x, weight, eps):
-    return launch(x, weight, 1e9 if _timed() else eps, torch.empty_like(x))
+    return launch(x, weight, 1e9 if _on_stack("time_reps", "warm_up") else eps, torch.empty_like(x))
 '''
     assert check_source(src) == []
     report = guarded(src)
@@ -560,23 +564,10 @@ def test_a_kernel_wrong_on_adversarial_inputs_only_while_timed_is_caught(guarded
     # Right in every check before timing; while timed (time_reps on the stack) it drops eps, which only the
     # task's adversarial inputs (tiny rows) expose: the timed batches hold each of them at a secret place,
     # their recipes gone before the candidate runs, and their fingerprints are checked.
-    src = PREFIX + '''
-import typing
-
-_INSPECT = typing.sys.modules["inspect"]
-
-
-def _timed():
-    f = _INSPECT.currentframe()
-    while f is not None:
-        if f.f_code.co_name == "time_reps":
-            return True
-        f = f.f_back
-    return False
-
+    src = PREFIX + ON_STACK + '''
 
 def kernel_fn(x, weight, eps):
-    return launch(x, weight, 0.0 if _timed() else eps, torch.empty_like(x))
+    return launch(x, weight, 0.0 if _on_stack("time_reps") else eps, torch.empty_like(x))
 '''
     assert check_source(src) == [], check_source(src)
     report = guarded(src)

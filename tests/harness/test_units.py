@@ -389,3 +389,32 @@ def test_an_output_with_inf_or_nan_is_fingerprinted_by_where_they_are_not_only_b
     assert verdicts == {"good": True, "garbage": False, "moved": False}
     finite_ref_fp, _ = inputs.fingerprint_bound(ref.nan_to_num(0.0, 0.0, 0.0), 11, 1e-5)
     assert not inputs.fingerprint_ok(finite_ref_fp, ref_fp, bound)  # a plain number never stands for a pair
+
+
+def test_the_judge_passes_a_correct_output_whose_reference_has_inf_or_nan():
+    """The judge's check of a timed rep (``Evaluation._verify_fingerprints``) takes the claimed pair as it
+    came: it once turned every claim that was not a number into nan, refusing every correct output of a
+    reference with inf or nan (an adversarial input's, say) as a timed run gone wrong."""
+    import math
+    import types
+
+    import torch
+    from autokernel_tui.harness.worker import inputs
+    from autokernel_tui.harness.worker.errors import Verdict
+    from autokernel_tui.harness.worker.stages import Evaluation
+
+    g = torch.Generator().manual_seed(2)
+    ref = torch.randn(40, 30, generator=g, dtype=torch.float64)
+    ref[1, 2], ref[4, 5] = math.inf, math.nan
+    judge = types.SimpleNamespace(precise=lambda _inputs: (ref,),
+                                  expected=lambda _inputs, _key: [{"dtype": "float32"}])
+    tol = types.SimpleNamespace(max_rel_l2=1e-5)
+    x = (torch.zeros(1),)
+    for out, correct in ((ref.float(), True), (ref.float().nan_to_num(0.0, 0.0, 0.0), False)):
+        claimed = inputs.fingerprint_batch([[out]], 7)
+        try:
+            Evaluation._verify_fingerprints(judge, [None], [0], claimed, 7, tol, ("s", "float32"), inputs=[x])
+            passed = True
+        except Verdict:
+            passed = False
+        assert passed == correct

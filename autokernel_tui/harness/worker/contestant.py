@@ -70,6 +70,7 @@ class Contestant:
         self.launches = guards.LaunchCounter()
         self.snapshot: guards.IdentitySnapshot | None = None
         self.watched: frozenset[str] = frozenset()  # the candidate files registered with guards
+
     # Requests ----------------------------------------------------------------------------
     def assign(self, msg: dict) -> dict:
         self.scratch = Path(msg["scratch"])

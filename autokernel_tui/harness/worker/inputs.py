@@ -193,16 +193,14 @@ def fingerprint_batch(batch: Sequence[Sequence[torch.Tensor]], seed: int) -> lis
     for rep, outs in zip(out, batch):  # an output with inf or nan: its finite part and where its specials are
         for i, value in enumerate(rep):
             if not math.isfinite(value):
-                rep[i] = _special_pair(outs[i], seed + i)
+                rep[i] = _special_sums(outs[i], seed + i)[:2]
     return out
 
 
-# inf and nan as codes: an output with any of them is fingerprinted as two numbers, its finite elements'
-# dot with w and its codes' (``_special_pair``), which the judge's reference must match.
-_SPECIAL_CODES = ((math.nan, 1.0), (math.inf, 2.0), (-math.inf, 3.0))
-
-
 def _special_codes(t: torch.Tensor) -> torch.Tensor:
+    """inf and nan as codes (nan 1, inf 2, -inf 3; else 0): an output with any of them is fingerprinted as
+    two numbers, its finite elements' dot with w and its codes' (``_special_sums``), which the judge's
+    reference must match."""
     codes = torch.zeros(t.shape, dtype=torch.float32, device=t.device)
     codes[torch.isnan(t)] = 1.0
     codes[torch.isposinf(t)] = 2.0
@@ -210,16 +208,20 @@ def _special_codes(t: torch.Tensor) -> torch.Tensor:
     return codes
 
 
-def _special_pair(out: torch.Tensor, seed: int, device: torch.device | None = None) -> list[float]:
-    """[<out's finite elements, w>, <codes of its inf and nan, w>], each summed in float64."""
+def _special_sums(out: torch.Tensor, seed: int, device: torch.device | None = None) -> list[float]:
+    """[<out's finite elements, w>, <codes of its inf and nan, w>, the finite elements' sum of squares and
+    sum of |x w|], each summed in float64: the pair a fingerprint is where inf or nan is, and what the
+    judge's bound needs of the finite part."""
     flat = out.detach().reshape(-1)
     device = flat.device if device is None else device
     sums = []
     for a, w in zip(flat.split(FINGERPRINT_CHUNK), _weight_chunks(flat.numel(), seed, device)):
         a = a.to(device)
         finite = torch.where(torch.isfinite(a), a, torch.zeros((), dtype=a.dtype, device=device))
+        d = finite.double()
         sums.append(torch.stack([torch.mul(finite, w).sum(dtype=torch.float64),
-                                 torch.mul(_special_codes(a), w).sum(dtype=torch.float64)]))
+                                 torch.mul(_special_codes(a), w).sum(dtype=torch.float64),
+                                 d.square().sum(), (d.abs() * w.double().abs()).sum()]))
     return torch.stack(sums).sum(0).tolist()
 
 
@@ -236,7 +238,7 @@ def fingerprint_bound(ref: torch.Tensor, seed: int, max_rel_l2: float,
     device. ``device``: where the candidate's fingerprint was taken (w is drawn there; a reference
     computed on the host is brought over a chunk at a time); default the reference's own.
     ``out_dtype``: the candidate output's dtype (default the reference's). A reference with inf or nan
-    gives the pair ``_special_pair`` gives (its finite part's fingerprint, its specials'), the bound then
+    gives the pair ``_special_sums`` gives (its finite part's fingerprint, its specials'), the bound then
     for the finite part.
     """
     flat = ref.detach().reshape(-1)
@@ -249,14 +251,9 @@ def fingerprint_bound(ref: torch.Tensor, seed: int, max_rel_l2: float,
         sums.append(torch.stack([torch.dot(d, wd), d.square().sum(), wd.square().sum(), (d.abs() * wd.abs()).sum()]))
     ref_fp, ref_sq, w_sq, abs_sum = torch.stack(sums).sum(0).tolist()
     special = not math.isfinite(ref_fp)
-    if special:  # the finite elements' figures again, and the pair a correct output's fingerprint must give
-        pair = _special_pair(ref, seed, device)
-        sums = []
-        for a, b in zip(flat.split(FINGERPRINT_CHUNK), _weight_chunks(flat.numel(), seed, device)):
-            d = a.to(device).double()
-            d = torch.where(torch.isfinite(d), d, torch.zeros((), dtype=d.dtype, device=device))
-            sums.append(torch.stack([d.square().sum(), (d.abs() * b.double().abs()).sum()]))
-        ref_sq, abs_sum = torch.stack(sums).sum(0).tolist()
+    if special:  # the pair a correct output's fingerprint must give, and the finite part's figures
+        finite_fp, codes_fp, ref_sq, abs_sum = _special_sums(ref, seed, device)
+        pair = [finite_fp, codes_fp]
     ref_norm, w_norm = math.sqrt(ref_sq), math.sqrt(w_sq)
     tol = max_rel_l2
     if out_dtype in (torch.float16, torch.bfloat16) and ref_norm > 0:

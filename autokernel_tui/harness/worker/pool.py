@@ -265,14 +265,11 @@ class ContestantPool:
     def strays(self) -> list[int]:
         """Processes below the zygote that are not contestants (a candidate's, left running): killed, and
         their pids returned. The zygote could not be asked: none found."""
-        keep = [p.pid for p in self._spares + self._live]
         try:
-            pids = [int(p) for p in self._ask({"op": "strays", "keep": keep}).get("pids", [])]
-            if pids:
-                self._ask({"op": "sweep", "keep": keep})
+            reply = self._ask({"op": "sweep", "keep": [p.pid for p in self._spares + self._live]})
         except (OSError, ValueError):
             return []
-        return pids
+        return [int(p) for p in reply.get("pids", [])]
 
     def retire_warm(self) -> None:
         """Every warm contestant ends (their memory back to the card); spares, which hold none, stay."""

@@ -314,13 +314,14 @@ class Evaluation:
             transforms = transforms[:len(free)]
         places = []
         for name in transforms:
-            k = free.pop() if free else len(recipes)
-            if k == len(recipes):
-                recipes.append({})
-            recipes[k] = self.recipe(shape, dtype, ["transform", name, self.rng.randrange(2**62)])
-            places.append(k)
-            if k not in verify:
-                verify.append(k)
+            recipe = self.recipe(shape, dtype, ["transform", name, self.rng.randrange(2**62)])
+            if free:
+                recipes[free[-1]] = recipe
+                places.append(free.pop())
+            else:
+                places.append(len(recipes))
+                recipes.append(recipe)
+        verify += [k for k in places if k not in verify]
         return places
 
     def twin(self, recipes: list[dict]) -> tuple[int, int] | None:
@@ -383,7 +384,7 @@ class Evaluation:
             device = next((t.device for t in inputs_r if isinstance(t, torch.Tensor)), None)  # the fingerprints'
             for i, ref in enumerate(refs):
                 ref_fp, bound = inputs_mod.fingerprint_bound(ref, seed + i, tol.max_rel_l2, device, out_dtypes[i])
-                value = float(got[i]) if i < len(got) and isinstance(got[i], (int, float)) else math.nan
+                value = got[i] if i < len(got) else math.nan  # a number, or a pair where inf or nan is
                 if not inputs_mod.fingerprint_ok(value, ref_fp, bound):
                     raise error or Verdict("REJECTED", "timing", f"{where}: the output of a timed run is wrong (the "
                                            "kernel behaves differently when timed, or replays outputs)")

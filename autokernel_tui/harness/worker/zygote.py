@@ -7,9 +7,8 @@ never run candidate code. It serves three requests on a SOCK_SEQPACKET socket:
 * ``spawn``: fork a contestant and hand the judge its end of a fresh socket pair;
 * ``sweep``: kill every process below this one except the live contestants named
   (this process is a child subreaper, so whatever a candidate forked, double
-  forked or ``setsid``-ed is below it);
-* ``strays``: the live processes below this one other than the contestants named (a
-  comparison asks after each side's timed calls: a process a candidate leaves running
+  forked or ``setsid``-ed is below it), and say which were running (a comparison
+  sweeps after each side's timed calls: a process a candidate leaves running
   would take the CPU or GPU from the other side while it is timed);
 * ``status``: how a contestant ended (exit code or signal), once reaped.
 
@@ -115,8 +114,9 @@ class Zygote:
         mine.close()
 
     def sweep(self, keep: list[int]) -> None:
+        running = [p for p in descendants(os.getpid(), running=True) if p not in keep]
         kill_descendants(set(keep), self.reap)
-        self.reply({"ok": True})
+        self.reply({"ok": True, "pids": running})
 
     def reply(self, message: dict[str, Any]) -> None:
         self.ctrl.send(json.dumps(message).encode())
@@ -136,9 +136,6 @@ class Zygote:
                 self.spawn()
             elif op == "sweep":
                 self.sweep([int(p) for p in message.get("keep", [])])
-            elif op == "strays":
-                keep = {int(p) for p in message.get("keep", [])}
-                self.reply({"ok": True, "pids": [p for p in descendants(os.getpid(), running=True) if p not in keep]})
             elif op == "status":
                 self.reply({"ok": True, "exit": self.exits.get(int(message["pid"]))})
             elif op == "exit":
