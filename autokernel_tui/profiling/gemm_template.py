@@ -461,6 +461,17 @@ def _num_sms(device):
     return _SMS[device]
 
 
+# Launch plans (dicts of named fields), decided once per input signature (shapes, strides, dtype, device,
+# the fused kernel, the knobs): a call is a key, one dict lookup, its allocations and its launches, with no
+# per-call Python heuristics on the host path a model pays for (issue 21)
+_PLANS = dict()
+
+
+def _epilogue_key(epilogue):
+    # a fused epilogue's operands as part of a plan's key: their shapes, strides and the shapes they meet
+    return tuple((e.shape, e.stride(), shape) for e, shape in epilogue)
+
+
 '''
 HEAD = '''"""Starter for generated task {name}: {chain}, from autokernel_tui/profiling/gemm_template.py.
 
@@ -676,26 +687,36 @@ def _gemv_sum_kernel(P, BIAS, C, M, SPLITS, scm, sbias, HAS_BIAS: tl.constexpr, 
     tl.store(C + rm * scm, acc.to(C.dtype.element_ty), mask=rm < M)
 
 
-def _gemv(a, b, bias, c):
-    """c = a @ b (+ bias) where b is one column or a is one row: each output a dot product over K, K split
-    across programs so that a few per SM read the matrix (a tile of tl.dot would waste all but one line)."""
+def _gemv_plan(a, b, bias, c):
+    """How _gemv launches for these operands (bias expanded to (M, N): a row, or one element for every
+    row of a column): which is the matrix, its strides, the split of K and both grids."""
     k = a.shape[1]
     if b.shape[1] == 1:  # c[:, 0] = a @ b[:, 0]; a bias of one element is added to every row
-        mat, sm, sk, vec, sv, rows, sc = a, a.stride(0), a.stride(1), b, b.stride(0), a.shape[0], c.stride(0)
-        sbias = 0
+        swap, sm, sk, sv, rows, sc, sbias = False, a.stride(0), a.stride(1), b.stride(0), a.shape[0], c.stride(0), 0
     else:  # c[0, :] = b^T @ a[0, :]
-        mat, sm, sk, vec, sv, rows, sc = b, b.stride(1), b.stride(0), a, a.stride(1), b.shape[1], c.stride(1)
-        sbias = bias.stride(0) if bias is not None else 0
+        swap, sm, sk, sv, rows, sc = True, b.stride(1), b.stride(0), a.stride(1), b.shape[1], c.stride(1)
+        sbias = bias.stride(1) if bias is not None else 0
     tiles = triton.cdiv(rows, GEMV_BLOCK_M)
     wanted = GEMV_PROGRAMS_PER_SM * _num_sms(a.device)
     splits = max(1, min(triton.cdiv(k, GEMV_BLOCK_K), triton.cdiv(wanted, tiles)))
     k_per = triton.cdiv(triton.cdiv(k, splits), GEMV_BLOCK_K) * GEMV_BLOCK_K
     splits = triton.cdiv(k, k_per)
-    partial = torch.empty((splits, rows), dtype=torch.float32, device=a.device)
-    _gemv_kernel[(tiles, splits)](mat, vec, partial, rows, k, sm, sk, sv, k_per, BM=GEMV_BLOCK_M,
-                                  BK=GEMV_BLOCK_K, WIDE=_wide(a, b, c), num_warps=GEMV_NUM_WARPS)
-    _gemv_sum_kernel[(triton.cdiv(rows, 256),)](partial, bias if bias is not None else c, c, rows, splits, sc,
-                                                sbias, HAS_BIAS=bias is not None, BM=256)
+    # swap: b is the matrix (a is one row); partial: the float32 partial sums' shape; launch, ints, meta:
+    # the products; reduce, reduce_ints, reduce_meta: their sum in a fixed order (the same result every run)
+    return dict(gemv=True, swap=swap, partial=(splits, rows), launch=_gemv_kernel[(tiles, splits)],
+                 ints=(rows, k, sm, sk, sv, k_per),
+                 meta=dict(BM=GEMV_BLOCK_M, BK=GEMV_BLOCK_K, WIDE=_wide(a, b, c), num_warps=GEMV_NUM_WARPS),
+                 reduce=_gemv_sum_kernel[(triton.cdiv(rows, 256),)], reduce_ints=(rows, splits, sc, sbias),
+                 reduce_meta=dict(HAS_BIAS=bias is not None, BM=256))
+
+
+def _gemv(p, a, b, bias, c):
+    """c = a @ b (+ bias) where b is one column or a is one row, as plan p says: each output a dot
+    product over K, K split across programs so that a few per SM read the matrix (a tile of tl.dot would
+    waste all but one line)."""
+    partial = torch.empty(p["partial"], dtype=torch.float32, device=a.device)
+    p["launch"](b if p["swap"] else a, a if p["swap"] else b, partial, *p["ints"], **p["meta"])
+    p["reduce"](partial, bias if bias is not None else c, c, *p["reduce_ints"], **p["reduce_meta"])
     return c
 
 
@@ -709,42 +730,67 @@ __GEMM_KERNEL__def _epilogue_args(epilogue, c):
     return args
 
 
+def _gemm_knobs():
+    # everything a GEMM plan is computed from besides its inputs: a knob set in place (knob_sweep.py,
+    # the tests) makes new plans
+    return (BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES, GROUP_M, FP32_DOT, FP32_BLOCK_M, FP32_BLOCK_N,
+            FP32_BLOCK_K, FP32_NUM_WARPS, FP32_NUM_STAGES, GEMV_BLOCK_M, GEMV_BLOCK_K, GEMV_NUM_WARPS,
+            GEMV_PROGRAMS_PER_SM, _gemm_kernel, _gemv_kernel, _gemv_sum_kernel)
+
+
+def _gemm_plan(a, b, bias, c, kernel, operands):
+    """How _gemm launches for these operands (bias expanded to (M, N), the epilogue's as kernel
+    arguments): _gemv_plan's, or the GEMM kernel bound to its grid, its integer arguments and constexprs."""
+    m, k = a.shape
+    n = b.shape[1]
+    if (n == 1 or m == 1) and kernel is None and (bias is None or bias.stride(0) == 0 or m == 1):
+        return _gemv_plan(a, b, bias, c)
+    bm, bn, bk, warps, stages = _tile(a.dtype)
+    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), 1, 1)
+    return dict(gemv=False, launch=(kernel or _gemm_kernel)[grid],
+                 ints=(m, n, k, 0, a.stride(0), a.stride(1), 0, b.stride(0), b.stride(1), 0, c.stride(0), c.stride(1),
+                       *(bias.stride() if bias is not None else (0, 0))),
+                 meta=dict(HAS_BIAS=bias is not None, BIAS_2D=bias is not None and bias.stride(0) != 0,
+                           FP32=a.dtype == torch.float32, DOT=FP32_DOT, WIDE=_wide(a, b, c, *operands[::4]),
+                           BM=bm, BN=bn, BK=bk, GM=GROUP_M, num_warps=warps, num_stages=stages))
+
+
 def _gemm(a, b, bias, out=None, kernel=None, epilogue=()):
     """a @ b (+ bias: a row, a column or a full matrix), any strides; written into ``out`` (any strides) or
     a packed result. ``kernel``: a _gemm_kernel with a fused epilogue, over the ``epilogue`` operands."""
-    m, k = a.shape
-    n = b.shape[1]
-    c = torch.empty((m, n), dtype=a.dtype, device=a.device) if out is None else out
-    if bias is not None:
-        bias = bias.expand(m, n)  # (N,), (1, N): stride 0 over rows; (M, 1), (M, N) as they come
-    if (n == 1 or m == 1) and kernel is None and (bias is None or bias.stride(0) == 0 or m == 1):
-        # a tile of tl.dot would waste all but one of its rows or columns
-        return _gemv(a, b, None if bias is None else bias[0] if m == 1 else bias[:1, 0], c)
-    bm, bn, bk, warps, stages = _tile(a.dtype)
-    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), 1, 1)
-    operands = _epilogue_args(epilogue, c)
-    (kernel or _gemm_kernel)[grid](
-        a, b, c, bias if bias is not None else c, m, n, k, 0, a.stride(0), a.stride(1), 0, b.stride(0), b.stride(1),
-        0, c.stride(0), c.stride(1), *(bias.stride() if bias is not None else (0, 0)), *operands,
-        HAS_BIAS=bias is not None, BIAS_2D=bias is not None and bias.stride(0) != 0,
-        FP32=a.dtype == torch.float32, DOT=FP32_DOT,
-        WIDE=_wide(a, b, c, *operands[::4]), BM=bm, BN=bn, BK=bk, GM=GROUP_M, num_warps=warps, num_stages=stages)
+    key = ("gemm", a.shape, a.stride(), b.shape, b.stride(), a.dtype, a.device,
+           None if bias is None else (bias.shape, bias.stride()), None if out is None else (out.shape, out.stride()),
+           kernel, _epilogue_key(epilogue), _gemm_knobs())
+    c = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device) if out is None else out
+    operands = _epilogue_args(epilogue, c) if epilogue else ()
+    p = _PLANS.get(key)
+    if p is None:
+        p = _PLANS[key] = _gemm_plan(a, b, None if bias is None else bias.expand(c.shape), c, kernel, operands)
+    if p["gemv"]:
+        return _gemv(p, a, b, bias, c)
+    p["launch"](a, b, c, bias if bias is not None else c, *p["ints"], *operands, **p["meta"])
     return c
 
 
 def _bmm(a, b, out=None, kernel=None, epilogue=()):
     """a @ b for a batch of matrices, any strides; written into ``out`` or a packed result. ``kernel``: a
     _gemm_kernel with a fused epilogue, over the ``epilogue`` operands."""
-    nb, m, k = a.shape
-    n = b.shape[2]
-    c = torch.empty((nb, m, n), dtype=a.dtype, device=a.device) if out is None else out
-    bm, bn, bk, warps, stages = _tile(a.dtype)
-    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), 1, nb)
-    operands = _epilogue_args(epilogue, c)
-    (kernel or _gemm_kernel)[grid](
-        a, b, c, c, m, n, k, *a.stride(), *b.stride(), *c.stride(), 0, 0, *operands,
-        HAS_BIAS=False, BIAS_2D=False, FP32=a.dtype == torch.float32, DOT=FP32_DOT,
-        WIDE=_wide(a, b, c, *operands[::4]), BM=bm, BN=bn, BK=bk, GM=GROUP_M, num_warps=warps, num_stages=stages)
+    key = ("bmm", a.shape, a.stride(), b.shape, b.stride(), a.dtype, a.device,
+           None if out is None else (out.shape, out.stride()), kernel, _epilogue_key(epilogue), _gemm_knobs())
+    c = torch.empty((a.shape[0], a.shape[1], b.shape[2]), dtype=a.dtype, device=a.device) if out is None else out
+    operands = _epilogue_args(epilogue, c) if epilogue else ()
+    p = _PLANS.get(key)
+    if p is None:
+        nb, m, k = a.shape
+        n = b.shape[2]
+        bm, bn, bk, warps, stages = _tile(a.dtype)
+        grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), 1, nb)
+        p = _PLANS[key] = dict(
+            launch=(kernel or _gemm_kernel)[grid], ints=(m, n, k, *a.stride(), *b.stride(), *c.stride(), 0, 0),
+            meta=dict(HAS_BIAS=False, BIAS_2D=False, FP32=a.dtype == torch.float32, DOT=FP32_DOT,
+                      WIDE=_wide(a, b, c, *operands[::4]), BM=bm, BN=bn, BK=bk, GM=GROUP_M, num_warps=warps,
+                      num_stages=stages))
+    p["launch"](a, b, c, c, *p["ints"], *operands, **p["meta"])
     return c
 
 '''
@@ -833,11 +879,16 @@ def _as_3d(t, spatial):
     return t
 
 
-def _conv(x, w, bias, stride, padding, dilation, transposed=False, output_padding=(0,), groups=1, out=None,
-          kernel=None, epilogue=()):
-    # A 1-, 2- or 3-D convolution, grouped or not, transposed or not, as an implicit GEMM; written
-    # into out (any strides: e.g. channels-last) or a packed result. kernel: a _conv_kernel with a
-    # fused epilogue, over the epilogue operands (each a tensor and the shape it met in the chain).
+def _conv_knobs():
+    # everything a convolution's plan is computed from besides its inputs (see _gemm_knobs)
+    return (BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES, CONV_FP32_DOT, FP32_BLOCK_M, FP32_BLOCK_N,
+            FP32_BLOCK_K, FP32_NUM_WARPS, FP32_NUM_STAGES, CONV_BY_POSITION, CONV_CHANNELS_LAST,
+            CONV_SPLIT_PROGRAMS_PER_SM, CONV_SPLIT_MIN_TRIPS, CONV_FLAT_BLOCK_M, CONV_FLAT_BLOCK_K, _conv_kernel,
+            _conv_split_sum)
+
+
+def _conv_plan(x, w, bias, stride, padding, dilation, transposed, output_padding, groups, out, kernel, epilogue):
+    """How _conv launches for these inputs: computed once per signature (see _conv)."""
     spatial = x.dim() - 2
     lead = 3 - spatial
     each = lambda v: tuple(v) * spatial if len(tuple(v)) == 1 else tuple(v)  # noqa: E731  (one value: every dim)
@@ -852,19 +903,22 @@ def _conv(x, w, bias, stride, padding, dilation, transposed=False, output_paddin
     else:
         cg, ocg = w5.shape[1], w5.shape[0] // groups
     by_position = cg >= CONV_BY_POSITION
+    x_strides = w_strides = None
     if CONV_CHANNELS_LAST and by_position:  # (few channels: K runs over (c, kd, kh, kw), W's order is better)
         x5 = x5.movedim(1, -1).contiguous().movedim(-1, 1)  # (N, C, D, H, W) strides (DHWC, 1, HWC, WC, C)
         # the weight's tile dim (output channels: dim 0, or 1 when transposed) innermost, then the other
         inner, outer = (1, 0) if transposed else (0, 1)
         w5 = w5.permute(2, 3, 4, outer, inner).contiguous().permute(*((4, 3) if inner == 0 else (3, 4)), 0, 1, 2)
+        x_strides, w_strides = x5.stride(), w5.stride()
     ks = w5.shape[2:]
     if transposed:
         size = [(i - 1) * s - 2 * p + d * (k - 1) + op + 1
                 for i, s, p, d, k, op in zip(x5.shape[2:], stride, padding, dilation, ks, output_padding)]
     else:
         size = [(i + 2 * p - d * (k - 1) - 1) // s + 1 for i, s, p, d, k in zip(x5.shape[2:], stride, padding, dilation, ks)]
-    if out is None:
-        out = torch.empty((n, ocg * groups, *size[lead:]), dtype=x.dtype, device=x.device)
+    out_shape = (n, ocg * groups, *size[lead:])
+    if out is None:  # a fresh result's layout (each call allocates its own)
+        out = torch.empty(out_shape, dtype=x.dtype, device=x.device)
     y5 = _as_3d(out, spatial)
     m = n * size[0] * size[1] * size[2]
     bm, bn, bk, warps, stages = _tile(x.dtype)
@@ -881,25 +935,67 @@ def _conv(x, w, bias, stride, padding, dilation, transposed=False, output_paddin
     splits = _conv_splits(tiles, trips, x.device) if kernel is None else 1  # (a fused epilogue needs whole sums)
     per = triton.cdiv(trips, splits)
     splits = triton.cdiv(trips, per)
-    partial = torch.empty((splits, m, ocg * groups), dtype=torch.float32, device=x.device) if splits > 1 else y5
+    total = m * ocg * groups
+    wide = _wide(x5, w5, y5, *_conv_operands(epilogue, spatial)[::6]) or (splits > 1 and splits * total >= WIDE_FROM)
+    sbias = bias.stride(0) if bias is not None else 0
     grid = (triton.cdiv(m, bm), triton.cdiv(ocg, bn), groups * splits)
+    reduce = reduce_ints = reduce_meta = None
+    if splits > 1:
+        reduce = _conv_split_sum[(triton.cdiv(total, 1024),)]
+        reduce_ints = (total, ocg * groups, splits, *size, *y5.stride(), sbias)
+        reduce_meta = dict(HAS_BIAS=bias is not None, WIDE=wide, BLOCK=1024)
+    # spatial: 1-3 dims; x_strides, w_strides: the channels-innermost copies' strides (None: x and w as they
+    # come); out: a fresh result's shape; partial: the split-K parts' shape (None: no split); launch, ints
+    # (before the parts' tensor), split_ints (after it), meta: the convolution; reduce, reduce_ints,
+    # reduce_meta: the parts' sum (None: no split)
+    return dict(
+        spatial=spatial, x_strides=x_strides, w_strides=w_strides, out=out_shape,
+        partial=(splits, m, ocg * groups) if splits > 1 else None, launch=(kernel or _conv_kernel)[grid],
+        ints=(m, cg, *x5.shape[2:], ocg, *size, *ks, *stride, *padding, *dilation, *x5.stride(), *w5.stride(),
+              *y5.stride(), sbias),
+        split_ints=(total, ocg * groups, splits, per if by_position else per * bk),
+        meta=dict(TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None and splits == 1,
+                  FP32=x.dtype == torch.float32, DOT=CONV_FP32_DOT, WIDE=wide, BY_POSITION=by_position,
+                  SPLIT=splits > 1, BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages),
+        reduce=reduce, reduce_ints=reduce_ints, reduce_meta=reduce_meta)
+
+
+def _conv_operands(epilogue, spatial):
+    # a fused epilogue's operands as kernel arguments: each as N-C-D-H-W over the output's points (stride 0
+    # where broadcast), then its five strides
     operands = []
-    for e, shape in epilogue:  # each as N-C-D-H-W over the output's points (stride 0 where broadcast)
+    for e, shape in epilogue:
         e = _as_3d(e.expand(shape), spatial)
         operands += [e, *e.stride()]
-    wide = _wide(x5, w5, y5, *operands[::6]) or partial.numel() >= WIDE_FROM
-    (kernel or _conv_kernel)[grid](
-        x5, w5, bias if bias is not None else y5, y5, m, cg, *x5.shape[2:], ocg, *size, *ks, *stride, *padding,
-        *dilation, *x5.stride(), *w5.stride(), *y5.stride(), bias.stride(0) if bias is not None else 0,
-        partial, m * ocg * groups, ocg * groups, splits, per if by_position else per * bk, *operands,
-        TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None and splits == 1, FP32=x.dtype == torch.float32,
-        DOT=CONV_FP32_DOT, WIDE=wide, BY_POSITION=by_position, SPLIT=splits > 1, BM=bm, BN=bn, BK=bk,
-        num_warps=warps, num_stages=stages)
-    if splits > 1:
-        total = m * ocg * groups
-        _conv_split_sum[(triton.cdiv(total, 1024),)](
-            partial, bias if bias is not None else y5, y5, total, ocg * groups, splits, *size, *y5.stride(),
-            bias.stride(0) if bias is not None else 0, HAS_BIAS=bias is not None, WIDE=wide, BLOCK=1024)
+    return operands
+
+
+def _conv(x, w, bias, stride, padding, dilation, transposed=False, output_padding=(0,), groups=1, out=None,
+          kernel=None, epilogue=()):
+    # A 1-, 2- or 3-D convolution, grouped or not, transposed or not, as an implicit GEMM; written
+    # into out (any strides: e.g. channels-last) or a packed result. kernel: a _conv_kernel with a
+    # fused epilogue, over the epilogue operands (each a tensor and the shape it met in the chain).
+    key = ("conv", x.shape, x.stride(), w.shape, w.stride(), x.dtype, x.device,
+           None if bias is None else (bias.shape, bias.stride()), tuple(stride), tuple(padding), tuple(dilation),
+           bool(transposed), tuple(output_padding), groups, None if out is None else (out.shape, out.stride()),
+           kernel, _epilogue_key(epilogue), _conv_knobs())
+    p = _PLANS.get(key)
+    if p is None:
+        p = _PLANS[key] = _conv_plan(x, w, bias, stride, padding, dilation, transposed, output_padding, groups,
+                                     out, kernel, epilogue)
+    x5, w5 = _as_3d(x, p["spatial"]), _as_3d(w, p["spatial"])
+    if p["x_strides"] is not None:  # copied with the channels innermost
+        x5 = torch.empty_strided(x5.shape, p["x_strides"], dtype=x.dtype, device=x.device).copy_(x5)
+        w5 = torch.empty_strided(w5.shape, p["w_strides"], dtype=w.dtype, device=w.device).copy_(w5)
+    if out is None:
+        out = torch.empty(p["out"], dtype=x.dtype, device=x.device)
+    y5 = _as_3d(out, p["spatial"])
+    partial = y5 if p["partial"] is None else torch.empty(p["partial"], dtype=torch.float32, device=x.device)
+    bias_or_y = bias if bias is not None else y5
+    p["launch"](x5, w5, bias_or_y, y5, *p["ints"], partial, *p["split_ints"], *_conv_operands(epilogue, p["spatial"]),
+                **p["meta"])
+    if p["reduce"] is not None:
+        p["reduce"](partial, bias_or_y, y5, *p["reduce_ints"], **p["reduce_meta"])
     return out
 
 
