@@ -167,8 +167,9 @@ class Harness:
         return self._judge_restarts + self._replaced
 
     # The judge's process ----------------------------------------------------------
-    def _launch_plan(self) -> tuple[list[str], dict[str, str], str, bool, list[str]]:
-        """(command prefix, environment, what confines it, use Landlock, what a contestant may read)."""
+    def _launch_plan(self) -> tuple[list[str], dict[str, str], str, bool, list[str], bool]:
+        """(command prefix, environment, what confines it, use Landlock, what a contestant may read,
+        whether its ``/dev/shm`` is its own)."""
         self._cache.mkdir(parents=True, exist_ok=True)
         env = environment.clean(
             os.environ, PYTHONPATH=os.pathsep.join(p for p in (_PKG_ROOT, os.environ.get("PYTHONPATH")) if p),
@@ -185,26 +186,27 @@ class Harness:
             f"/proc/{name}" for name in ("self", "cpuinfo", "meminfo", "stat", "filesystems", "sys", "driver",
                                          "modules", "version", "loadavg", "uptime", "mounts")]
         if self.sandbox == "off":
-            return [], env, "NO SANDBOX (harness.sandbox = off): candidate code runs as you", False, read_roots
+            return [], env, "NO SANDBOX (harness.sandbox = off): candidate code runs as you", False, read_roots, False
         why_not = bwrap.probe() if self.sandbox in ("auto", "bwrap") else "not asked for (harness.sandbox = landlock)"
         if why_not is None:
             prefix = bwrap.command([], env=env, package_root=_PKG_ROOT, read_write=[str(self._tmp), str(self._cache)],
                                    workdir=str(self._scratch), hide=bwrap.hidden_paths(os.getcwd()))
             return (prefix, env, "bwrap: own mount view (no workspace, git or home), no network, own pid namespace",
-                    True, ["/"])
+                    True, ["/"], True)
         if self.sandbox == "bwrap":
             raise RuntimeError(f"harness.sandbox = bwrap, but {why_not}")
-        return [], env, f"no bwrap ({why_not}); secrets kept out of the environment", True, read_roots
+        return [], env, f"no bwrap ({why_not}); secrets kept out of the environment", True, read_roots, False
 
     def _start(self) -> None:
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
-        prefix, env, description, landlock, read_roots = self._launch_plan()
+        prefix, env, description, landlock, read_roots, private_shm = self._launch_plan()
         argv = [self.python, "-m", "autokernel_tui.harness.worker.judge", "--req-fd", str(req_r),
                 "--resp-fd", str(resp_w), "--device", self.device, "--scratch", str(self._scratch),
                 "--cache", str(self._cache), "--timeout", str(self.timeout_s),
                 "--memory-limit-mb", str(self.memory_limit_mb), "--read-roots", json.dumps(read_roots),
-                "--sandbox", description] + (["--landlock"] if landlock else [])
+                "--sandbox", description] + (["--landlock"] if landlock else []) + (
+                    ["--private-shm"] if private_shm else [])
         log = open(self._log_path, "ab")
         try:
             self._proc = subprocess.Popen(

@@ -626,3 +626,18 @@ def test_without_bwrap_the_hosts_dev_shm_is_out_of_reach(tiny_task):
         report = h.evaluate(tiny_task, kernel_source=src, quick=True)
     assert report.status == "PASS", report.reason  # the write was refused, the kernel itself is fine
     assert not os.path.exists(name)
+
+
+def test_with_bwrap_the_dev_shm_a_contestant_writes_is_the_sandboxs_own(tiny_task):
+    # Under bwrap a contestant may write /dev/shm (torch keeps a CUDA IPC handle's reference count
+    # there): a tmpfs of the sandbox's own, so nothing it plants there reaches the host's.
+    from autokernel_tui.harness.sandbox import bwrap
+    why_not = bwrap.probe()
+    if why_not is not None:
+        pytest.skip(f"no bwrap here: {why_not}")
+    name = f"/dev/shm/autokernel-redteam-bwrap-{os.getpid()}"
+    src = hostile(f"open({name!r}, 'w').write('planted')")
+    with Harness(timeout_s=120, device="cpu", sandbox="bwrap") as h:
+        report = h.evaluate(tiny_task, kernel_source=src, quick=True)
+    assert report.status == "PASS", report.reason  # the write succeeded, in the sandbox's /dev/shm
+    assert not os.path.exists(name)

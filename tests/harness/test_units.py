@@ -418,3 +418,34 @@ def test_the_judge_passes_a_correct_output_whose_reference_has_inf_or_nan():
         except Verdict:
             passed = False
         assert passed == correct
+
+
+def test_the_launch_plan_opens_dev_shm_only_where_it_is_the_sandboxs_own(tmp_path, monkeypatch):
+    # CUDA outputs travel by IPC handle only where a contestant may write /dev/shm: bwrap's private one.
+    from autokernel_tui.harness.runner import Harness
+    from autokernel_tui.harness.sandbox import bwrap
+    from autokernel_tui.harness.worker.pool import ContestantPool
+    monkeypatch.chdir(tmp_path)
+    for sandbox, private in (("off", False), ("landlock", False)) + ((("bwrap", True),) if bwrap.probe() is None else ()):
+        h = Harness(device="cpu", sandbox=sandbox)
+        try:
+            assert h._launch_plan()[-1] is private, sandbox
+        finally:
+            h.close()
+    for landlocked, private, ipc, shm in ((True, True, True, ["/dev/shm"]), (True, False, False, []),
+                                          (False, False, True, [])):
+        pool = ContestantPool.__new__(ContestantPool)  # only the sandbox settings: no zygote forked
+        ContestantPool._sandbox_settings(pool, landlocked, private)
+        assert (pool.ipc, pool.shm_roots) == (ipc, shm)
+
+
+def test_cuda_shaped_outputs_can_travel_through_a_file(tmp_path):
+    # Landlock alone: outputs are files in the contestant's scratch; the judge puts them where its
+    # reference lives (here the CPU).
+    import torch
+    from autokernel_tui.harness.worker import transfer
+    t = torch.arange(6, dtype=torch.bfloat16).reshape(2, 3)
+    descs = transfer.export((t,), tmp_path, "x", ipc=False)
+    assert "file" in descs[0] and "ipc" not in descs[0]
+    (got,) = transfer.receive(descs, [{"shape": [2, 3], "dtype": "bfloat16", "device": "cpu"}], tmp_path)
+    assert torch.equal(got, t) and not list(tmp_path.iterdir())

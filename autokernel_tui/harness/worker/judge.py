@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds a contestant gets per evaluation")
     parser.add_argument("--memory-limit-mb", type=float, default=64 * 1024.0)
     parser.add_argument("--landlock", action="store_true", help="confine contestants with Landlock")
+    parser.add_argument("--private-shm", action="store_true",
+                        help="this process's /dev/shm is its own (bwrap's tmpfs): contestants may write it")
     parser.add_argument("--read-roots", default="[\"/\"]", help="JSON list: what a contestant may read")
     parser.add_argument("--sandbox", default="", help="what confines this process (said in every report)")
     args = parser.parse_args(argv)
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
 
     use_landlock = args.landlock and landlock.abi_version() > 0
     pool = ContestantPool(device, Path(args.scratch), Path(args.cache), timeout_s=args.timeout,
-                          memory_limit_mb=args.memory_limit_mb, landlock=use_landlock,
+                          memory_limit_mb=args.memory_limit_mb, landlock=use_landlock, private_shm=args.private_shm,
                           read_roots=json.loads(args.read_roots), spares=2)
     prctl(_PR_SET_DUMPABLE, 0)  # no contestant reads or patches the judge's memory
     sandbox = args.sandbox

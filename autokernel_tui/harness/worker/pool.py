@@ -147,13 +147,14 @@ class ContestantProxy:
 
 class ContestantPool:
     def __init__(self, device: str, scratch_root: Path, cache_root: Path, *, timeout_s: float,
-                 memory_limit_mb: float, landlock: bool, read_roots: list[str] | None, spares: int = 1) -> None:
+                 memory_limit_mb: float, landlock: bool, read_roots: list[str] | None, spares: int = 1,
+                 private_shm: bool = False) -> None:
         self.device = device
         self.scratch_root = scratch_root
         self.cache_root = cache_root
         self.timeout_s = timeout_s
         self.memory_limit_mb = memory_limit_mb
-        self.landlock = landlock
+        self._sandbox_settings(landlock, private_shm)
         self.read_roots = read_roots or ["/"]
         self.n_spares = spares
         self._spares: list[ContestantProxy] = []
@@ -236,7 +237,8 @@ class ContestantPool:
         proxy.key = key
         reply, _ = proxy.request({"op": "assign", "scratch": str(scratch), "kernel_path": str(source_dir / "kernel.py"),
                                   "task_dir": str(task_copy), "triton_cache": str(cache), "landlock": self.landlock,
-                                  "write_roots": [str(scratch), str(cache), *landlock.device_files()],
+                                  "ipc": self.ipc,
+                                  "write_roots": [str(scratch), str(cache), *landlock.device_files(), *self.shm_roots],
                                   "read_roots": self.read_roots + [str(task_copy), str(source_dir), str(scratch),
                                                                    str(cache)]},
                                  stage)
@@ -261,6 +263,14 @@ class ContestantPool:
             self._ask({"op": "sweep", "keep": [p.pid for p in self._spares + self._live]})
         except (OSError, ValueError):
             pass
+
+    def _sandbox_settings(self, landlock: bool, private_shm: bool) -> None:
+        self.landlock = landlock
+        # CUDA outputs travel by IPC handle, whose reference count torch keeps in /dev/shm: open to a
+        # contestant only where that /dev/shm is the sandbox's own, never the host's (other programs'
+        # shared memory). Under Landlock alone they travel through the contestant's scratch folder.
+        self.shm_roots = ["/dev/shm"] if landlock and private_shm else []
+        self.ipc = private_shm or not landlock
 
     def strays(self) -> list[int]:
         """Processes below the zygote that are not contestants (a candidate's, left running): killed, and

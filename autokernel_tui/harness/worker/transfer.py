@@ -2,8 +2,11 @@
 
 GPU: a CUDA IPC handle of the output's memory (torch's own ``_share_cuda_``,
 legal because judge and contestants share one pid namespace); the judge maps it
-and copies the bytes into its own memory at once. CPU: the raw bytes in a file
-of the contestant's scratch folder. Either way the judge checks what arrives
+and copies the bytes into its own memory at once. torch keeps that handle's
+reference count in a shared-memory object of ``/dev/shm``, so this needs a
+``/dev/shm`` the contestant may write: bwrap's private one. Otherwise (Landlock
+alone, where ``/dev/shm`` is the host's and stays closed) and on the CPU: the
+raw bytes in a file of the contestant's scratch folder. Either way the judge checks what arrives
 against the shape and dtype it expects before it reads a byte, and nothing that
 arrives is ever unpickled or executed.
 """
@@ -30,12 +33,13 @@ def describe(t: torch.Tensor) -> dict[str, Any]:
     return {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "device": t.device.type}
 
 
-def export(outs: tuple, scratch: Path, tag: str) -> list[dict[str, Any]]:
-    """What the judge needs to read each output (contestant side). Keep ``outs`` alive until it has."""
+def export(outs: tuple, scratch: Path, tag: str, ipc: bool = True) -> list[dict[str, Any]]:
+    """What the judge needs to read each output (contestant side). Keep ``outs`` alive until it has.
+    ``ipc``: CUDA outputs by IPC handle (else through a file, like CPU ones)."""
     descs = []
     for i, t in enumerate(outs):
         d = describe(t)
-        if t.is_cuda:
+        if t.is_cuda and ipc:
             from torch.multiprocessing.reductions import reduce_tensor
             _, args = reduce_tensor(t.detach())
             (_, size, stride, offset, _, _, device, handle, storage_bytes, storage_offset, _, rc_handle,
@@ -47,7 +51,7 @@ def export(outs: tuple, scratch: Path, tag: str) -> list[dict[str, Any]]:
                         "event_sync": bool(event_sync)}
         else:
             path = scratch / f"out-{tag}-{i}.bin"
-            flat = t.detach().contiguous().reshape(-1)
+            flat = t.detach().contiguous().reshape(-1).cpu()
             flat.view(torch.uint8).numpy().tofile(path)
             d["file"] = path.name
             d["nbytes"] = flat.numel() * flat.element_size()
@@ -70,11 +74,11 @@ def receive(descs: list[dict[str, Any]], expected: list[dict[str, Any]], scratch
         dtype = DTYPES.get(d["dtype"])
         if dtype is None:
             raise TransferError(f"output {i}: dtype {d['dtype']!r} not supported")
-        outs.append(_receive_ipc(d["ipc"], dtype, want) if "ipc" in d else _receive_file(d, dtype, scratch))
+        outs.append(_receive_ipc(d["ipc"], dtype, want) if "ipc" in d else _receive_file(d, dtype, scratch, want))
     return tuple(outs)
 
 
-def _receive_file(d: dict, dtype: torch.dtype, scratch: Path) -> torch.Tensor:
+def _receive_file(d: dict, dtype: torch.dtype, scratch: Path, want: dict) -> torch.Tensor:
     name = str(d.get("file", ""))
     if not name or os.sep in name or name.startswith("."):
         raise TransferError(f"output file {name!r} is not in the contestant's scratch folder")
@@ -95,9 +99,10 @@ def _receive_file(d: dict, dtype: torch.dtype, scratch: Path) -> torch.Tensor:
             raise TransferError(f"output file {name} holds {size} bytes, expected {nbytes}")
         data = bytearray(fh.read(nbytes))
     os.unlink(scratch / name)
+    device = "cuda" if want.get("device") == "cuda" else "cpu"  # where the judge's reference lives
     if nbytes == 0:
-        return torch.empty(d["shape"], dtype=dtype)
-    return torch.frombuffer(data, dtype=torch.uint8).view(dtype).reshape(d["shape"])
+        return torch.empty(d["shape"], dtype=dtype, device=device)
+    return torch.frombuffer(data, dtype=torch.uint8).view(dtype).reshape(d["shape"]).to(device)
 
 
 def _receive_ipc(ipc: dict, dtype: torch.dtype, want: dict) -> torch.Tensor:
