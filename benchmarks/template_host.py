@@ -15,12 +15,10 @@ alternately, run by run, in one process. Prints a table last.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,6 +27,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+
+from autokernel_tui.harness.worker.loading import load_text  # noqa: E402
 
 KERNELS = ("_gemm_kernel", "_gemv_kernel", "_gemv_sum_kernel", "_conv_kernel", "_conv_split_sum")
 
@@ -48,11 +48,7 @@ def load_template(source_module: str, name: str, stub: bool):
     ns: dict = {}
     exec(compile(source_module, "gemm_template.py", "exec"), ns)  # the template's strings, not its kernels
     text = "import torch\nimport triton\nimport triton.language as tl\n" + ns["TILE"] + ns["GEMM"] + ns["CONV"]
-    path = Path(tempfile.mkdtemp(prefix="template-host-")) / f"{name}.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_text(text, name)
     if stub:
         for k in KERNELS:
             setattr(module, k, _StubLaunch())

@@ -11,11 +11,9 @@ Must run WITHOUT TRITON_INTERPRET (it is unset here).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 os.environ.pop("TRITON_INTERPRET", None)
@@ -26,6 +24,7 @@ sys.path.insert(0, str(HERE))
 import torch  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
+from autokernel_tui.harness.worker.loading import load_text  # noqa: E402
 from autokernel_tui.profiling import gemm_template as gt  # noqa: E402
 from hopper_compile import OfflineLauncher  # noqa: E402
 
@@ -40,12 +39,7 @@ def template_module():
               + gt.POOL
               + "\n\n" + gt.render_kernel(gt.GEMM_KERNEL, "_gemm_kernel", "_gemm_kernel_e0", 1, GELU_ADD)
               + "\n\n" + gt.render_kernel(gt.CONV_KERNEL, "_conv_kernel", "_conv_kernel_e0", 1, RELU_ADD) + "\n")
-    path = Path(tempfile.mkdtemp(prefix="template-sm90-")) / "template_kernels.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("template_kernels", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_text(source, "template_kernels")
 
 
 def compile_template() -> list[dict]:

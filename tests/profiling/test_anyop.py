@@ -348,20 +348,12 @@ CONV_CASES = {  # x, w, bias, stride, padding, dilation, transposed, output_padd
 
 
 def _template(wide: bool = False) -> dict:
-    """The template's GEMM and convolution as a module's namespace, loaded from a file: outside the
-    interpreter ``@triton.jit`` reads each kernel's source from its file (exec'd source fails there)."""
-    import importlib.util
-    import tempfile
-    from pathlib import Path
-
+    """The template's GEMM and convolution as a module's namespace, loaded from a file."""
+    from autokernel_tui.harness.worker.loading import load_text
     from autokernel_tui.profiling import gemm_template as gt
 
-    path = Path(tempfile.mkdtemp(prefix="gemm-template-")) / "gemm_template_kernels.py"
-    path.write_text("import torch\nimport triton\nimport triton.language as tl\n" + gt.TILE + gt.GEMM + gt.CONV)
-    spec = importlib.util.spec_from_file_location(f"gemm_template_kernels_{id(path)}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    ns = module.__dict__
+    ns = load_text("import torch\nimport triton\nimport triton.language as tl\n" + gt.TILE + gt.GEMM + gt.CONV,
+                   "gemm_template_kernels").__dict__
     if wide:  # 64-bit offsets at any size (on the H200 a 2**31-element operand wrapped 32-bit ones, run 11)
         ns["WIDE_FROM"] = 1
     return ns

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -28,6 +29,15 @@ def load_module(path: Path, prefix: str) -> ModuleType:
         sys.modules.pop(name, None)
         raise
     return module
+
+
+def load_text(source: str, prefix: str) -> ModuleType:
+    """``source`` imported from a file of its own in a fresh temporary folder: Triton reads a kernel's
+    source from its file, so text exec'd in memory cannot define one. For tests and benchmarks that
+    assemble a kernel file from parts (the GEMM template's, or an older revision's)."""
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}-")) / f"{prefix}.py"
+    path.write_text(source)
+    return load_module(path, prefix)
 
 
 def unload(module: ModuleType) -> None:
