@@ -81,8 +81,10 @@ print('landlock ABI:', landlock.abi_version())
 with Harness(device='cuda') as h:
     print(h.device_info())
 "
-    step gpu_tests 150 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q \
-        -p no:cacheprovider
+    # 150 s cut run 15's before its summary and the failure's reason was lost: more time, and one line
+    # per failure at the end (--tb=line) so the summary comes sooner
+    step gpu_tests 300 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q \
+        -p no:cacheprovider -rfE --tb=line
     step red_team 360 env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest tests/harness/test_red_team.py \
         tests/harness/test_isolation.py -q -p no:cacheprovider
     ;;
