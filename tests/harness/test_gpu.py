@@ -61,8 +61,9 @@ def test_cuda_outputs_reach_the_judge_under_either_sandbox(sandbox, tmp_path):
     # bwrap: by CUDA IPC handle (its reference count in the sandbox's own /dev/shm); Landlock alone:
     # the host's /dev/shm stays closed, so through the contestant's scratch folder.
     from autokernel_tui.harness.sandbox import bwrap, landlock
-    if sandbox == "bwrap" and bwrap.probe() is not None:
-        pytest.skip(f"no bwrap here: {bwrap.probe()}")
+    why_not = bwrap.probe() if sandbox == "bwrap" else None
+    if why_not is not None:
+        pytest.skip(f"no bwrap here: {why_not}")
     if sandbox == "landlock" and landlock.abi_version() < 1:
         pytest.skip("Landlock is not available on this kernel")
     from .conftest import make_tiny_task

@@ -424,7 +424,7 @@ def test_the_launch_plan_opens_dev_shm_only_where_it_is_the_sandboxs_own(tmp_pat
     # CUDA outputs travel by IPC handle only where a contestant may write /dev/shm: bwrap's private one.
     from autokernel_tui.harness.runner import Harness
     from autokernel_tui.harness.sandbox import bwrap
-    from autokernel_tui.harness.worker.pool import ContestantPool
+    from autokernel_tui.harness.worker.pool import output_transfer
     monkeypatch.chdir(tmp_path)
     for sandbox, private in (("off", False), ("landlock", False)) + ((("bwrap", True),) if bwrap.probe() is None else ()):
         h = Harness(device="cpu", sandbox=sandbox)
@@ -434,9 +434,7 @@ def test_the_launch_plan_opens_dev_shm_only_where_it_is_the_sandboxs_own(tmp_pat
             h.close()
     for landlocked, private, ipc, shm in ((True, True, True, ["/dev/shm"]), (True, False, False, []),
                                           (False, False, True, [])):
-        pool = ContestantPool.__new__(ContestantPool)  # only the sandbox settings: no zygote forked
-        ContestantPool._sandbox_settings(pool, landlocked, private)
-        assert (pool.ipc, pool.shm_roots) == (ipc, shm)
+        assert output_transfer(landlocked, private) == (ipc, shm)
 
 
 def test_cuda_shaped_outputs_can_travel_through_a_file(tmp_path):

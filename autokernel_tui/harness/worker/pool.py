@@ -145,6 +145,15 @@ class ContestantProxy:
             pass
 
 
+def output_transfer(landlock: bool, private_shm: bool) -> tuple[bool, list[str]]:
+    """(whether CUDA outputs travel by IPC handle, the ``/dev/shm`` write roots a contestant gets).
+
+    torch keeps an IPC handle's reference count in /dev/shm: open to a contestant only where that
+    /dev/shm is the sandbox's own, never the host's (other programs' shared memory). Under Landlock
+    alone outputs travel through the contestant's scratch folder instead."""
+    return private_shm or not landlock, ["/dev/shm"] if landlock and private_shm else []
+
+
 class ContestantPool:
     def __init__(self, device: str, scratch_root: Path, cache_root: Path, *, timeout_s: float,
                  memory_limit_mb: float, landlock: bool, read_roots: list[str] | None, spares: int = 1,
@@ -154,7 +163,8 @@ class ContestantPool:
         self.cache_root = cache_root
         self.timeout_s = timeout_s
         self.memory_limit_mb = memory_limit_mb
-        self._sandbox_settings(landlock, private_shm)
+        self.landlock = landlock
+        self.ipc, self.shm_roots = output_transfer(landlock, private_shm)
         self.read_roots = read_roots or ["/"]
         self.n_spares = spares
         self._spares: list[ContestantProxy] = []
@@ -263,14 +273,6 @@ class ContestantPool:
             self._ask({"op": "sweep", "keep": [p.pid for p in self._spares + self._live]})
         except (OSError, ValueError):
             pass
-
-    def _sandbox_settings(self, landlock: bool, private_shm: bool) -> None:
-        self.landlock = landlock
-        # CUDA outputs travel by IPC handle, whose reference count torch keeps in /dev/shm: open to a
-        # contestant only where that /dev/shm is the sandbox's own, never the host's (other programs'
-        # shared memory). Under Landlock alone they travel through the contestant's scratch folder.
-        self.shm_roots = ["/dev/shm"] if landlock and private_shm else []
-        self.ipc = private_shm or not landlock
 
     def strays(self) -> list[int]:
         """Processes below the zygote that are not contestants (a candidate's, left running): killed, and
