@@ -81,12 +81,14 @@ print('landlock ABI:', landlock.abi_version())
 with Harness(device='cuda') as h:
     print(h.device_info())
 "
+    # each sandbox mode's full rmsnorm evaluation, its status and reason in full (run 15's was lost)
+    step full_eval 200 python3 benchmarks/full_eval_by_sandbox.py --modes bwrap,landlock --json "$R/full_eval.json"
+    step red_team 360 env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest tests/harness/test_red_team.py \
+        tests/harness/test_isolation.py -q -p no:cacheprovider -rfE --tb=line
     # 150 s cut run 15's before its summary and the failure's reason was lost: more time, and one line
     # per failure at the end (--tb=line) so the summary comes sooner
     step gpu_tests 300 python3 -m pytest -m gpu tests/harness/test_gpu.py tests/profiling/test_gpu.py -q \
         -p no:cacheprovider -rfE --tb=line
-    step red_team 360 env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest tests/harness/test_red_team.py \
-        tests/harness/test_isolation.py -q -p no:cacheprovider
     ;;
 speed)
     # Before (the tree without the sandbox) and after, back to back: warm evaluation, A/A, a ~3% change.
