@@ -82,7 +82,7 @@ with Harness(device='cuda') as h:
     print(h.device_info())
 "
     # each sandbox mode's full rmsnorm evaluation, its status and reason in full (run 15's was lost)
-    step full_eval 200 python3 benchmarks/full_eval_by_sandbox.py --modes bwrap,landlock --json "$R/full_eval.json"
+    step full_eval 240 python3 benchmarks/full_eval_by_sandbox.py --modes bwrap,landlock --aa 3 --json "$R/full_eval.json"
     step red_team 360 env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest tests/harness/test_red_team.py \
         tests/harness/test_isolation.py -q -p no:cacheprovider -rfE --tb=line
     # 150 s cut run 15's before its summary and the failure's reason was lost: more time, and one line

@@ -40,7 +40,8 @@ def test_aa_comparison_is_not_a_keep(gpu_harness):
     task = starters_dir() / "rmsnorm"
     source = (task / "kernel.py").read_text()
     cmp = gpu_harness.compare(task, source, source)
-    assert cmp.status == "PASS" and cmp.ci_low < 1.01 < cmp.ci_high * 1.05
+    assert cmp.status == "PASS" and cmp.ci_low < 1.01 < cmp.ci_high * 1.05, (cmp.status, cmp.reason, cmp.speedup,
+                                                                          cmp.ci_low, cmp.ci_high, cmp.cross_check)
 
 
 def test_exploits_are_still_caught_with_compiled_triton(gpu_harness, tmp_path):
@@ -58,8 +59,8 @@ def test_exploits_are_still_caught_with_compiled_triton(gpu_harness, tmp_path):
 
 @pytest.mark.parametrize("sandbox", ["bwrap", "landlock"])
 def test_cuda_outputs_reach_the_judge_under_either_sandbox(sandbox, tmp_path):
-    # bwrap: by CUDA IPC handle (its reference count in the sandbox's own /dev/shm); Landlock alone:
-    # the host's /dev/shm stays closed, so through the contestant's scratch folder.
+    # bwrap: by torch's CUDA IPC handle (its reference count in the sandbox's own /dev/shm); Landlock
+    # alone: the host's /dev/shm stays closed, so by the driver's own handle (cuda_ipc), which writes nothing.
     from autokernel_tui.harness.sandbox import bwrap, landlock
     why_not = bwrap.probe() if sandbox == "bwrap" else None
     if why_not is not None:
@@ -71,3 +72,36 @@ def test_cuda_outputs_reach_the_judge_under_either_sandbox(sandbox, tmp_path):
     with Harness(timeout_s=600, device="cuda", sandbox=sandbox) as h:
         report = h.evaluate(task, kernel_source=GOOD, quick=True)
     assert report.status == "PASS", report.reason
+
+
+_EXPORTER = """
+import json, sys, torch
+from autokernel_tui.harness.worker import cuda_ipc
+big = torch.arange(4096, device="cuda", dtype=torch.float32).to(torch.bfloat16)
+view = big[100:1100].view(40, 25)[:, ::2]  # an offset, a stride, inside a larger storage
+torch.cuda.synchronize()
+print(json.dumps(cuda_ipc.export(view)), flush=True)
+sys.stdin.readline()  # held until the judge side has copied it
+"""
+
+
+def test_driver_ipc_hands_a_strided_view_across_processes_and_refuses_reaching_outside():
+    import json
+    import subprocess
+    import sys
+
+    import torch
+    from autokernel_tui.harness.worker import cuda_ipc
+    child = subprocess.Popen([sys.executable, "-c", _EXPORTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        desc = json.loads(child.stdout.readline())
+        got = cuda_ipc.receive(desc, torch.bfloat16)
+        want = torch.arange(4096, device="cuda", dtype=torch.float32).to(torch.bfloat16)[100:1100].view(40, 25)[:, ::2]
+        assert got.shape == want.shape and torch.equal(got, want)
+        with pytest.raises(cuda_ipc.CudaIpcError, match="outside the"):
+            cuda_ipc.receive({**desc, "storage_at": desc["storage_at"] + (1 << 40)}, torch.bfloat16)
+        again = cuda_ipc.receive(desc, torch.bfloat16)  # unmapped after each copy: the handle opens again
+        assert torch.equal(again, want)
+    finally:
+        child.communicate("done\n", timeout=60)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -432,9 +433,9 @@ def test_the_launch_plan_opens_dev_shm_only_where_it_is_the_sandboxs_own(tmp_pat
             assert h._launch_plan()[-1] is private, sandbox
         finally:
             h.close()
-    for landlocked, private, ipc, shm in ((True, True, True, ["/dev/shm"]), (True, False, False, []),
-                                          (False, False, True, [])):
-        assert output_transfer(landlocked, private) == (ipc, shm)
+    for landlocked, private, way, shm in ((True, True, "torch", ["/dev/shm"]), (True, False, "driver", []),
+                                          (False, False, "torch", [])):
+        assert output_transfer(landlocked, private) == (way, shm)
 
 
 def test_cuda_shaped_outputs_can_travel_through_a_file(tmp_path):
@@ -443,7 +444,27 @@ def test_cuda_shaped_outputs_can_travel_through_a_file(tmp_path):
     import torch
     from autokernel_tui.harness.worker import transfer
     t = torch.arange(6, dtype=torch.bfloat16).reshape(2, 3)
-    descs = transfer.export((t,), tmp_path, "x", ipc=False)
-    assert "file" in descs[0] and "ipc" not in descs[0]
+    descs = transfer.export((t,), tmp_path, "x", "driver")  # a CPU output goes as a file whatever the way
+    assert "file" in descs[0] and "ipc" not in descs[0] and "driver_ipc" not in descs[0]
     (got,) = transfer.receive(descs, [{"shape": [2, 3], "dtype": "bfloat16", "device": "cpu"}], tmp_path)
     assert torch.equal(got, t) and not list(tmp_path.iterdir())
+
+
+def test_a_driver_ipc_description_reaching_outside_its_storage_is_refused_before_any_mapping():
+    # The judge checks a contestant's description before it asks the driver for anything (no GPU here:
+    # reaching the driver would fail differently).
+    import pytest
+    import torch
+    from autokernel_tui.harness.worker import cuda_ipc, transfer
+    good = {"handle": "00" * 64, "storage_at": 0, "storage_bytes": 24, "size": [2, 3], "stride": [3, 1],
+            "offset": 0, "device": 0}
+    for bad, why in (({"storage_bytes": 20}, "outside its storage"), ({"offset": 1}, "outside its storage"),
+                     ({"stride": [3, -1]}, "malformed"), ({"storage_at": -8}, "malformed"),
+                     ({"handle": "00"}, "malformed"), ({"size": "x"}, "malformed"), ({"storage_bytes": 25}, "malformed")):
+        with pytest.raises(cuda_ipc.CudaIpcError, match=why):
+            cuda_ipc.receive({**good, **bad}, torch.float32)
+    with pytest.raises(transfer.TransferError, match="expected"):
+        transfer.receive([{"shape": [2, 3], "dtype": "float32", "device": "cuda", "driver_ipc": {**good, "size": [3, 2]}}],
+                         [{"shape": [2, 3], "dtype": "float32", "device": "cuda"}], Path("."))
+    with pytest.raises(ValueError, match="way must be"):
+        transfer.export((), Path("."), "x", "pickle")

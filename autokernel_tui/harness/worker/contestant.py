@@ -66,7 +66,7 @@ class Contestant:
         self.last: tuple = ()
         self.batch: list[tuple] = []
         self.scratch: Path | None = None
-        self.ipc = True
+        self.transfer = "torch"
         self.flusher: L2Flusher | None = None
         self.launches = guards.LaunchCounter()
         self.snapshot: guards.IdentitySnapshot | None = None
@@ -75,7 +75,7 @@ class Contestant:
     # Requests ----------------------------------------------------------------------------
     def assign(self, msg: dict) -> dict:
         self.scratch = Path(msg["scratch"])
-        self.ipc = bool(msg.get("ipc", True))  # CUDA outputs by IPC handle (else through scratch files)
+        self.transfer = str(msg.get("transfer", "torch"))  # how CUDA outputs travel (transfer.WAYS)
         # Every cache this process may fill is its own: nothing it writes is read by another kernel.
         os.environ["TRITON_CACHE_DIR"] = msg["triton_cache"]
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(self.scratch / "inductor")
@@ -165,7 +165,7 @@ class Contestant:
         self.last = outs
         if msg.get("fingerprint_seed") is not None:  # the judge wants only fingerprints of these outputs
             return {"elapsed_s": elapsed, "fingerprints": inputs_mod.fingerprints(outs, int(msg["fingerprint_seed"]))}
-        return {"elapsed_s": elapsed, "outputs": transfer.export(outs, self.scratch, "last", self.ipc)}
+        return {"elapsed_s": elapsed, "outputs": transfer.export(outs, self.scratch, "last", self.transfer)}
 
     @staticmethod
     def _check_ops(recorder: guards.OpRecorder, where: str, stage: str, forbidden_ops) -> None:
@@ -230,7 +230,7 @@ class Contestant:
 
     def fetch_rep(self, msg: dict) -> dict:
         return {"outputs": transfer.export(self.batch[int(msg["rep"])], self.scratch, f"rep{int(msg['rep'])}",
-                                           self.ipc)}
+                                           self.transfer)}
 
     def drop(self, msg: dict) -> dict:
         self.batch, self.last = [], ()

@@ -145,13 +145,15 @@ class ContestantProxy:
             pass
 
 
-def output_transfer(landlock: bool, private_shm: bool) -> tuple[bool, list[str]]:
-    """(whether CUDA outputs travel by IPC handle, the ``/dev/shm`` write roots a contestant gets).
+def output_transfer(landlock: bool, private_shm: bool) -> tuple[str, list[str]]:
+    """(how CUDA outputs travel, ``transfer.WAYS``; the ``/dev/shm`` write roots a contestant gets).
 
-    torch keeps an IPC handle's reference count in /dev/shm: open to a contestant only where that
+    torch's IPC keeps a handle's reference count in /dev/shm: open to a contestant only where that
     /dev/shm is the sandbox's own, never the host's (other programs' shared memory). Under Landlock
-    alone outputs travel through the contestant's scratch folder instead."""
-    return private_shm or not landlock, ["/dev/shm"] if landlock and private_shm else []
+    alone handles come from the CUDA driver itself, which writes nothing."""
+    if landlock and not private_shm:
+        return "driver", []
+    return "torch", ["/dev/shm"] if landlock else []
 
 
 class ContestantPool:
@@ -164,7 +166,7 @@ class ContestantPool:
         self.timeout_s = timeout_s
         self.memory_limit_mb = memory_limit_mb
         self.landlock = landlock
-        self.ipc, self.shm_roots = output_transfer(landlock, private_shm)
+        self.transfer, self.shm_roots = output_transfer(landlock, private_shm)
         self.read_roots = read_roots or ["/"]
         self.n_spares = spares
         self._spares: list[ContestantProxy] = []
@@ -247,7 +249,7 @@ class ContestantPool:
         proxy.key = key
         reply, _ = proxy.request({"op": "assign", "scratch": str(scratch), "kernel_path": str(source_dir / "kernel.py"),
                                   "task_dir": str(task_copy), "triton_cache": str(cache), "landlock": self.landlock,
-                                  "ipc": self.ipc,
+                                  "transfer": self.transfer,
                                   "write_roots": [str(scratch), str(cache), *landlock.device_files(), *self.shm_roots],
                                   "read_roots": self.read_roots + [str(task_copy), str(source_dir), str(scratch),
                                                                    str(cache)]},

@@ -1,14 +1,19 @@
 """Outputs from a contestant to the judge, as plain data (worker side; never pickle).
 
-GPU: a CUDA IPC handle of the output's memory (torch's own ``_share_cuda_``,
-legal because judge and contestants share one pid namespace); the judge maps it
-and copies the bytes into its own memory at once. torch keeps that handle's
-reference count in a shared-memory object of ``/dev/shm``, so this needs a
-``/dev/shm`` the contestant may write: bwrap's private one. Otherwise (Landlock
-alone, where ``/dev/shm`` is the host's and stays closed) and on the CPU: the
-raw bytes in a file of the contestant's scratch folder. Either way the judge checks what arrives
-against the shape and dtype it expects before it reads a byte, and nothing that
-arrives is ever unpickled or executed.
+GPU, three ways (``WAYS``), chosen by the sandbox (``pool.output_transfer``):
+
+* "torch": a CUDA IPC handle by torch's own ``_share_cuda_``, which keeps the handle's reference count
+  in a shared-memory object of ``/dev/shm``: where that ``/dev/shm`` is bwrap's private one, or with no
+  sandbox at all.
+* "driver": a handle of the output's allocation by the CUDA driver itself (``cuda_ipc``), no reference
+  count, so nothing is written: Landlock alone, where ``/dev/shm`` is the host's and stays closed. An
+  output the driver cannot hand over (memory of a kind IPC does not cover) goes as a file instead.
+* "file": the raw bytes in a file of the contestant's scratch folder (always on the CPU).
+
+Handles are legal because judge and contestants share one pid namespace; the judge maps each, copies
+the bytes into its own memory at once and unmaps it. Either way the judge checks what arrives against
+the shape and dtype it expects before it reads a byte, and nothing that arrives is ever unpickled or
+executed.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from typing import Any
 
 import torch
 
+from autokernel_tui.harness.worker import cuda_ipc
+
+WAYS = ("torch", "driver", "file")
 DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
     torch.int64, torch.uint8, torch.bool, torch.float8_e4m3fn, torch.float8_e5m2)}
@@ -33,13 +41,17 @@ def describe(t: torch.Tensor) -> dict[str, Any]:
     return {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "device": t.device.type}
 
 
-def export(outs: tuple, scratch: Path, tag: str, ipc: bool = True) -> list[dict[str, Any]]:
+def export(outs: tuple, scratch: Path, tag: str, way: str = "torch") -> list[dict[str, Any]]:
     """What the judge needs to read each output (contestant side). Keep ``outs`` alive until it has.
-    ``ipc``: CUDA outputs by IPC handle (else through a file, like CPU ones)."""
+    ``way``: how CUDA outputs travel (``WAYS``); CPU ones always as files."""
+    if way not in WAYS:
+        raise ValueError(f"way must be one of {', '.join(WAYS)}, not {way!r}")
     descs = []
     for i, t in enumerate(outs):
         d = describe(t)
-        if t.is_cuda and ipc:
+        if t.is_cuda and way == "driver" and (handle := _driver_export(t)) is not None:
+            d["driver_ipc"] = handle
+        elif t.is_cuda and way == "torch":
             from torch.multiprocessing.reductions import reduce_tensor
             _, args = reduce_tensor(t.detach())
             (_, size, stride, offset, _, _, device, handle, storage_bytes, storage_offset, _, rc_handle,
@@ -59,6 +71,13 @@ def export(outs: tuple, scratch: Path, tag: str, ipc: bool = True) -> list[dict[
     return descs
 
 
+def _driver_export(t: torch.Tensor) -> dict[str, Any] | None:
+    try:
+        return cuda_ipc.export(t.detach())
+    except cuda_ipc.CudaIpcError:  # e.g. memory of a kind IPC does not cover: this one goes as a file
+        return None
+
+
 def receive(descs: list[dict[str, Any]], expected: list[dict[str, Any]], scratch: Path) -> tuple:
     """The outputs as the judge's own tensors (judge side). Raises TransferError on anything unexpected."""
     if not isinstance(descs, list) or len(descs) != len(expected):
@@ -74,7 +93,12 @@ def receive(descs: list[dict[str, Any]], expected: list[dict[str, Any]], scratch
         dtype = DTYPES.get(d["dtype"])
         if dtype is None:
             raise TransferError(f"output {i}: dtype {d['dtype']!r} not supported")
-        outs.append(_receive_ipc(d["ipc"], dtype, want) if "ipc" in d else _receive_file(d, dtype, scratch, want))
+        if "driver_ipc" in d:
+            outs.append(_receive_driver_ipc(d["driver_ipc"], dtype, want))
+        elif "ipc" in d:
+            outs.append(_receive_ipc(d["ipc"], dtype, want))
+        else:
+            outs.append(_receive_file(d, dtype, scratch, want))
     return tuple(outs)
 
 
@@ -129,3 +153,15 @@ def _receive_ipc(ipc: dict, dtype: torch.dtype, want: dict) -> torch.Tensor:
         raise
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise TransferError(f"cannot map the output's CUDA IPC handle: {type(exc).__name__}: {exc}") from None
+
+
+def _receive_driver_ipc(desc: dict, dtype: torch.dtype, want: dict) -> torch.Tensor:
+    if not isinstance(desc, dict) or list(desc.get("size", ())) != list(want["shape"]):
+        raise TransferError(f"IPC tensor of shape {desc.get('size') if isinstance(desc, dict) else '?'}, "
+                            f"expected {want['shape']}")
+    if want.get("device") != "cuda":
+        raise TransferError("a CUDA IPC handle for an output the judge expects on the CPU")
+    try:
+        return cuda_ipc.receive(desc, dtype)
+    except (cuda_ipc.CudaIpcError, RuntimeError) as exc:
+        raise TransferError(f"cannot map the output's CUDA IPC handle: {exc}") from None
