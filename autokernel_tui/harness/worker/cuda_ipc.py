@@ -66,7 +66,7 @@ def export(t: torch.Tensor) -> dict[str, Any]:
         base, size = _allocation(ptr)
         handle = _Handle()
         _check(_driver().cuIpcGetMemHandle(ctypes.byref(handle), base), "cuIpcGetMemHandle")
-    return {"handle": bytes(handle.reserved).hex(), "storage_at": ptr - base, "storage_bytes": storage.nbytes(),
+    return {"handle": bytes(handle).hex(),  # all 64 bytes (the field's .value would stop at a NUL) "storage_at": ptr - base, "storage_bytes": storage.nbytes(),
             "size": list(t.shape), "stride": list(t.stride()), "offset": t.storage_offset(),
             "device": t.device.index or 0}
 
@@ -99,8 +99,7 @@ def receive(desc: dict[str, Any], dtype: torch.dtype) -> torch.Tensor:
         raise CudaIpcError("the view reaches outside its storage")
     if not all(size) or nbytes == 0:
         return torch.empty(size, dtype=dtype, device=f"cuda:{device}")
-    handle = _Handle()
-    handle.reserved = raw
+    handle = _Handle.from_buffer_copy(raw)
     with torch.cuda.device(device):
         torch.cuda.synchronize()  # makes the primary context current on this thread for the driver calls
         mapped = ctypes.c_uint64()
