@@ -63,10 +63,11 @@ def export(t: torch.Tensor) -> dict[str, Any]:
     storage = t.untyped_storage()
     ptr = storage.data_ptr()
     with torch.cuda.device(t.device):  # the driver calls below need the tensor's context current
-        base, size = _allocation(ptr)
+        base, _ = _allocation(ptr)
         handle = _Handle()
         _check(_driver().cuIpcGetMemHandle(ctypes.byref(handle), base), "cuIpcGetMemHandle")
-    return {"handle": bytes(handle).hex(),  # all 64 bytes (the field's .value would stop at a NUL) "storage_at": ptr - base, "storage_bytes": storage.nbytes(),
+    # bytes(handle): all 64 of them (the field's .value would stop at the first NUL)
+    return {"handle": bytes(handle).hex(), "storage_at": ptr - base, "storage_bytes": storage.nbytes(),
             "size": list(t.shape), "stride": list(t.stride()), "offset": t.storage_offset(),
             "device": t.device.index or 0}
 
