@@ -51,15 +51,17 @@ KNOBS = {"BLOCK_M": [64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 12
          "NUM_STAGES": [2, 3, 4], "GROUP_M": [1, 4, 8, 16]}
 GEMV_KNOBS = {"GEMV_BLOCK_M": [8, 16, 32, 64], "GEMV_BLOCK_K": [128, 256, 512], "GEMV_NUM_WARPS": [2, 4, 8],
               "GEMV_PROGRAMS_PER_SM": [2, 4, 8]}
+DEPTHWISE_KNOBS = {"DW_BLOCK_M": [32, 64, 128, 256], "DW_BLOCK_N": [4, 8, 16, 32, 64], "DW_NUM_WARPS": [2, 4, 8]}
 POOL_KNOBS = {"POOL_BLOCK": [128, 256, 512, 1024], "POOL_NUM_WARPS": [2, 4, 8]}
 FP32_KNOBS = {"FP32_BLOCK_M": [32, 64, 128], "FP32_BLOCK_N": [32, 64, 128], "FP32_BLOCK_K": [16, 32, 64],
               "FP32_NUM_WARPS": [4, 8], "FP32_NUM_STAGES": [2, 3, 4]}
 
 
-def knobs_for(dtypes, gemm: bool = True, gemv: bool = False, conv: bool = False) -> dict[str, list[int]]:
+def knobs_for(dtypes, gemm: bool = True, gemv: bool = False, conv: bool = False,
+              depthwise: bool = False) -> dict[str, list[int]]:
     """The tile knobs a kernel for inputs of ``dtypes`` reads (GROUP_M only for a GEMM: a convolution's
     tiles go in grid order; the GEMV_* knobs only for a chain with a matrix-vector product;
-    CONV_CHANNELS_LAST and CONV_SPLIT_PROGRAMS_PER_SM for a convolution)."""
+    CONV_CHANNELS_LAST and CONV_SPLIT_PROGRAMS_PER_SM for a convolution, the DW_* ones for a depthwise one)."""
     out: dict[str, list[int]] = {}
     if "float32" in dtypes:
         out.update(FP32_KNOBS)
@@ -72,6 +74,8 @@ def knobs_for(dtypes, gemm: bool = True, gemv: bool = False, conv: bool = False)
     if conv:
         out["CONV_CHANNELS_LAST"] = [0, 1]
         out["CONV_SPLIT_PROGRAMS_PER_SM"] = [0, 1, 2, 4]
+    if depthwise:
+        out.update(DEPTHWISE_KNOBS)
     return out
 
 
@@ -89,6 +93,19 @@ def _is_vector_product(spec: dict, op: dict) -> bool:
 
 def _has_vector_product(spec: dict) -> bool:
     return any(_is_vector_product(spec, op) for op in spec["ops"])
+
+
+def _is_depthwise(spec: dict, op: dict) -> bool:
+    """Whether ``op`` is a forward convolution with one input channel per group (depthwise: MobileNet's,
+    ConvNeXt's 7x7, KernelBench's 82-86), which _conv computes elementwise, not as a GEMM."""
+    if op["op"] != "aten.convolution.default" or op["args"][6]:
+        return False
+    weight = _meta(spec, op["args"][1].get("tensor") if isinstance(op["args"][1], dict) else None)
+    return bool(weight) and len(weight["shape"]) >= 2 and weight["shape"][1] == 1
+
+
+def _has_depthwise(spec: dict) -> bool:
+    return any(_is_depthwise(spec, op) for op in spec["ops"])
 
 
 class NoTemplate(ValueError):
@@ -378,7 +395,8 @@ def template_source(spec: dict, name: str) -> tuple[str, dict[str, list[int]]]:
     parts.append(TAIL.format(pointwise=kernels, params=params, body=code,
                              ret=outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"))
     knobs = knobs_for(dtypes, gemm="_gemm(" in code or "_bmm(" in code,
-                      gemv="_gemm(" in code and _has_vector_product(spec), conv="_conv(" in code)
+                      gemv="_gemm(" in code and _has_vector_product(spec), conv="_conv(" in code,
+                      depthwise="_conv(" in code and _has_depthwise(spec))
     if fused:
         knobs["FUSE_EPILOGUE"] = [0, 1]
     return "".join(parts), knobs
@@ -553,26 +571,57 @@ def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd
                  sxn, sxc, sxd, sxh, sxw, swa, swb, swd, swh, sww, syn, syc, syd, syh, syw, sbias,
                  P, sps, spm, SPLITS, K_PER,__EPI_PARAMS__
                  TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, FP32: tl.constexpr, DOT: tl.constexpr,
-                 WIDE: tl.constexpr, BY_POSITION: tl.constexpr, SPLIT: tl.constexpr,
+                 WIDE: tl.constexpr, BY_POSITION: tl.constexpr, SPLIT: tl.constexpr, DEPTHWISE: tl.constexpr,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     # Implicit GEMM for one group (grid axis 2): rows are output points (n, od, oh, ow), columns the
     # group's output channels, K over the group's input channels and kernel positions. SPLIT: grid axis 2
     # is (group, part of K), and each part's float32 sums go to P[part, row, channel] for _conv_split_sum.
+    # DEPTHWISE (one input channel per group): no GEMM; the columns run over every output channel (OCG
+    # is their count here, CG the output channels each input channel has) and each kernel position adds
+    # input x weight to the tile, elementwise.
     g = tl.program_id(2)
     part = 0
     if SPLIT:
         part = g % SPLITS
         g = g // SPLITS
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
-    if WIDE:  # a tensor of 2**31 elements or more: 32-bit offsets would wrap
-        rm = rm.to(tl.int64)
-        rn = rn.to(tl.int64)
-        g = g.to(tl.int64)
-    ow, oh, od, n = _unravel(rm, OW, OH, OD)
+    if DEPTHWISE:
+        # A tile's rows are BM consecutive points of one output row (grid axis 0: rows x blocks of a
+        # row), so that in NCHW the compiler sees them contiguous and coalesces their loads and stores.
+        blocks = tl.cdiv(OW, BM)
+        row = tl.program_id(0) // blocks
+        ow = (tl.program_id(0) % blocks) * BM + tl.arange(0, BM)
+        if WIDE:  # a tensor of 2**31 elements or more: 32-bit offsets would wrap
+            row = row.to(tl.int64)
+            ow = ow.to(tl.int64)
+            rn = rn.to(tl.int64)
+        flat = tl.zeros_like(ow)  # the row's indices spread over the tile, constant along it
+        oh = flat + row % OH
+        od = flat + (row // OH) % OD
+        n = flat + row // (OH * OD)
+        rm = tl.where(ow < OW, row * OW + ow, M)  # the flat point index; M (outside) past the row's end
+    else:
+        rm = tl.program_id(0) * BM + tl.arange(0, BM)
+        if WIDE:
+            rm = rm.to(tl.int64)
+            rn = rn.to(tl.int64)
+            g = g.to(tl.int64)
+        ow, oh, od, n = _unravel(rm, OW, OH, OD)
     oc = g * OCG + rn
     acc = tl.zeros((BM, BN), dtype=tl.float32)
-    if BY_POSITION:
+    if DEPTHWISE:
+        cin = rn // CG
+        for pos in range(0, KD * KH * KW):
+            kw = pos % KW
+            kh = (pos // KW) % KH
+            kd = pos // (KW * KH)
+            i_d, i_h, i_w, ok = _input_point(od, oh, ow, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw, D, H, WI,
+                                             False)
+            a = tl.load(X + (n * sxn + i_d * sxd + i_h * sxh + i_w * sxw)[:, None] + cin[None, :] * sxc,
+                        mask=(ok & (rm < M))[:, None] & (rn[None, :] < OCG), other=0.0)
+            b = tl.load(W + rn * swa + kd * swd + kh * swh + kw * sww, mask=rn < OCG, other=0.0)
+            acc += a.to(tl.float32) * b.to(tl.float32)[None, :]
+    elif BY_POSITION:
         # Many channels per group: K runs over kernel positions, then a block of channels at a time, so
         # each row's input point is worked out once per position (not per K element) and the channel
         # block is one strided vector per row.
@@ -841,6 +890,13 @@ CONV_SPLIT_PROGRAMS_PER_SM = 2
 CONV_SPLIT_MIN_TRIPS = 4  # trips of the K loop's outer level each part keeps at least
 
 
+# Depthwise (one input channel per group): a tile of DW_BLOCK_M output points by DW_BLOCK_N channels,
+# each kernel position one multiply-add per element (no tensor cores: K per output is the kernel's size).
+DW_BLOCK_M = 128
+DW_BLOCK_N = 16
+DW_NUM_WARPS = 4
+
+
 CONV_FLAT_BLOCK_M = 64  # few channels per group (K over channel and position together): the tile's rows
 CONV_FLAT_BLOCK_K = (32, 16)  # and its K, 16-bit and fp32
 
@@ -883,8 +939,8 @@ def _conv_knobs():
     # everything a convolution's plan is computed from besides its inputs (see _gemm_knobs)
     return (BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES, CONV_FP32_DOT, FP32_BLOCK_M, FP32_BLOCK_N,
             FP32_BLOCK_K, FP32_NUM_WARPS, FP32_NUM_STAGES, CONV_BY_POSITION, CONV_CHANNELS_LAST,
-            CONV_SPLIT_PROGRAMS_PER_SM, CONV_SPLIT_MIN_TRIPS, CONV_FLAT_BLOCK_M, CONV_FLAT_BLOCK_K, _conv_kernel,
-            _conv_split_sum)
+            CONV_SPLIT_PROGRAMS_PER_SM, CONV_SPLIT_MIN_TRIPS, CONV_FLAT_BLOCK_M, CONV_FLAT_BLOCK_K, DW_BLOCK_M,
+            DW_BLOCK_N, DW_NUM_WARPS, _conv_kernel, _conv_split_sum)
 
 
 def _conv_plan(x, w, bias, stride, padding, dilation, transposed, output_padding, groups, out, kernel, epilogue):
@@ -902,6 +958,7 @@ def _conv_plan(x, w, bias, stride, padding, dilation, transposed, output_padding
         cg, ocg = c // groups, w5.shape[1]
     else:
         cg, ocg = w5.shape[1], w5.shape[0] // groups
+    depthwise = not transposed and cg == 1
     by_position = cg >= CONV_BY_POSITION
     x_strides = w_strides = None
     if CONV_CHANNELS_LAST and by_position:  # (few channels: K runs over (c, kd, kh, kw), W's order is better)
@@ -922,7 +979,9 @@ def _conv_plan(x, w, bias, stride, padding, dilation, transposed, output_padding
     y5 = _as_3d(out, spatial)
     m = n * size[0] * size[1] * size[2]
     bm, bn, bk, warps, stages = _tile(x.dtype)
-    if not by_position:  # each K element's input point is worked out per element of the tile: the tile
+    if depthwise:  # (rows no longer than an output row needs)
+        bm, bn, warps = min(DW_BLOCK_M, max(16, triton.next_power_of_2(size[2]))), DW_BLOCK_N, DW_NUM_WARPS
+    elif not by_position:  # each K element's input point is worked out per element of the tile: the tile
         # no bigger than CONV_FLAT_BLOCK_M x CONV_FLAT_BLOCK_K, nor wider than K needs (compiled for sm_90, a
         # 16-bit 128 x 64 tile of this index math spilled 96 to 584 bytes: a 3-channel 3x3 convolution, a
         # weight gradient over a batch of 4; 128 x 32, 216 bytes)
@@ -932,13 +991,15 @@ def _conv_plan(x, w, bias, stride, padding, dilation, transposed, output_padding
     tiles = triton.cdiv(m, bm) * triton.cdiv(ocg, bn) * groups
     volume = ks[0] * ks[1] * ks[2]
     trips = volume if by_position else triton.cdiv(cg * volume, bk)  # of the K loop's outer level
-    splits = _conv_splits(tiles, trips, x.device) if kernel is None else 1  # (a fused epilogue needs whole sums)
+    # (a fused epilogue needs whole sums; a depthwise tile's K is one kernel's positions)
+    splits = _conv_splits(tiles, trips, x.device) if kernel is None and not depthwise else 1
     per = triton.cdiv(trips, splits)
     splits = triton.cdiv(trips, per)
     total = m * ocg * groups
     wide = _wide(x5, w5, y5, *_conv_operands(epilogue, spatial)[::6]) or (splits > 1 and splits * total >= WIDE_FROM)
     sbias = bias.stride(0) if bias is not None else 0
-    grid = (triton.cdiv(m, bm), triton.cdiv(ocg, bn), groups * splits)
+    grid = (n * size[0] * size[1] * triton.cdiv(size[2], bm), triton.cdiv(ocg * groups, bn), 1) if depthwise else \
+        (triton.cdiv(m, bm), triton.cdiv(ocg, bn), groups * splits)
     reduce = reduce_ints = reduce_meta = None
     if splits > 1:
         reduce = _conv_split_sum[(triton.cdiv(total, 1024),)]
@@ -951,12 +1012,13 @@ def _conv_plan(x, w, bias, stride, padding, dilation, transposed, output_padding
     return dict(
         spatial=spatial, x_strides=x_strides, w_strides=w_strides, out=out_shape,
         partial=(splits, m, ocg * groups) if splits > 1 else None, launch=(kernel or _conv_kernel)[grid],
-        ints=(m, cg, *x5.shape[2:], ocg, *size, *ks, *stride, *padding, *dilation, *x5.stride(), *w5.stride(),
+        # (depthwise: CG is the output channels per input channel, OCG every output channel)
+        ints=(m, *((ocg, *x5.shape[2:], ocg * groups) if depthwise else (cg, *x5.shape[2:], ocg)), *size, *ks, *stride, *padding, *dilation, *x5.stride(), *w5.stride(),
               *y5.stride(), sbias),
         split_ints=(total, ocg * groups, splits, per if by_position else per * bk),
         meta=dict(TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None and splits == 1,
                   FP32=x.dtype == torch.float32, DOT=CONV_FP32_DOT, WIDE=wide, BY_POSITION=by_position,
-                  SPLIT=splits > 1, BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages),
+                  SPLIT=splits > 1, DEPTHWISE=depthwise, BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages),
         reduce=reduce, reduce_ints=reduce_ints, reduce_meta=reduce_meta)
 
 

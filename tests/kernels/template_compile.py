@@ -2,7 +2,7 @@
 
 The template's kernels run only under the interpreter in the CPU tests; this compiles what a
 generated task launches (plain and fused-epilogue GEMMs, convolutions read in NCHW and channels
-innermost, a few-channel convolution, a matrix-vector product, average pooling) through ptxas, as ``hopper_compile.py`` does for the
+innermost, a few-channel convolution, a depthwise one, a matrix-vector product, average pooling) through ptxas, as ``hopper_compile.py`` does for the
 starters, and prints a JSON list of rows (registers, spills, the interesting SASS).
 
     python tests/kernels/template_compile.py OUT.json
@@ -66,6 +66,9 @@ def compile_template() -> list[dict]:
             launcher.context = f"conv3/{name}"  # an image's first layer: K = 27
             m._conv(torch.randn(2, 3, 32, 32, dtype=dtype), torch.randn(16, 3, 3, 3, dtype=dtype), None,
                     (1, 1), (1, 1), (1, 1))
+            launcher.context = f"dwconv7/{name}"  # depthwise 7x7 (ConvNeXt's): elementwise, no GEMM
+            m._conv(torch.randn(2, 96, 28, 28, dtype=dtype), torch.randn(96, 1, 7, 7, dtype=dtype),
+                    torch.randn(96, dtype=dtype), (1, 1), (3, 3), (1, 1), groups=96)
             m.CONV_SPLIT_PROGRAMS_PER_SM = 64  # (the CPU counts 2 SMs) a weight gradient's K split, as on a GPU
             launcher.context = f"conv_wgrad_by_position/{name}"  # batch 32 as channels, 28x28 "kernel" positions
             m._conv(torch.randn(64, 32, 28, 28, dtype=dtype), torch.randn(64, 32, 28, 28, dtype=dtype), None,

@@ -334,6 +334,12 @@ CONV_CASES = {  # x, w, bias, stride, padding, dilation, transposed, output_padd
     "1d": ((2, 4, 9), (6, 4, 3), True, (2,), (1,), (1,), False, (0,), 1),
     "2d_grouped": ((2, 4, 7, 6), (6, 2, 3, 3), True, (1, 2), (1, 0), (2, 1), False, (0, 0), 2),
     "2d_depthwise": ((1, 4, 5, 5), (4, 1, 3, 3), False, (1, 1), (1, 1), (1, 1), False, (0, 0), 4),
+    # depthwise (one input channel per group): elementwise over a tile of points x channels, not a GEMM
+    "2d_depthwise_wide": ((2, 40, 6, 7), (40, 1, 3, 3), True, (1, 2), (2, 1), (2, 1), False, (0, 0), 40),
+    "2d_depthwise_multiplier": ((1, 3, 6, 5), (6, 1, 3, 2), True, (2, 1), (1, 0), (1, 1), False, (0, 0), 3),
+    "1d_depthwise": ((2, 5, 11), (5, 1, 4), True, (2,), (2,), (2,), False, (0,), 5),
+    "3d_depthwise": ((1, 4, 3, 5, 4), (4, 1, 2, 3, 2), False, (1, 2, 1), (1, 1, 0), (1, 1, 2), False, (0, 0, 0), 4),
+    "2d_one_channel": ((2, 1, 6, 6), (7, 1, 3, 3), True, (1, 1), (1, 1), (1, 1), False, (0, 0), 1),
     "3d": ((1, 3, 4, 5, 6), (5, 3, 2, 3, 2), True, (1, 2, 1), (1, 0, 1), (1, 1, 2), False, (0, 0, 0), 1),
     "transposed_1d": ((2, 4, 5), (4, 3, 3), True, (2,), (1,), (1,), True, (1,), 1),
     "transposed_2d": ((2, 4, 5, 4), (4, 6, 3, 2), True, (2, 3), (1, 0), (1, 2), True, (1, 2), 1),
@@ -363,7 +369,7 @@ def _template(wide: bool = False) -> dict:
 def test_the_convolution_template_writes_every_kind_kernelbench_has(case):
     """Issue 19: KernelBench's convolutions are 1-3-D, grouped, depthwise, transposed; the template's
     implicit GEMM matches aten.convolution on each (strides, padding, dilation, output padding)."""
-    ns = _template(wide=case in ("2d_wide", "transposed_2d", "1d"))
+    ns = _template(wide=case in ("2d_wide", "transposed_2d", "1d", "2d_depthwise_wide"))
     xs, ws, has_bias, stride, padding, dilation, transposed, output_padding, groups = CONV_CASES[case]
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(xs, generator=g), torch.randn(ws, generator=g)
@@ -378,6 +384,8 @@ def test_the_convolution_template_writes_every_kind_kernelbench_has(case):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4,
                                    msg=lambda m: f"channels last {channels_last}, split {split}: {m}")
         assert got.is_contiguous()  # the model's layout, whichever way the kernel read its operands
+    depthwise = [p["meta"]["DEPTHWISE"] for p in ns["_PLANS"].values() if "DEPTHWISE" in p.get("meta", {})]
+    assert depthwise and set(depthwise) == {ws[1] == 1 and not transposed}  # one input channel a group: no GEMM
     if len(xs) == 4:  # into a buffer laid out channels-last, as Inductor's are on the CPU
         out = torch.empty_strided(want.shape, (want[0].numel(), 1, want.shape[3] * want.shape[1], want.shape[1]))
         ns["_conv"](x, w, bias, stride, padding, dilation, transposed, output_padding, groups, out=out)
@@ -682,6 +690,24 @@ def test_a_kernelbench_chain_of_a_convolution_and_pointwise_ops_starts_fused(tmp
     assert "gemm_template" in source.splitlines()[0] and "kernel=_conv_kernel_e0" in source, source[:600]
     assert "gemm_template" in (task / "task.toml").read_text()
     assert {"FUSE_EPILOGUE", "CONV_CHANNELS_LAST"} <= set(taskspec.load_spec(task).knob_space)
+    with Harness(timeout_s=300, device="cpu") as h:
+        report = h.evaluate(task, quick=True)
+    assert report.status == "PASS", report.reason
+
+
+def test_a_depthwise_convolution_becomes_an_elementwise_task_that_passes_the_harness(tmp_path):
+    """Issue 19: a depthwise convolution (MobileNet's, ConvNeXt's; KernelBench level 1, 82-86) as the
+    template's implicit GEMM wasted all but one column of every tile (run 16, H100: 20x torch.compile);
+    its generated task computes it elementwise, with that path's tile as knobs, and passes the harness."""
+    from autokernel_tui.harness.runner import Harness
+
+    model = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.ReLU())
+    prof = _profile("dw", model, [torch.randn(2, 8, 9, 7)])
+    created, _ = _extract(prof, tmp_path)
+    (task,) = _generated(created, "conv")
+    assert "_conv(" in (task / "kernel.py").read_text()
+    spec = taskspec.load_spec(task)
+    assert {"DW_BLOCK_M", "DW_BLOCK_N", "DW_NUM_WARPS"} <= set(spec.knob_space)
     with Harness(timeout_s=300, device="cpu") as h:
         report = h.evaluate(task, quick=True)
     assert report.status == "PASS", report.reason
