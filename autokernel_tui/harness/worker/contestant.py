@@ -222,6 +222,9 @@ class Contestant:
             per_call = time_as_called(self.fn, sets)
         except BaseException as exc:  # noqa: BLE001
             raise candidate_error(exc, f"{msg['where']} (as called)", "timing") from None
+        del sets
+        if memory.short():  # their blocks back to the driver, for the judge's process on the same card
+            memory.release_cached()
         return {"as_called_us": per_call}
 
     def fingerprint_batch(self, msg: dict) -> dict:
@@ -236,8 +239,8 @@ class Contestant:
         self.batch, self.last = [], ()
         if msg.get("sets"):
             self.sets.clear()
-        if msg.get("idle") and memory.short():  # kept warm while the card is short: hold little
-            if self.builder is not None:
+        if memory.short():  # the batch's blocks back to the driver; kept warm (idle): hold little besides
+            if msg.get("idle") and self.builder is not None:
                 self.builder.trim(memory.budget(self.device, "idle"))
             memory.release_cached()
         return {}
