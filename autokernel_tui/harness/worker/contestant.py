@@ -51,7 +51,7 @@ def candidate_error(exc: BaseException, where: str, stage: str) -> Verdict:
     if "CUDA error" in text or "illegal memory access" in text or type(exc).__name__ == "AcceleratorError":
         return Verdict("CRASH", stage, f"{where}: {msg} (CUDA context poisoned)", restart=True)
     if memory.is_out_of_memory(exc):
-        return Verdict("FAIL", stage, f"{where}: {OUT_OF_MEMORY}: {msg}")
+        return Verdict("FAIL", stage, f"{where}: {OUT_OF_MEMORY}: {msg} ({memory.state()})")
     return Verdict("FAIL", stage, f"{where}: kernel_fn raised {msg}")
 
 
@@ -266,8 +266,10 @@ class Contestant:
                 reply = {"ok": False, "status": v.status, "stage": v.stage, "reason": v.reason}
             except BaseException as exc:  # noqa: BLE001 - a harness bug or a candidate's trick: say so, die
                 print("".join(traceback.format_exception(exc)), file=sys.stderr, flush=True)
+                held = f" ({memory.state()})" if memory.is_out_of_memory(exc) else ""
                 reply = {"ok": False, "status": "CRASH", "stage": "",
-                         "reason": one_line(f"contestant error: {describe(exc)}")}
+                         "reason": one_line(f"contestant error in {message.get('op')}: {describe(exc)}{held}",
+                                            limit=400)}
             sys.stdout.flush()
             sys.stderr.flush()
             reply["id"] = message.get("id")

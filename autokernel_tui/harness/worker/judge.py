@@ -117,7 +117,7 @@ def _retaken_if_out_of_memory(state, attempt) -> dict:
             raise
         state.forget_tasks()
         return {"ok": False, "reason": f"{OUT_OF_MEMORY} in the judge, also after dropping every cached input "
-                                       f"and trying again: {describe(exc)}"}
+                                       f"and trying again: {describe(exc)} ({memory.state()})"}
 
 
 def main(argv: list[str] | None = None) -> int:

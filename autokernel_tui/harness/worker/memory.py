@@ -56,5 +56,18 @@ def short() -> bool:
     return free < TIGHT_SHARE * total
 
 
+def state() -> str:
+    """What this process and the card hold, for an out-of-memory reason (cudaMemGetInfo: no NVML)."""
+    if not torch.cuda.is_initialized():
+        return ""
+    try:
+        free, total = torch.cuda.mem_get_info()
+        return (f"this process {torch.cuda.memory_allocated() / 2**30:.1f} GiB allocated, "
+                f"{torch.cuda.memory_reserved() / 2**30:.1f} GiB reserved; the card {free / 2**30:.1f} GiB free "
+                f"of {total / 2**30:.1f}")
+    except RuntimeError as exc:  # a context too broken to ask
+        return f"memory state unknown ({type(exc).__name__})"
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or out_of_memory_in_disguise(exc)
