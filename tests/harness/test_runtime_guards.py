@@ -338,3 +338,24 @@ def test_a_contestant_kept_warm_keeps_only_an_idle_share_of_its_inputs():
     b.base({"N": 1024}, "float32", 0)
     b.trim(64 << 10)
     assert len(b._base) == 1
+
+
+def test_a_tensor_subclass_output_of_a_timed_call_is_rejected(contestant, launch, tiny_task):
+    # A lazy output would do its work when fingerprinted, after the clock stopped.
+    class Lazy(torch.Tensor):
+        pass
+
+    spec = load_spec(tiny_task)
+    shape, dtype = spec.shapes_for("cpu")[0], spec.dtypes[0]
+    recipes = [{"dims": dict(shape.dims), "dtype": dtype, "base_seed": secrets.randbits(40), "steps": []}
+               for _ in range(3)]
+    msg = {"recipes": recipes, "warmup": 0, "where": f"{shape.name} {dtype}", "lead_us": 0.0, "stage": "timing",
+           "forbidden_ops": list(spec.forbidden_ops)}
+    contestant.fn = lambda x, w, eps: launch(x, w, eps, torch.empty_like(x))
+    contestant.time(dict(msg))  # plain outputs: timed, then every rep fingerprinted
+    got = contestant.fingerprint_batch({"seed": 5})["fingerprints"]
+    assert len(got) == 3 and all(len(rep) == 1 for rep in got)
+    contestant.fn = lambda x, w, eps: launch(x, w, eps, torch.empty_like(x)).as_subclass(Lazy)
+    with pytest.raises(Verdict) as info:
+        contestant.time(dict(msg))
+    assert info.value.status == "REJECTED" and "not a plain torch.Tensor" in info.value.reason

@@ -213,6 +213,10 @@ class Contestant:
         if self.launches.count - launches < len(sets) + 1:
             raise Verdict("REJECTED", "timing", f"{where} (timed run): some timed calls launched no Triton kernel")
         self.batch = [as_tuple(o) for o in outs + more]
+        for rep in self.batch:  # (a lazy tensor would do its work when fingerprinted, after the clock stopped)
+            if any(type(t) is not torch.Tensor for t in rep):
+                raise Verdict("REJECTED", "timing", f"{where} (timed run): an output is not a plain torch.Tensor "
+                              "(tensor subclass or lazy output)")
         return {"times_us": before.times_us + after.times_us, "host_us": before.host_us + after.host_us}
 
     def time_as_called(self, msg: dict) -> dict:
@@ -228,6 +232,9 @@ class Contestant:
         return {"as_called_us": per_call}
 
     def fingerprint_batch(self, msg: dict) -> dict:
+        # Every rep's, though the judge checks a few: it is never told which, so work put off past the
+        # timed calls must be done for all of them, inside the judge's clock (asking for the checked reps
+        # alone would halve a warm evaluation's fingerprint time and let that work shrink to one rep's).
         seed = int(msg["seed"])
         return {"fingerprints": inputs_mod.fingerprint_batch(self.batch, seed)}
 
