@@ -981,8 +981,10 @@ def _conv_plan(x, w, bias, stride, padding, dilation, transposed, output_padding
     bm, bn, bk, warps, stages = _tile(x.dtype)
     if depthwise:  # (rows no longer than an output row needs)
         bm, bn, warps = min(DW_BLOCK_M, max(16, triton.next_power_of_2(size[2]))), DW_BLOCK_N, DW_NUM_WARPS
-    elif not by_position:  # each K element's input point is worked out per element of the tile: the tile
-        # no bigger than CONV_FLAT_BLOCK_M x CONV_FLAT_BLOCK_K, nor wider than K needs (compiled for sm_90, a
+    else:  # no wider than the group's output channels need (KernelBench level 2: 16 of 128 columns used)
+        bn = min(bn, max(16, triton.next_power_of_2(ocg)))
+    if not depthwise and not by_position:
+        # Each K element's input point is worked out per element of the tile: the tile no bigger than CONV_FLAT_BLOCK_M x CONV_FLAT_BLOCK_K, nor wider than K needs (compiled for sm_90, a
         # 16-bit 128 x 64 tile of this index math spilled 96 to 584 bytes: a 3-channel 3x3 convolution, a
         # weight gradient over a batch of 4; 128 x 32, 216 bytes)
         bm = min(bm, CONV_FLAT_BLOCK_M)
