@@ -27,6 +27,7 @@
 #              (experiments/hour, the harness's busy fraction)
 #   kernelbench: KernelBench problems (carry .kb: the fetched level1/level2 files) through init's path and
 #              the harness: starter PASS rate and its time beside torch.compile
+#   convsweep: the GEMM template's fp32 tile swept on KernelBench convolutions (carry .kb) beside cuDNN
 #   aa:        A/A at K = 8 (the fake server answers with the incumbent): false keeps out of N
 #   anyop:     GPT-2 small (bf16, 8x1024) profiled, `init --from-profile --top 12`, and every generated
 #              task's starter (GEMM template or Inductor's Triton) benched through the sandboxed harness
@@ -40,7 +41,7 @@
 # without it the harness runs under Landlock alone there (run 15 did, unnoticed until its probe).
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | aa [N] | tunegen [MODEL [N]] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | aa [N] | tunegen [MODEL [N]] | kernelbench [LEVELS [N [ONLY]]]
 set -u
 part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, agreement, sandboxcost, parallel, aa or kernelbench}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -171,6 +172,16 @@ kernelbench)
     # first N problems of each (or a list of numbers: `kernelbench 2 0 4,11,23`).
     step kernelbench 560 python3 benchmarks/kernelbench_coverage.py --kb .kb/KernelBench --levels "${2:-1}" \
         --limit "${3:-10}" --only "${4:-}" --bench --starter-timeout 120 --jobs 8 --json "$R/kernelbench.json"
+    ;;
+convsweep)
+    # The GEMM template's fp32 tile on KernelBench convolutions (carry .kb): each problem's task made, then
+    # knob_sweep.py over the fp32 tile beside eager (cuDNN). `convsweep 2:4,1:54,2:19` picks the problems.
+    step make 240 python3 benchmarks/kernelbench_coverage.py --kb .kb/KernelBench --levels 1,2 \
+        --only "${2:-2:4,1:54,2:19}" --jobs 4 --workspace /tmp/convsweep --json "$R/made.json"
+    for t in $(cd /tmp/convsweep/kernels 2>/dev/null && ls -d kb_*); do
+        step "sweep_$t" 170 python3 benchmarks/knob_sweep.py --task "/tmp/convsweep/kernels/$t" --max-seconds 140 \
+            --grid FP32_BLOCK_M=64,128 --grid FP32_BLOCK_N=64,128 --grid FP32_NUM_WARPS=4,8 --json "$R/sweep_$t.json"
+    done
     ;;
 aa)
     # A/A with K=8: the fake server answers with the incumbent (a comment changed): every keep is false.
