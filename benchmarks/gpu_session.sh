@@ -33,7 +33,7 @@
 #              task's starter (GEMM template or Inductor's Triton) benched through the sandboxed harness
 #   tunegen:   issue 19's tuner on generated tasks: a model profiled (default gpt2), `init --from-profile
 #              --top 12`, then `tuner_budget.py` on every generated task (20 experiments each, or N)
-#   models:    a model that is neither GPT-2 nor LLaMA (resnet, vit or t5; default resnet) at its full
+#   models:    a model that is neither GPT-2 nor LLaMA (resnet, vit, t5 or convnext; default resnet) at its full
 #              default size: profiled, `init --from-profile --top 8`, and `verify` with every task it
 #              made (generated kernels put into the traced graph): outputs checked, every mode timed
 #
@@ -41,7 +41,7 @@
 # without it the harness runs under Landlock alone there (run 15 did, unnoticed until its probe).
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | aa [N] | tunegen [MODEL [N]] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | aa [N] | tunegen [MODEL [N]] | kernelbench [LEVELS [N [ONLY]]]
 set -u
 part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, agreement, sandboxcost, parallel, aa or kernelbench}
 if [ -d .whl ] && [ ! -d .site ]; then

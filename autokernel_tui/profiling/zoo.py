@@ -341,6 +341,59 @@ def _modules():
         def make_inputs(batch, size, g, train):
             return (torch.randn(batch, 3, size, size, generator=g),)
 
+    # ---------------------------------------------------------------- ConvNeXt (depthwise convolutions)
+
+    class ChannelsLayerNorm(nn.Module):
+        """ConvNeXt's LayerNorm over the channels of an N-C-H-W map: moved last, normalised, moved back."""
+
+        def __init__(self, dim):
+            super().__init__()
+            self.norm = LayerNorm(dim, eps=1e-6)
+
+        def forward(self, x):
+            return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+    class ConvNeXtBlock(nn.Module):
+        def __init__(self, dim, layer_scale):
+            super().__init__()
+            self.dwconv = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+            self.norm = LayerNorm(dim, eps=1e-6)
+            self.pwconv1, self.act, self.pwconv2 = nn.Linear(dim, 4 * dim), GELU("none"), nn.Linear(4 * dim, dim)
+            self.gamma = nn.Parameter(layer_scale * torch.ones(dim))
+
+        def forward(self, x):
+            y = self.norm(self.dwconv(x).permute(0, 2, 3, 1))  # channels last for the norm and the MLP
+            y = self.gamma * self.pwconv2(self.act(self.pwconv1(y)))
+            return x + y.permute(0, 3, 1, 2)
+
+    class ConvNeXt(nn.Module):
+        """ConvNeXt-T's shape: a 4x4 patch stem, stages of depthwise 7x7 blocks (inverted MLP, layer
+        scale), a 2x2 strided convolution between stages. The layer scale starts at 0.1, not the paper's
+        1e-6, so that the blocks' outputs (and any kernel error in them) show in the model's."""
+
+        def __init__(self, depths=(3, 3, 9, 3), dims=(96, 192, 384, 768), classes=1000, layer_scale=0.1,
+                     layers=None):
+            super().__init__()
+            depths = tuple(depths)[: layers or len(depths)]
+            dims = tuple(dims)[: len(depths)]
+            self.stem = nn.Sequential(nn.Conv2d(3, dims[0], 4, 4), ChannelsLayerNorm(dims[0]))
+            self.downs = nn.ModuleList(nn.Sequential(ChannelsLayerNorm(a), nn.Conv2d(a, b, 2, 2))
+                                       for a, b in zip(dims, dims[1:]))
+            self.stages = nn.ModuleList(nn.Sequential(*(ConvNeXtBlock(d, layer_scale) for _ in range(n)))
+                                        for d, n in zip(dims, depths))
+            self.norm = LayerNorm(dims[-1], eps=1e-6)
+            self.head = nn.Linear(dims[-1], classes)
+
+        def forward(self, img):
+            x = self.stem(img)
+            for i, stage in enumerate(self.stages):
+                x = stage(x if i == 0 else self.downs[i - 1](x))
+            return self.head(self.norm(x.mean((-2, -1))))
+
+        @staticmethod
+        def make_inputs(batch, size, g, train):
+            return (torch.randn(batch, 3, size, size, generator=g),)
+
     # ---------------------------------------------------------------- ViT (bidirectional attention)
 
     class ViTBlock(nn.Module):
@@ -445,7 +498,7 @@ def _modules():
             logits = self.lm_head(self.dec_norm(y))
             return logits if targets is None else self.loss(logits, targets)
 
-    return {"GPT2": GPT2, "Llama": Llama, "Bert": Bert, "ResNet": ResNet, "ViT": ViT, "T5": T5}
+    return {"GPT2": GPT2, "Llama": Llama, "Bert": Bert, "ResNet": ResNet, "ViT": ViT, "T5": T5, "ConvNeXt": ConvNeXt}
 
 
 # name -> (class, constructor kwargs, default (batch, seq) on a GPU, on the CPU)
@@ -460,9 +513,11 @@ ZOO: dict[str, tuple[str, dict, tuple[int, int], tuple[int, int]]] = {
     # For the image models "seq" is the image side.
     "resnet": ("ResNet", {}, (32, 224), (1, 64)),
     "vit": ("ViT", {}, (32, 224), (1, 64)),
+    "convnext": ("ConvNeXt", {}, (32, 224), (1, 64)),
     "t5": ("T5", {}, (8, 512), (1, 64)),
     "resnet-tiny": ("ResNet", dict(widths=(4, 8), blocks=1, classes=10), (2, 16), (2, 16)),
     "vit-tiny": ("ViT", dict(image=16, patch=4, dim=32, layers=2, heads=2, classes=10), (2, 16), (2, 16)),
+    "convnext-tiny": ("ConvNeXt", dict(depths=(1, 1), dims=(8, 16), classes=10), (2, 16), (2, 16)),
     "t5-tiny": ("T5", dict(vocab=97, dim=32, layers=1, heads=2, ffn=64, ctx=64), (2, 16), (2, 16)),
 }
 

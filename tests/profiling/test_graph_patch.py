@@ -128,11 +128,12 @@ def test_a_kernel_that_raises_in_the_model_is_one_line_from_verify(convnet, tmp_
                profile_steps=1)
 
 
-@pytest.mark.parametrize("model", ["resnet-tiny", "vit-tiny", "t5-tiny"])
-def test_three_models_beyond_gpt2_and_llama_profile_extract_and_verify_on_the_cli(model, tmp_path, capsys,
-                                                                                   monkeypatch):
+@pytest.mark.parametrize("model", ["resnet-tiny", "vit-tiny", "t5-tiny", "convnext-tiny"])
+def test_four_models_beyond_gpt2_and_llama_profile_extract_and_verify_on_the_cli(model, tmp_path, capsys,
+                                                                                  monkeypatch):
     """Issue 19: convolutions + batch norm, bidirectional attention + a patch convolution, an encoder-
-    decoder: every model gets tasks, and verify puts the generated kernels in and checks the outputs.
+    decoder, depthwise convolutions + channels-last norms: every model gets tasks, and verify puts the
+    generated kernels in and checks the outputs.
     T5 runs with Inductor's starters on (the suite turns them off for speed): its generated kernels
     are Inductor's Triton, the others' the GEMM template's."""
     if model == "t5-tiny":
@@ -154,6 +155,9 @@ def test_three_models_beyond_gpt2_and_llama_profile_extract_and_verify_on_the_cl
     assert generated, text
     assert r["correct"] and "outputs: PASS" in text
     assert "graph sites" in text
+    if model == "convnext-tiny":  # its 7x7 depthwise convolutions: elementwise tasks, in the model
+        depthwise = {t for t in generated if "DW_BLOCK_M" in (ws / "kernels" / t / "task.toml").read_text()}
+        assert depthwise, generated
     if model == "t5-tiny":  # compiled (what verify's compile modes run on a GPU): starters and generated
         from autokernel_tui.profiling.verify import kernel_paths, patched_copy  # kernels as custom ops,
         from autokernel_tui.profiling.zoo import load_model                      # profiler labels in the graph
