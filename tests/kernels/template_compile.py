@@ -69,6 +69,10 @@ def compile_template() -> list[dict]:
             launcher.context = f"dwconv7/{name}"  # depthwise 7x7 (ConvNeXt's): elementwise, no GEMM
             m._conv(torch.randn(2, 96, 28, 28, dtype=dtype), torch.randn(96, 1, 7, 7, dtype=dtype),
                     torch.randn(96, dtype=dtype), (1, 1), (3, 3), (1, 1), groups=96)
+            launcher.context = f"dwconv7_fused/{name}"  # and a chain's pointwise ops in its epilogue
+            m._conv(torch.randn(2, 96, 28, 28, dtype=dtype), torch.randn(96, 1, 7, 7, dtype=dtype), None,
+                    (1, 1), (3, 3), (1, 1), groups=96, kernel=m._conv_kernel_e0,
+                    epilogue=((torch.randn(96, 1, 1, dtype=dtype), (2, 96, 28, 28)),))
             m.CONV_SPLIT_PROGRAMS_PER_SM = 64  # (the CPU counts 2 SMs) a weight gradient's K split, as on a GPU
             launcher.context = f"conv_wgrad_by_position/{name}"  # batch 32 as channels, 28x28 "kernel" positions
             m._conv(torch.randn(64, 32, 28, 28, dtype=dtype), torch.randn(64, 32, 28, 28, dtype=dtype), None,

@@ -51,6 +51,14 @@ class ConvBiasSigmoid(nn.Module):
         return torch.sigmoid(F.relu(self.conv(x)) + self.b) * 2.0
 
 
+class DepthwiseConvBiasSigmoid(ConvBiasSigmoid):
+    """The same chain after a depthwise convolution (elementwise, not a GEMM): the epilogue is shared."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+
+
 class TransposedConvTanhGelu(nn.Module):
     def __init__(self):
         super().__init__()
@@ -86,6 +94,7 @@ CASES = {
     "linear_activations": (LinearActivations, lambda: [torch.randn(6, 16), torch.randn(6, 40)], 1),
     "residual_minus_relu": (ResidualMinusRelu, lambda: [torch.randn(2, 3, 16), torch.randn(2, 3, 40)], 2),
     "conv_bias_sigmoid": (ConvBiasSigmoid, lambda: [torch.randn(2, 3, 9, 7)], 1),
+    "depthwise_conv_bias_sigmoid": (DepthwiseConvBiasSigmoid, lambda: [torch.randn(2, 8, 9, 7)], 1),
     "transposed_conv_gelu": (TransposedConvTanhGelu, lambda: [torch.randn(2, 4, 5)], 0),
     "baddbmm_relu": (ScoresRelu, lambda: [torch.randn(3, 5, 16), torch.randn(3, 7, 16), torch.randn(3, 5, 7)], 1),
 }
