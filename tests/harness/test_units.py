@@ -463,8 +463,17 @@ def test_a_driver_ipc_description_reaching_outside_its_storage_is_refused_before
                      ({"handle": "00"}, "malformed"), ({"size": "x"}, "malformed"), ({"storage_bytes": 25}, "malformed")):
         with pytest.raises(cuda_ipc.CudaIpcError, match=why):
             cuda_ipc.receive({**good, **bad}, torch.float32)
+    want = [{"shape": [2, 3], "dtype": "float32", "device": "cuda"}]
     with pytest.raises(transfer.TransferError, match="expected"):
         transfer.receive([{"shape": [2, 3], "dtype": "float32", "device": "cuda", "driver_ipc": {**good, "size": [3, 2]}}],
-                         [{"shape": [2, 3], "dtype": "float32", "device": "cuda"}], Path("."))
+                         want, Path("."), "driver")
+    # A handle of the other kind is refused before anything is opened: torch's names a shared-memory object
+    # the judge would write a count in (under Landlock alone, possibly another program's).
+    torch_ipc = {"size": [2, 3], "stride": [3, 1], "offset": 0, "device": 0, "handle": "00", "storage_bytes": 24,
+                 "storage_offset": 0, "rc_handle": "2f746f7263685f31", "rc_offset": 0, "event_handle": "",
+                 "event_sync": False}
+    for way, desc in (("driver", {"ipc": torch_ipc}), ("torch", {"driver_ipc": good})):
+        with pytest.raises(transfer.TransferError, match=f"hands outputs over by {way}"):
+            transfer.receive([{"shape": [2, 3], "dtype": "float32", "device": "cuda", **desc}], want, Path("."), way)
     with pytest.raises(ValueError, match="way must be"):
         transfer.export((), Path("."), "x", "pickle")

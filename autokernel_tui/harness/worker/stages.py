@@ -196,10 +196,9 @@ class Evaluation:
             outs = self.receive(c, reply.get("outputs"), expected, where, stage)
         return inputs, outs, float(reply.get("elapsed_s") or 0.0)
 
-    @staticmethod
-    def receive(c: ContestantProxy, descs: Any, expected: list, where: str, stage: str) -> tuple:
+    def receive(self, c: ContestantProxy, descs: Any, expected: list, where: str, stage: str) -> tuple:
         try:
-            return transfer.receive(descs, expected, c.scratch)
+            return transfer.receive(descs, expected, c.scratch, self.st.pool.transfer)
         except transfer.TransferError as exc:
             status = "REJECTED" if "lower precision" in str(exc) else "FAIL"
             raise Verdict(status, stage, f"{where}: {exc}") from None

@@ -78,8 +78,11 @@ def _driver_export(t: torch.Tensor) -> dict[str, Any] | None:
         return None
 
 
-def receive(descs: list[dict[str, Any]], expected: list[dict[str, Any]], scratch: Path) -> tuple:
-    """The outputs as the judge's own tensors (judge side). Raises TransferError on anything unexpected."""
+def receive(descs: list[dict[str, Any]], expected: list[dict[str, Any]], scratch: Path, way: str = "torch") -> tuple:
+    """The outputs as the judge's own tensors (judge side). Raises TransferError on anything unexpected,
+    a handle of a kind other than ``way``'s included (files are always taken: export falls back to them).
+    (torch's handle names a shared-memory object the judge opens and writes a count in: under Landlock
+    alone one named by a contestant could be another program's.)"""
     if not isinstance(descs, list) or len(descs) != len(expected):
         raise TransferError(f"returned {len(descs) if isinstance(descs, list) else '?'} output(s), "
                             f"expected {len(expected)}")
@@ -93,6 +96,9 @@ def receive(descs: list[dict[str, Any]], expected: list[dict[str, Any]], scratch
         dtype = DTYPES.get(d["dtype"])
         if dtype is None:
             raise TransferError(f"output {i}: dtype {d['dtype']!r} not supported")
+        kind = "driver" if "driver_ipc" in d else "torch" if "ipc" in d else "file"
+        if kind not in (way, "file"):
+            raise TransferError(f"output {i} arrived by {kind} IPC, but this sandbox hands outputs over by {way}")
         if "driver_ipc" in d:
             outs.append(_receive_driver_ipc(d["driver_ipc"], dtype, want))
         elif "ipc" in d:
