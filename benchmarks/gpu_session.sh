@@ -169,9 +169,11 @@ parallel)
     ;;
 kernelbench)
     # Carry .kb (KernelBench/level1, level2: fetched for measuring, never committed). LEVELS, then the
-    # first N problems of each (or a list of numbers: `kernelbench 2 0 4,11,23`).
+    # first N problems of each (or a list of numbers: `kernelbench 2 0 4,11,23`). KB_RESUME=<an earlier
+    # call's kernelbench.json, committed so that it travels>: its problems are kept, the rest made and timed.
     step kernelbench 560 python3 benchmarks/kernelbench_coverage.py --kb .kb/KernelBench --levels "${2:-1}" \
-        --limit "${3:-10}" --only "${4:-}" --bench --starter-timeout 120 --jobs 8 --json "$R/kernelbench.json"
+        --limit "${3:-10}" --only "${4:-}" --bench --starter-timeout 120 --jobs 8 --json "$R/kernelbench.json" \
+        ${KB_RESUME:+--resume "$KB_RESUME"}
     ;;
 convsweep)
     # The GEMM template's fp32 tile on KernelBench convolutions (carry .kb): each problem's task made, then

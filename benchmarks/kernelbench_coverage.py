@@ -47,6 +47,9 @@ def _args():
     p.add_argument("--starter-timeout", type=float, default=300.0, help="seconds per starter")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--json", default="", help="write every row here")
+    p.add_argument("--resume", default="", metavar="JSON",
+                   help="rows of an earlier run (its --json, e.g. one a device call's time limit cut short): "
+                        "problems there are kept as they are and not made or timed again")
     p.add_argument("--workspace", default="", help="kernels folder to fill (default: a temporary one)")
     p.add_argument("--check-under", type=float, default=0.0, metavar="GFLOP",
                    help="without a GPU: run each starter whose problem has fewer GFLOPs than this against its "
@@ -79,6 +82,17 @@ def _problems(kb: Path, levels: list[str], limit: int, only: set[tuple[str, int]
         files = [f for f in files if not only or {("*", _number(f)), (level, _number(f))} & only]
         out += [(level, f) for f in (files[:limit] if limit else files)]
     return out
+
+
+def _earlier_rows(path: str) -> dict[tuple[int, str], dict]:
+    """An earlier run's rows by (level, problem file); none without a path."""
+    if not path:
+        return {}
+    try:
+        rows = json.loads(Path(path).read_text())
+        return {(int(r["level"]), str(r["problem"])): r for r in rows}
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise SystemExit(f"--resume {path}: not the rows of an earlier run ({type(exc).__name__}: {exc})") from None
 
 
 def _starter_reason(task: Path) -> str | None:
@@ -182,9 +196,13 @@ def main() -> int:
     os.environ.setdefault("AUTOKERNEL_STARTER_TIMEOUT_S", str(args.starter_timeout))
     only = _wanted(args.only)
     problems = _problems(Path(args.kb), [x.strip() for x in args.levels.split(",") if x.strip()], args.limit, only)
+    done = _earlier_rows(args.resume)
+    rows = [done[(int(level), f.name)] for level, f in problems if (int(level), f.name) in done]
+    problems = [(level, f) for level, f in problems if (int(level), f.name) not in done]
+    if done:
+        print(f"{len(rows)} problems kept from {args.resume}; {len(problems)} to go", flush=True)
     kernels = Path(args.workspace or tempfile.mkdtemp(prefix="kb-")) / "kernels"
     kernels.mkdir(parents=True, exist_ok=True)
-    rows = []
     made = {}
     if args.jobs > 1:
         # every starter made first, several at once (their autotuning shares the GPU), and only then
