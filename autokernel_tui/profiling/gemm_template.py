@@ -96,12 +96,16 @@ def _has_vector_product(spec: dict) -> bool:
 
 
 def _is_depthwise(spec: dict, op: dict) -> bool:
-    """Whether ``op`` is a forward convolution with one input channel per group (depthwise: MobileNet's,
-    ConvNeXt's 7x7, KernelBench's 82-86), which _conv computes elementwise, not as a GEMM."""
-    if op["op"] != "aten.convolution.default" or op["args"][6]:
+    """Whether ``op`` is a convolution with one input channel per group (depthwise: MobileNet's, ConvNeXt's
+    7x7, KernelBench's 82-86; transposed: such a convolution's input gradient), which _conv computes
+    elementwise, not as a GEMM."""
+    if op["op"] != "aten.convolution.default":
         return False
     weight = _meta(spec, op["args"][1].get("tensor") if isinstance(op["args"][1], dict) else None)
-    return bool(weight) and len(weight["shape"]) >= 2 and weight["shape"][1] == 1
+    if not weight or len(weight["shape"]) < 2:
+        return False
+    # the weight: (C_out, C_in / groups, ...), transposed (C_in, C_out / groups, ...)
+    return weight["shape"][0] == int(op["args"][8]) if op["args"][6] else weight["shape"][1] == 1
 
 
 def _has_depthwise(spec: dict) -> bool:
@@ -576,9 +580,9 @@ def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd
     # Implicit GEMM for one group (grid axis 2): rows are output points (n, od, oh, ow), columns the
     # group's output channels, K over the group's input channels and kernel positions. SPLIT: grid axis 2
     # is (group, part of K), and each part's float32 sums go to P[part, row, channel] for _conv_split_sum.
-    # DEPTHWISE (one input channel per group): no GEMM; the columns run over every output channel (OCG
-    # is their count here, CG the output channels each input channel has) and each kernel position adds
-    # input x weight to the tile, elementwise.
+    # DEPTHWISE (one input channel per group, transposed or not): no GEMM; the columns run over every
+    # output channel (OCG is their count here, CG the output channels each input channel has) and each
+    # kernel position adds input x weight to the tile, elementwise.
     g = tl.program_id(2)
     part = 0
     if SPLIT:
@@ -611,15 +615,17 @@ def _conv_kernel(X, W, BIAS, Y, M, CG, D, H, WI, OCG, OD, OH, OW, KD, KH, KW, sd
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     if DEPTHWISE:
         cin = rn // CG
+        # the weight of each column: W[oc, 0] (W[cin, oc % CG] transposed: input channels lead)
+        wcol = cin * swa + (rn % CG) * swb if TRANSPOSED else rn * swa
         for pos in range(0, KD * KH * KW):
             kw = pos % KW
             kh = (pos // KW) % KH
             kd = pos // (KW * KH)
             i_d, i_h, i_w, ok = _input_point(od, oh, ow, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw, D, H, WI,
-                                             False)
+                                             TRANSPOSED)
             a = tl.load(X + (n * sxn + i_d * sxd + i_h * sxh + i_w * sxw)[:, None] + cin[None, :] * sxc,
                         mask=(ok & (rm < M))[:, None] & (rn[None, :] < OCG), other=0.0)
-            b = tl.load(W + rn * swa + kd * swd + kh * swh + kw * sww, mask=rn < OCG, other=0.0)
+            b = tl.load(W + wcol + kd * swd + kh * swh + kw * sww, mask=rn < OCG, other=0.0)
             acc += a.to(tl.float32) * b.to(tl.float32)[None, :]
     elif BY_POSITION:
         # Many channels per group: K runs over kernel positions, then a block of channels at a time, so
@@ -958,7 +964,7 @@ def _conv_plan(x, w, bias, stride, padding, dilation, transposed, output_padding
         cg, ocg = c // groups, w5.shape[1]
     else:
         cg, ocg = w5.shape[1], w5.shape[0] // groups
-    depthwise = not transposed and cg == 1
+    depthwise = cg == 1  # (transposed too: a depthwise convolution's input gradient)
     by_position = cg >= CONV_BY_POSITION
     x_strides = w_strides = None
     if CONV_CHANNELS_LAST and by_position:  # (few channels: K runs over (c, kd, kh, kw), W's order is better)

@@ -69,6 +69,9 @@ def compile_template() -> list[dict]:
             launcher.context = f"dwconv7/{name}"  # depthwise 7x7 (ConvNeXt's): elementwise, no GEMM
             m._conv(torch.randn(2, 96, 28, 28, dtype=dtype), torch.randn(96, 1, 7, 7, dtype=dtype),
                     torch.randn(96, dtype=dtype), (1, 1), (3, 3), (1, 1), groups=96)
+            launcher.context = f"dwconv7_transposed/{name}"  # its input gradient: transposed, elementwise too
+            m._conv(torch.randn(2, 96, 28, 28, dtype=dtype), torch.randn(96, 1, 7, 7, dtype=dtype), None,
+                    (1, 1), (3, 3), (1, 1), True, (0, 0), 96)
             launcher.context = f"dwconv7_fused/{name}"  # and a chain's pointwise ops in its epilogue
             m._conv(torch.randn(2, 96, 28, 28, dtype=dtype), torch.randn(96, 1, 7, 7, dtype=dtype), None,
                     (1, 1), (3, 3), (1, 1), groups=96, kernel=m._conv_kernel_e0,

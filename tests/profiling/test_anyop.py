@@ -339,6 +339,9 @@ CONV_CASES = {  # x, w, bias, stride, padding, dilation, transposed, output_padd
     "2d_depthwise_multiplier": ((1, 3, 6, 5), (6, 1, 3, 2), True, (2, 1), (1, 0), (1, 1), False, (0, 0), 3),
     "1d_depthwise": ((2, 5, 11), (5, 1, 4), True, (2,), (2,), (2,), False, (0,), 5),
     "3d_depthwise": ((1, 4, 3, 5, 4), (4, 1, 2, 3, 2), False, (1, 2, 1), (1, 1, 0), (1, 1, 2), False, (0, 0, 0), 4),
+    # a depthwise convolution's input gradient: transposed, one input channel per group
+    "transposed_2d_depthwise": ((2, 6, 4, 5), (6, 1, 3, 3), True, (2, 1), (1, 1), (1, 2), True, (1, 0), 6),
+    "transposed_1d_depthwise_multiplier": ((1, 3, 7), (3, 2, 4), False, (3,), (2,), (1,), True, (2,), 3),
     "2d_one_channel": ((2, 1, 6, 6), (7, 1, 3, 3), True, (1, 1), (1, 1), (1, 1), False, (0, 0), 1),
     "3d": ((1, 3, 4, 5, 6), (5, 3, 2, 3, 2), True, (1, 2, 1), (1, 0, 1), (1, 1, 2), False, (0, 0, 0), 1),
     "transposed_1d": ((2, 4, 5), (4, 3, 3), True, (2,), (1,), (1,), True, (1,), 1),
@@ -385,7 +388,8 @@ def test_the_convolution_template_writes_every_kind_kernelbench_has(case):
                                    msg=lambda m: f"channels last {channels_last}, split {split}: {m}")
         assert got.is_contiguous()  # the model's layout, whichever way the kernel read its operands
     depthwise = [p["meta"]["DEPTHWISE"] for p in ns["_PLANS"].values() if "DEPTHWISE" in p.get("meta", {})]
-    assert depthwise and set(depthwise) == {ws[1] == 1 and not transposed}  # one input channel a group: no GEMM
+    one_channel = ws[0] == groups if transposed else ws[1] == 1  # one input channel a group: no GEMM
+    assert depthwise and set(depthwise) == {one_channel}
     if len(xs) == 4:  # into a buffer laid out channels-last, as Inductor's are on the CPU
         out = torch.empty_strided(want.shape, (want[0].numel(), 1, want.shape[3] * want.shape[1], want.shape[1]))
         ns["_conv"](x, w, bias, stride, padding, dilation, transposed, output_padding, groups, out=out)
