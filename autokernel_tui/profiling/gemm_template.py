@@ -989,13 +989,14 @@ def _conv_plan(x, w, bias, stride, padding, dilation, transposed, output_padding
         bm, bn, warps = min(DW_BLOCK_M, max(16, triton.next_power_of_2(size[2]))), DW_BLOCK_N, DW_NUM_WARPS
     else:  # no wider than the group's output channels need (KernelBench level 2: 16 of 128 columns used)
         bn = min(bn, max(16, triton.next_power_of_2(ocg)))
-    if not depthwise and not by_position:
-        # Each K element's input point is worked out per element of the tile: the tile no bigger than CONV_FLAT_BLOCK_M x CONV_FLAT_BLOCK_K, nor wider than K needs (compiled for sm_90, a
-        # 16-bit 128 x 64 tile of this index math spilled 96 to 584 bytes: a 3-channel 3x3 convolution, a
-        # weight gradient over a batch of 4; 128 x 32, 216 bytes)
-        bm = min(bm, CONV_FLAT_BLOCK_M)
-        bk = min(bk, CONV_FLAT_BLOCK_K[x.dtype == torch.float32],
-                 max(16, triton.next_power_of_2(cg * ks[0] * ks[1] * ks[2])))
+        if not by_position:
+            # Each K element's input point is worked out per element of the tile: the tile no bigger than
+            # CONV_FLAT_BLOCK_M x CONV_FLAT_BLOCK_K, nor wider than K needs (compiled for sm_90, a 16-bit
+            # 128 x 64 tile of this index math spilled 96 to 584 bytes: a 3-channel 3x3 convolution, a
+            # weight gradient over a batch of 4; 128 x 32, 216 bytes)
+            bm = min(bm, CONV_FLAT_BLOCK_M)
+            bk = min(bk, CONV_FLAT_BLOCK_K[x.dtype == torch.float32],
+                     max(16, triton.next_power_of_2(cg * ks[0] * ks[1] * ks[2])))
     tiles = triton.cdiv(m, bm) * triton.cdiv(ocg, bn) * groups
     volume = ks[0] * ks[1] * ks[2]
     trips = volume if by_position else triton.cdiv(cg * volume, bk)  # of the K loop's outer level
@@ -1017,12 +1018,13 @@ def _conv_plan(x, w, bias, stride, padding, dilation, transposed, output_padding
     # come); out: a fresh result's shape; partial: the split-K parts' shape (None: no split); launch, ints
     # (before the parts' tensor), split_ints (after it), meta: the convolution; reduce, reduce_ints,
     # reduce_meta: the parts' sum (None: no split)
+    # the kernel's CG and OCG (depthwise: the output channels per input channel, and every output channel)
+    cg_arg, ocg_arg = (ocg, ocg * groups) if depthwise else (cg, ocg)
     return dict(
         spatial=spatial, x_strides=x_strides, w_strides=w_strides, out=out_shape,
         partial=(splits, m, ocg * groups) if splits > 1 else None, launch=(kernel or _conv_kernel)[grid],
-        # (depthwise: CG is the output channels per input channel, OCG every output channel)
-        ints=(m, *((ocg, *x5.shape[2:], ocg * groups) if depthwise else (cg, *x5.shape[2:], ocg)), *size, *ks, *stride, *padding, *dilation, *x5.stride(), *w5.stride(),
-              *y5.stride(), sbias),
+        ints=(m, cg_arg, *x5.shape[2:], ocg_arg, *size, *ks, *stride, *padding, *dilation, *x5.stride(),
+              *w5.stride(), *y5.stride(), sbias),
         split_ints=(total, ocg * groups, splits, per if by_position else per * bk),
         meta=dict(TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None and splits == 1,
                   FP32=x.dtype == torch.float32, DOT=CONV_FP32_DOT, WIDE=wide, BY_POSITION=by_position,

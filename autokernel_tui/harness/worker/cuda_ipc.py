@@ -92,7 +92,7 @@ def receive(desc: dict[str, Any], dtype: torch.dtype) -> torch.Tensor:
                                       int(desc["device"]))
     except (KeyError, TypeError, ValueError) as exc:
         raise CudaIpcError(f"malformed IPC description: {type(exc).__name__}: {exc}") from None
-    item = torch.empty((), dtype=dtype).element_size()
+    item = dtype.itemsize
     if len(raw) != 64 or min([at, nbytes, offset, *size, *stride], default=0) < 0 or nbytes % item:
         raise CudaIpcError("malformed IPC description")
     reach = offset + sum((n - 1) * s for n, s in zip(size, stride) if n > 0) + 1

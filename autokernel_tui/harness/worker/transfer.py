@@ -99,9 +99,9 @@ def receive(descs: list[dict[str, Any]], expected: list[dict[str, Any]], scratch
         kind = "driver" if "driver_ipc" in d else "torch" if "ipc" in d else "file"
         if kind not in (way, "file"):
             raise TransferError(f"output {i} arrived by {kind} IPC, but this sandbox hands outputs over by {way}")
-        if "driver_ipc" in d:
+        if kind == "driver":
             outs.append(_receive_driver_ipc(d["driver_ipc"], dtype, want))
-        elif "ipc" in d:
+        elif kind == "torch":
             outs.append(_receive_ipc(d["ipc"], dtype, want))
         else:
             outs.append(_receive_file(d, dtype, scratch, want))
