@@ -41,7 +41,7 @@
 # without it the harness runs under Landlock alone there (run 15 did, unnoticed until its probe).
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | aa [N] | tunegen [MODEL [N]] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | aa [N [SECONDS]] | tunegen [MODEL [N]] | kernelbench [LEVELS [N [ONLY]]]
 set -u
 part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, agreement, sandboxcost, parallel, aa or kernelbench}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -187,8 +187,9 @@ convsweep)
     ;;
 aa)
     # A/A with K=8: the fake server answers with the incumbent (a comment changed): every keep is false.
+    # The engine's own wall budget ends the run in time (run 17: 60 experiments outran 560 s and said nothing).
     step aa 560 python3 benchmarks/parallel_throughput.py --agent aa --latency 2 --k 8 --experiments "${2:-100}" \
-        --json "$R/aa.json"
+        --max-wall "${3:-480}" --json "$R/aa.json"
     ;;
 anyop)
     step profile 180 python3 -m autokernel_tui profile gpt2 --device cuda --batch 8 --seq 1024 --dtype bfloat16 \

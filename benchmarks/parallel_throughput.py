@@ -124,7 +124,7 @@ SCRIPT = [90, 95, 80, 85, 70, 75, 60, 65, 55, 58, 50, 52]
 
 
 def one_run(k: int, n: int, latency_s: float, tasks: list[str], fake_judge: float | None, members: int,
-            agent_kind: str = "tuner") -> dict:
+            agent_kind: str = "tuner", max_wall_s: float = 0.0) -> dict:
     from autokernel_tui.config import Settings
     from autokernel_tui.engine.backends import make_harness
     from autokernel_tui.engine.loop import Engine
@@ -136,6 +136,7 @@ def one_run(k: int, n: int, latency_s: float, tasks: list[str], fake_judge: floa
         ws = init_workspace(Path(tmp) / "ws", tasks=tasks)
         settings = Settings()
         settings.run.policy, settings.run.parallel, settings.run.max_experiments = "auto", k, n
+        settings.run.max_wall_s = max_wall_s  # a device call's limit: the run ends in time and is reported
         settings.harness.quick, settings.harness.timeout_s = True, 300
         if fake_judge is not None:
             f = fakes()
@@ -174,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fake-judge", type=float, default=None, metavar="S",
                     help="fake harnesses taking S seconds per evaluation, and the scripted agent")
     ap.add_argument("--members", type=int, default=2, help="harnesses in the pool (CPU workers, or fakes)")
+    ap.add_argument("--max-wall", type=float, default=0.0, metavar="S",
+                    help="end each run after S seconds (the engine's own budget), whatever it reached")
     ap.add_argument("--agent", choices=("tuner", "claude-fake", "aa"), default="tuner",
                     help="the tuner behind --latency; Claude through the SDK against a fake server; A/A")
     args = ap.parse_args(argv)
@@ -184,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(counts) != len(ks):
         ap.error("--experiments: one count, or one per K")
     for k, n in zip(ks, counts):
-        results.append(one_run(k, n, args.latency, args.tasks.split(","), args.fake_judge, args.members, args.agent))
+        results.append(one_run(k, n, args.latency, args.tasks.split(","), args.fake_judge, args.members, args.agent,
+                               args.max_wall))
         r = results[-1]
         print(f"K={r['k']}: {r['experiments']} experiments in {r['wall_s']} s = {r['per_hour']}/h, harness busy "
               f"{r['harness_busy']:.0%} of {r['members']}, numbered in order: {r['numbered_in_order']}, {r['statuses']}", flush=True)
