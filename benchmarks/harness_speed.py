@@ -3,13 +3,18 @@
 (a) warm full evaluation wall time (all stages, all default shapes x dtypes, timing),
     N runs per task, median and p20/p80, Triton JIT time reported separately;
 (b) A/A: compare(starter, starter) N times -> false-keep rate at the keep margin;
-(c) planted slowdowns (--pairs): the starter plus one extra Triton copy kernel that
-    moves a fraction more bytes (of the first input, read and written again).
-    "0:0.03" compares the starter against the +3% variant: an extra launch plus 3% of
-    the bytes, which costs rmsnorm's small shapes far more than 3%. "0.003:0.03"
-    compares two variants with the same launches, 2.7% of the bytes apart: a real
-    ~3% change. Each: how often compare() calls the faster one faster (its CI's low
-    end above the keep margin), and the ratio measured.
+(c) planted slowdowns (--pairs FAST:SLOW), made one of two ways (--planted):
+    spin (on a GPU, the default there): the starter plus one extra Triton kernel that
+    spins for a fraction of the starter's own time at that shape (clock64 cycles; the
+    contestant measures the starter and the cycle rate on its first call of each
+    shape), so "0.003:0.033" is two variants with the same launches whose GPU time
+    differs by 3% of the kernel's at every shape, and nothing else: a clean 3% change.
+    copy (the CPU interpreter's, where inline PTX cannot run): an extra copy kernel
+    moving a fraction more bytes, plus an allocation; its cost moves between runs far
+    more than the A/A does (runs 10 and 13: one comparison of ten measured 0.84x the
+    wrong way), which made it a weak test of a 3% change.
+    Each: how often compare() calls the faster one faster (its CI's low end above the
+    keep margin), and the ratio measured.
 
 Needs torch + triton + this package only:
     PYTHONPATH=$PWD python3 benchmarks/harness_speed.py --json $OUT/harness_speed.json
@@ -23,6 +28,7 @@ import argparse
 import json
 import sys
 import time
+from typing import NamedTuple
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a file: the repository's packages before any installed copy
@@ -57,13 +63,82 @@ def kernel_fn(*inputs):
 '''
 
 
-def slower_variant(source: str, fraction: float = EXTRA_FRACTION) -> str:
-    """The starter with an extra Triton kernel that moves ``fraction`` more bytes (memory-bound tasks
-    whose bytes are ~ read the first input + write an output of its size)."""
+SPIN_KERNEL = '''
+
+# --- harness_speed.py: the starter plus one extra kernel spinning {pct:.1f}% of the starter's time ---
+# The starter's GPU us per call at each input signature and the spin's cycles per us, measured by
+# harness_speed.py before the comparisons (the harness's own timer): kernel.py times nothing itself.
+SPIN_FRACTION = {fraction}
+_STARTER_US = {starter_us}
+_CYCLES_PER_US = {cycles_per_us}
+
+
+@triton.jit
+def _spin(OUT, cycles):
+    start = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+    now = start
+    while now - start < cycles:
+        now = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+    tl.store(OUT, now - start)
+
+
+def kernel_fn(*inputs):
+    out = _starter_kernel_fn(*inputs)
+    key = tuple((tuple(t.shape), str(t.dtype)) for t in inputs if isinstance(t, torch.Tensor))
+    cycles = max(1, int(SPIN_FRACTION * _STARTER_US.get(key, 0.0) * _CYCLES_PER_US))
+    _spin[(1,)](torch.empty(1, dtype=torch.int64, device=inputs[0].device), cycles)
+    return out
+'''
+PLANTED = {"copy": EXTRA_KERNEL, "spin": SPIN_KERNEL}
+
+
+def slower_variant(source: str, fraction: float = EXTRA_FRACTION, how: str = "copy",
+                   spin: "SpinPlan | None" = None) -> str:
+    """The starter with an extra Triton kernel: ``copy`` moves ``fraction`` more bytes (memory-bound tasks
+    whose bytes are ~ read the first input + write an output of its size); ``spin`` spins for ``fraction``
+    of the starter's own GPU time at each shape, as ``spin`` (``spin_plan``) measured it (a GPU only:
+    inline PTX)."""
     if "import triton.language as tl" not in source:
         source = "import triton.language as tl\n" + source
-    return source.replace("def kernel_fn(", "def _starter_kernel_fn(") + EXTRA_KERNEL.format(
-        pct=fraction * 100, fraction=fraction)
+    plan = spin or SpinPlan({}, 0.0)
+    return source.replace("def kernel_fn(", "def _starter_kernel_fn(") + PLANTED[how].format(
+        pct=fraction * 100, fraction=fraction, starter_us=repr(plan.starter_us), cycles_per_us=plan.cycles_per_us)
+
+
+class SpinPlan(NamedTuple):
+    starter_us: dict  # ((shape, dtype) of each tensor input, ...) -> the starter's GPU us per call
+    cycles_per_us: float  # the SM clock, as the spin counts it
+
+
+def spin_plan(task_dir: Path, quick: bool = False) -> SpinPlan:
+    """The starter's GPU time at every shape x dtype the harness times, and the spin's clock, measured here
+    with the harness's own timer (``timing.time_fresh``: L2 flushed, fresh inputs per call, the GPU kept
+    ahead), before any comparison."""
+    import torch
+
+    from autokernel_tui.harness.worker.inputs import InputBuilder
+    from autokernel_tui.harness.worker.loading import load_module
+    from autokernel_tui.harness.worker.reference import load_reference
+    from autokernel_tui.harness.worker.timing import L2Flusher, time_fresh
+    from autokernel_tui.tasks.spec import load_spec
+
+    spec = load_spec(task_dir)
+    ref = load_reference(task_dir)
+    kernel = load_module(task_dir / KERNEL_FILE, "harness_speed_spin")
+    builder = InputBuilder(ref, "cuda", 0)
+    flush = L2Flusher(torch.device("cuda"))
+    sleep_cycles = 1_000_000
+    rate = sleep_cycles / time_fresh(lambda: torch.cuda._sleep(sleep_cycles), lambda: (), flush).median
+    starter_us = {}
+    for shape in spec.shapes_for("cuda"):
+        for dtype in spec.dtypes[:1] if quick else spec.dtypes:
+            counter = iter(range(1, 1 << 30))
+            fresh = lambda: builder.build({"dims": dict(shape.dims), "dtype": dtype, "base_seed": 0,  # noqa: E731
+                                           "steps": [["perturb", next(counter)]]})
+            sample = fresh()
+            key = tuple((tuple(t.shape), str(t.dtype)) for t in sample if isinstance(t, torch.Tensor))
+            starter_us[key] = round(time_fresh(kernel.kernel_fn, fresh, flush).median, 3)
+    return SpinPlan(starter_us, round(rate, 3))
 
 
 def _spread(values: list[float]) -> dict:
@@ -73,7 +148,7 @@ def _spread(values: list[float]) -> dict:
 
 def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, detect_runs: int,
                  quick: bool = False, log=print, pairs: tuple[tuple[float, float], ...] = ((0.0, EXTRA_FRACTION),),
-                 checkpoint=lambda result: None) -> dict:
+                 checkpoint=lambda result: None, planted: str = "copy") -> dict:
     """``checkpoint(result)`` after every comparison: a run cut at its limit keeps what it measured (run 14's
     A/A comparisons were lost whole when the step outran 320 s)."""
     source = (task_dir / KERNEL_FILE).read_text()
@@ -117,12 +192,17 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
         aa.append(compared("A/A", i, ab_runs, source, source))
         record_aa(result, aa, harness)
         checkpoint(result)
-    variant = lambda f: slower_variant(source, f) if f else source  # noqa: E731
+    spin = spin_plan(task_dir, quick) if planted == "spin" and any(f for pair in pairs for f in pair) else None
+    if spin is not None:
+        result["spin_plan"] = {"cycles_per_us": spin.cycles_per_us, "starter_us": list(spin.starter_us.values())}
+        log(f"  {task_dir.name}: spin at {spin.cycles_per_us:.0f} cycles/us; the starter's us per call "
+            + ", ".join(f"{v:.1f}" for v in spin.starter_us.values()))
+    variant = lambda f: slower_variant(source, f, planted, spin) if f else source  # noqa: E731
     for fast, slow in pairs:
         det = []
         for i in range(detect_runs):
             det.append(compared(f"+{fast:.1%} vs +{slow:.1%}", i, detect_runs, variant(fast), variant(slow)))
-            record_variant(result, det, fast, slow, replace=i > 0)
+            record_variant(result, det, fast, slow, replace=i > 0, planted=planted)
             checkpoint(result)
     result["method"] = aa[0].method if aa else ""
     return result
@@ -150,7 +230,7 @@ def record_aa(result: dict, aa: list, harness: Harness) -> None:
                     "samples": [_samples(c) for c in aa]}
 
 
-def record_variant(result: dict, det: list, fast: float, slow: float, replace: bool) -> None:
+def record_variant(result: dict, det: list, fast: float, slow: float, replace: bool, planted: str = "copy") -> None:
     entry = {"n": len(det), "detected": sum(c.faster for c in det),
              "first_pass_detected": sum(c.screen is not None for c in det),
              "pair": [fast, slow], "label": f"+{fast:.1%} vs +{slow:.1%}",
@@ -160,7 +240,8 @@ def record_variant(result: dict, det: list, fast: float, slow: float, replace: b
              # which shapes a wrong-way or wide comparison came from
              "per_shape": [getattr(c, "per_shape", None) for c in det],
              "samples": [_samples(c) for c in det],
-             "change": f"extra copy kernel: +{fast:.1%} vs +{slow:.1%} bytes"}
+             "change": (f"extra spin kernel: +{fast:.1%} vs +{slow:.1%} of the starter's time" if planted == "spin"
+                        else f"extra copy kernel: +{fast:.1%} vs +{slow:.1%} bytes")}
     if replace:
         result["variants"][-1] = entry
     else:
@@ -195,8 +276,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--ab-runs", type=int, default=20)
     parser.add_argument("--detect-runs", type=int, default=20)
-    parser.add_argument("--pairs", default="0:0.03,0.003:0.03",
-                        help="planted changes FAST:SLOW, each an extra copy of that fraction of the bytes (0: none)")
+    parser.add_argument("--pairs", default="0.003:0.033",
+                        help="planted changes FAST:SLOW, each an extra kernel of that fraction (0: none)")
+    parser.add_argument("--planted", default="auto", choices=("auto", "spin", "copy"),
+                        help="the extra kernel: spin for a fraction of the starter's time (GPU), or copy a "
+                             "fraction of the bytes; auto: spin on a GPU, copy on the CPU interpreter")
     parser.add_argument("--json", default=None, help="write the raw results here")
     parser.add_argument("--smoke", action="store_true", help="CPU interpreter, quick evaluations, N = 1")
     parser.add_argument("--timeout", type=float, default=300.0)
@@ -210,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with Harness(timeout_s=args.timeout, device=device, sandbox=args.sandbox, keep_samples=True) as harness:
         info = harness.device_info()
+        planted = args.planted if args.planted != "auto" else ("spin" if info.get("device") == "cuda" else "copy")
         def save(partial: dict | None = None) -> None:  # after every comparison and task: a cut run keeps its numbers
             if args.json:
                 Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -220,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(measure_task(harness, task_dir, args.runs, args.ab_runs, args.detect_runs,
                                         quick=args.smoke, log=lambda *a: print(*a, flush=True),
                                         pairs=tuple(tuple(map(float, p.split(":"))) for p in args.pairs.split(",") if p),
-                                        checkpoint=save))
+                                        checkpoint=save, planted=planted))
             save()
     print(table(results, info.get("name", "?") + ("" if info.get("timing_meaningful") else " (timings not meaningful)")))
     return 0 if all("eval_wall_s" in r for r in results) else 1
