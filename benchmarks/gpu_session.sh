@@ -28,6 +28,7 @@
 #   kernelbench: KernelBench problems (carry .kb: the fetched level1/level2 files) through init's path and
 #              the harness: starter PASS rate and its time beside torch.compile
 #   convsweep: the GEMM template's fp32 tile swept on KernelBench convolutions (carry .kb) beside cuDNN
+#   fingerprint: warm evaluations with the torch way of fingerprinting, then the fused kernels (issue 18)
 #   aa:        A/A at K = 8 (the fake server answers with the incumbent): false keeps out of N
 #   anyop:     GPT-2 small (bf16, 8x1024) profiled, `init --from-profile --top 12`, and every generated
 #              task's starter (GEMM template or Inductor's Triton) benched through the sandboxed harness
@@ -41,7 +42,7 @@
 # without it the harness runs under Landlock alone there (run 15 did, unnoticed until its probe).
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | aa [N [SECONDS]] | tunegen [MODEL [N]] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | fingerprint [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | kernelbench [LEVELS [N [ONLY]]]
 set -u
 part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, agreement, sandboxcost, parallel, aa or kernelbench}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -184,6 +185,16 @@ convsweep)
         step "sweep_$t" 170 python3 benchmarks/knob_sweep.py --task "/tmp/convsweep/kernels/$t" --max-seconds 140 \
             --grid FP32_BLOCK_M=64,128 --grid FP32_BLOCK_N=64,128 --grid FP32_NUM_WARPS=4,8 --json "$R/sweep_$t.json"
     done
+    ;;
+fingerprint)
+    # Issue 18: warm evaluations with the fingerprints taken the torch way, then by the fused kernels
+    # (AUTOKERNEL_HARNESS_FINGERPRINT=kernel, opt-in until this part has run), back to back, A/A each;
+    # then the GPU test of the fused way (an honest starter PASSes at full shapes, wrong timed reps caught).
+    for way in torch kernel; do
+        step "speed_$way" 240 env AUTOKERNEL_HARNESS_FINGERPRINT=$way python3 benchmarks/harness_speed.py \
+            --tasks rmsnorm --runs 8 --ab-runs "${2:-4}" --detect-runs 0 --pairs "" --json "$R/speed_$way.json"
+    done
+    step gpu_test 240 python3 -m pytest -m gpu tests/harness/test_gpu.py -k fused -rfE -s -p no:cacheprovider
     ;;
 aa)
     # A/A with K=8: the fake server answers with the incumbent (a comment changed): every keep is false.

@@ -105,3 +105,25 @@ def test_driver_ipc_hands_a_strided_view_across_processes_and_refuses_reaching_o
         assert torch.equal(again, want)
     finally:
         child.communicate("done\n", timeout=60)
+
+
+def test_fused_fingerprints_pass_an_honest_kernel_and_catch_a_wrong_timed_run(monkeypatch, tmp_path):
+    # AUTOKERNEL_HARNESS_FINGERPRINT=kernel (harness/worker/fingerprint_kernels.py): the judge and every
+    # contestant take it from the environment; the starter PASSes at full shapes, wrong timed reps are caught.
+    from .conftest import PREFIX, make_tiny_task
+    monkeypatch.setenv("AUTOKERNEL_HARNESS_FINGERPRINT", "kernel")
+    wrong_when_timed = PREFIX + '''
+CALLS = [0]
+
+
+def kernel_fn(x, weight, eps):
+    CALLS[0] += 1
+    return launch(x, weight, eps if CALLS[0] <= 12 else 1e9, torch.empty_like(x))
+'''
+    with Harness(timeout_s=600, device="cuda") as h:
+        h.evaluate(starters_dir() / "rmsnorm")  # cold
+        report = h.evaluate(starters_dir() / "rmsnorm")
+        caught = h.evaluate(make_tiny_task(tmp_path / "rmsnorm"), kernel_source=wrong_when_timed, quick=True)
+    print("kernel-way split:", {k: v for k, v in (report.time_split or {}).items() if "fingerprint" in k or k == "total"})
+    assert report.status == "PASS", report.reason
+    assert caught.status == "REJECTED" and "timed run is wrong" in caught.reason, (caught.status, caught.reason)

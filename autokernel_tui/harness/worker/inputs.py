@@ -134,7 +134,14 @@ def _chunk_seed(seed: int, j: int) -> int:
 
 
 def _weight_chunks(numel: int, seed: int, device: torch.device) -> Iterator[torch.Tensor]:
-    """w ~ N(0, 1) of ``numel`` elements, FINGERPRINT_CHUNK at a time: never more than a chunk of it alive."""
+    """w ~ N(0, 1) of ``numel`` elements, FINGERPRINT_CHUNK at a time: never more than a chunk of it alive.
+    Where fingerprints are taken by the fused kernels, w is theirs (``fingerprint_kernels.fill_normal``)."""
+    device = torch.device(device)
+    if _kernel_way(device):
+        from autokernel_tui.harness.worker import fingerprint_kernels
+        for start in range(0, numel, FINGERPRINT_CHUNK):
+            yield fingerprint_kernels.fill_normal(min(FINGERPRINT_CHUNK, numel - start), start, seed, device)
+        return
     for j, start in enumerate(range(0, numel, FINGERPRINT_CHUNK)):
         gen = torch.Generator(device=device).manual_seed(_chunk_seed(seed, j))
         yield torch.randn(min(FINGERPRINT_CHUNK, numel - start), generator=gen, device=device, dtype=torch.float32)
@@ -148,12 +155,26 @@ def _dot(flat: torch.Tensor, w: Iterable[torch.Tensor]) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.stack(parts).sum()
 
 
+def _kernel_way(device: torch.device) -> bool:
+    """Whether fingerprints on ``device`` come from the fused kernels (``fingerprint_kernels``: opt-in)."""
+    if device.type != "cuda":
+        return False
+    from autokernel_tui.harness.worker import fingerprint_kernels
+    return fingerprint_kernels.enabled(device)
+
+
 def _fingerprint_t(out: torch.Tensor, seed: int, weights: dict | None = None) -> torch.Tensor:
     """<out, w>; ``weights`` keeps each (seed, size, device)'s w for the other reps of a batch (up to
-    WEIGHT_CACHE_ELEMENTS; a larger w is drawn again, a chunk at a time, for each rep)."""
+    WEIGHT_CACHE_ELEMENTS; a larger w is drawn again, a chunk at a time, for each rep). The fused
+    kernels, where chosen, draw w inside the one pass over the output and keep nothing."""
     flat = out.detach().reshape(-1)
     if not flat.numel():
         return torch.zeros((), dtype=torch.float64, device=flat.device)
+    if _kernel_way(flat.device):
+        from autokernel_tui.harness.worker import fingerprint_kernels
+        if flat.dtype in fingerprint_kernels.FLOAT_TYPES:
+            return fingerprint_kernels.dot_normal(flat.contiguous(), seed)
+        return _dot(flat, _weight_chunks(flat.numel(), seed, flat.device))
     if flat.numel() > WEIGHT_CACHE_ELEMENTS:
         return _dot(flat, _weight_chunks(flat.numel(), seed, flat.device))
     weights = {} if weights is None else weights

@@ -1,0 +1,70 @@
+"""Output fingerprints on the GPU in one pass (worker side; ``AUTOKERNEL_HARNESS_FINGERPRINT=kernel``).
+
+The torch way (``inputs._dot``) draws w with ``torch.randn`` (4 bytes an element written), writes the
+float32 product (4 more) and reads it back for the float64 sum: about 14 bytes moved per element of a
+16-bit output, and a whole w drawn again for every rep of an output over the weight cache. Here w is
+Philox's normal draw at each element's index, made inside the kernel that reads the output once (2 bytes
+an element of a 16-bit output): each product rounded once to float32 (float64 outputs keep float64),
+summed in float64 within a program, the programs' partial sums added by torch in a fixed order, so the
+same output always gives the same number (the determinism check compares two of them exactly).
+
+w is the same function of (seed, element index) wherever it is drawn: ``fill_normal`` writes it out for
+the judge's bound and for the special-value sums, and chunks of it line up because the index is global.
+The way is chosen by an environment variable that reaches the judge and every contestant alike
+(``AUTOKERNEL_HARNESS_`` passes the sandbox's allowlist); until a GPU run has measured it, the default
+stays the torch way.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+WAY_VARIABLE = "AUTOKERNEL_HARNESS_FINGERPRINT"
+BLOCK = 1024  # elements per program, 8 a thread: Philox's rounds unrolled for each stay in registers
+NUM_WARPS = 4
+FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def enabled(device: torch.device) -> bool:
+    """Whether fingerprints on ``device`` are taken by these kernels (a CUDA device, and the variable says so)."""
+    return device.type == "cuda" and os.environ.get(WAY_VARIABLE, "torch") == "kernel"
+
+
+@triton.jit
+def _dot_normal(X, PARTS, n, offset, seed, WIDE: tl.constexpr, BLOCK: tl.constexpr):
+    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = idx < n
+    w = tl.randn(seed, idx + offset)
+    if WIDE:  # a float64 output: the product kept in float64
+        p = tl.load(X + idx, mask=live, other=0.0).to(tl.float64) * w.to(tl.float64)
+    else:  # one float32 rounding of each product, as inputs.PRODUCT_ROUNDING allows for
+        p = (tl.load(X + idx, mask=live, other=0.0).to(tl.float32) * w).to(tl.float64)
+    tl.store(PARTS + tl.program_id(0), tl.sum(tl.where(live, p, 0.0), axis=0))
+
+
+@triton.jit
+def _fill_normal(W, n, offset, seed, BLOCK: tl.constexpr):
+    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(W + idx, tl.randn(seed, idx + offset), mask=idx < n)
+
+
+def dot_normal(flat: torch.Tensor, seed: int) -> torch.Tensor:
+    """<flat, w> as a float64 0-d tensor on flat's device (no sync); ``flat`` one-dimensional, contiguous,
+    of a floating type."""
+    n = flat.numel()
+    parts = torch.empty(triton.cdiv(n, BLOCK), dtype=torch.float64, device=flat.device)
+    _dot_normal[(parts.numel(),)](flat, parts, n, 0, seed, WIDE=flat.dtype == torch.float64, BLOCK=BLOCK,
+                                  num_warps=NUM_WARPS)
+    return parts.sum()
+
+
+def fill_normal(n: int, offset: int, seed: int, device: torch.device) -> torch.Tensor:
+    """w's elements ``offset .. offset + n - 1`` for ``seed`` (float32), as ``dot_normal`` draws them."""
+    w = torch.empty(n, dtype=torch.float32, device=device)
+    if n:
+        _fill_normal[(triton.cdiv(n, BLOCK),)](w, n, offset, seed, BLOCK=BLOCK, num_warps=NUM_WARPS)
+    return w

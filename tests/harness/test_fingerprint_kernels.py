@@ -1,0 +1,113 @@
+"""The fused fingerprint kernels (``AUTOKERNEL_HARNESS_FINGERPRINT=kernel``): the same numbers as the torch
+way's definition with their own w, whole chunks of w lining up, one answer per output, and the judge's bound
+accepting a correct output and refusing a stale one. Under Triton's interpreter on the CPU (the kernels take
+CPU tensors there), on the GPU when there is one; compiled for sm_90 in a subprocess without a GPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from autokernel_tui.harness.worker import fingerprint_kernels as fk, inputs
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_w_is_one_function_of_seed_and_index():
+    whole = fk.fill_normal(3 * fk.BLOCK + 17, 0, 1234, DEVICE)
+    part = fk.fill_normal(fk.BLOCK + 5, fk.BLOCK - 3, 1234, DEVICE)  # a chunk starting mid-block
+    assert torch.equal(whole[fk.BLOCK - 3: 2 * fk.BLOCK + 2], part)
+    assert not torch.equal(fk.fill_normal(100, 0, 1235, DEVICE), whole[:100])
+    big = fk.fill_normal(1 << 15, 0, 7, DEVICE).double()
+    assert abs(big.mean().item()) < 0.03 and abs(big.std().item() - 1.0) < 0.03  # N(0, 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_dot_matches_its_definition_and_repeats_exactly(dtype):
+    n = 2 * fk.BLOCK + 999  # a partial last program
+    x = torch.randn(n, generator=torch.Generator().manual_seed(3)).to(dtype).to(DEVICE)
+    w = fk.fill_normal(n, 0, 99, DEVICE)
+    if dtype == torch.float64:
+        expected = (x * w.double()).sum()
+    else:
+        expected = (x.float() * w).double().sum()  # each product rounded once to float32, float64 sums
+    got = fk.dot_normal(x, 99)
+    assert got.dtype == torch.float64 and got.device.type == DEVICE.type
+    scale = (x.double().abs() * w.double().abs()).sum().item()
+    assert abs(got.item() - expected.item()) <= inputs.PRODUCT_ROUNDING * scale
+    assert fk.dot_normal(x, 99).item() == got.item()  # the determinism check compares two exactly
+
+
+def test_the_judges_bound_accepts_a_correct_output_and_refuses_a_stale_one(monkeypatch):
+    monkeypatch.setattr(inputs, "_kernel_way", lambda device: True)  # as AUTOKERNEL_HARNESS_FINGERPRINT=kernel
+    gen = torch.Generator().manual_seed(5)
+    ref = torch.randn(1500, 64, generator=gen, dtype=torch.float64)
+    good = (ref * (1 + 1e-3 * torch.randn(ref.shape, generator=gen, dtype=torch.float64))).to(torch.bfloat16)
+    stale = (ref * 0.72).to(torch.bfloat16)  # 28% off
+    refused = 0
+    for seed in range(424242, 424247):  # the bound is statistical: a stale output passes a check 1 time in 5
+        (fp_good,), (fp_stale,) = inputs.fingerprint_batch([[good.to(DEVICE)], [stale.to(DEVICE)]], seed)
+        ref_fp, bound = inputs.fingerprint_bound(ref, seed, 1e-2, DEVICE, torch.bfloat16)
+        assert inputs.fingerprint_ok(fp_good, ref_fp, bound)
+        refused += not inputs.fingerprint_ok(fp_stale, ref_fp, bound)
+        assert fp_good == inputs.fingerprint_batch([[good.to(DEVICE)]], seed)[0][0]
+    assert refused >= 1  # all five passing: about 3e-4 by chance
+
+
+def test_an_output_with_inf_is_fingerprinted_as_the_pair_the_judge_expects(monkeypatch):
+    monkeypatch.setattr(inputs, "_kernel_way", lambda device: True)
+    ref = torch.linspace(-3, 3, 5000, dtype=torch.float64)
+    ref[17], ref[4000] = float("inf"), float("nan")
+    (got,), = inputs.fingerprint_batch([[ref.float().to(DEVICE)]], 77)
+    ref_fp, bound = inputs.fingerprint_bound(ref, 77, 1e-3, DEVICE, torch.float32)
+    assert isinstance(got, list) and inputs.fingerprint_ok(got, ref_fp, bound)
+
+
+def test_the_way_is_opt_in_and_for_cuda_only(monkeypatch):
+    monkeypatch.delenv(fk.WAY_VARIABLE, raising=False)
+    assert not fk.enabled(torch.device("cuda"))
+    monkeypatch.setenv(fk.WAY_VARIABLE, "kernel")
+    assert fk.enabled(torch.device("cuda")) and not fk.enabled(torch.device("cpu"))
+    from autokernel_tui.harness.sandbox.environment import allowed
+    assert allowed(fk.WAY_VARIABLE)  # reaches the judge and every contestant alike
+
+
+COMPILE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, compile as triton_compile
+from autokernel_tui.harness.worker import fingerprint_kernels as fk
+import hopper_compile
+rows = {}
+for name, fn, sig, const in (
+        ("dot16", fk._dot_normal, {"X": "*bf16", "PARTS": "*fp64", "n": "i64", "offset": "i64", "seed": "i64"},
+         {"WIDE": False, "BLOCK": fk.BLOCK}),
+        ("dot64", fk._dot_normal, {"X": "*fp64", "PARTS": "*fp64", "n": "i64", "offset": "i64", "seed": "i64"},
+         {"WIDE": True, "BLOCK": fk.BLOCK}),
+        ("fill", fk._fill_normal, {"W": "*fp32", "n": "i64", "offset": "i64", "seed": "i64"}, {"BLOCK": fk.BLOCK})):
+    sig = {**sig, **{k: "constexpr" for k in const}}
+    k = triton_compile(ASTSource(fn=fn, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": fk.NUM_WARPS})
+    rows[name] = hopper_compile._usage(k.asm["cubin"])
+print(json.dumps(rows))
+"""
+
+
+def test_the_kernels_compile_for_sm90():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    here = os.path.join(os.path.dirname(__file__), "..", "kernels")
+    proc = subprocess.run([sys.executable, "-c", COMPILE, here], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(rows) == {"dot16", "dot64", "fill"}
+    for name, r in rows.items():
+        # 32 bytes of stack: libdevice's cosf keeps its large-argument reduction there, a path the
+        # Box-Muller angle (in [0, 2 pi)) never takes; anything more would be spills.
+        assert 0 < r["regs"] <= 128 and r["local_bytes"] == 0 and r["stack_bytes"] <= 32, f"{name}: {r}"
+        assert r["sass"].get("MUFU", 0) > 0  # log, cos and sqrt on the special-function units
