@@ -267,9 +267,17 @@ def fingerprint_bound(ref: torch.Tensor, seed: int, max_rel_l2: float,
         return 0.0, 1e-30
     sums = []  # in float64 a chunk at a time: no whole double copy of a many-GB output, no whole w
     device = flat.device if device is None else torch.device(device)
-    for a, b in zip(flat.split(FINGERPRINT_CHUNK), _weight_chunks(flat.numel(), seed, device)):
-        d, wd = a.to(device).double(), b.double()
-        sums.append(torch.stack([torch.dot(d, wd), d.square().sum(), wd.square().sum(), (d.abs() * wd.abs()).sum()]))
+    if _kernel_way(device):
+        from autokernel_tui.harness.worker import fingerprint_kernels
+        flat = flat if flat.dtype in fingerprint_kernels.FLOAT_TYPES else flat.double()
+        for start in range(0, flat.numel(), FINGERPRINT_CHUNK):
+            chunk = flat[start:start + FINGERPRINT_CHUNK].to(device).contiguous()
+            sums.append(fingerprint_kernels.bound_sums(chunk, start, seed))
+    else:
+        for a, b in zip(flat.split(FINGERPRINT_CHUNK), _weight_chunks(flat.numel(), seed, device)):
+            d, wd = a.to(device).double(), b.double()
+            sums.append(torch.stack([torch.dot(d, wd), d.square().sum(), wd.square().sum(),
+                                     (d.abs() * wd.abs()).sum()]))
     ref_fp, ref_sq, w_sq, abs_sum = torch.stack(sums).sum(0).tolist()
     special = not math.isfinite(ref_fp)
     if special:  # the pair a correct output's fingerprint must give, and the finite part's figures
