@@ -249,18 +249,19 @@ def run_task(task_dir: Path, tuned_dir: Path | None, dtypes: list[str], timer: T
                         row["notes"].append(f"{label} fails the harness's check: {verdict['why']}")
                     row["times"][label] = timer(mod.kernel_fn, input_stream(builder, dims, dtype_name), rep_bytes)
                 precise = None
-                row["times"]["eager"] = timer(ref_mod.reference, input_stream(builder, dims, dtype_name), rep_bytes)
+                fn, fresh = baseline(ref_mod, None, input_stream(builder, dims, dtype_name))
+                row["times"]["eager"] = timer(fn, fresh, rep_bytes)
                 if not compute:
                     row["times"]["copy"] = same_size_copy(timer, row["bytes"])
                 if args.compile and dtype_name in args.compile_dtypes:
                     if time.perf_counter() < min(deadline, compile_until):
-                        compiled = compile_reference(ref_mod.reference, input_stream(builder, dims, dtype_name)())
+                        compiled = compile_baseline(ref_mod, input_stream(builder, dims, dtype_name)())
                         row["compile_s"] = round(compiled.seconds, 2)
                         if compiled.fn is None:
                             row["notes"].append(f"compile: {compiled.note}")
                         else:
-                            row["times"]["compile"] = timer(compiled.fn, input_stream(builder, dims, dtype_name),
-                                                            rep_bytes)
+                            fn, fresh = baseline(ref_mod, compiled.fn, input_stream(builder, dims, dtype_name))
+                            row["times"]["compile"] = timer(fn, fresh, rep_bytes)
                     else:
                         row["notes"].append("compile skipped: this task's share of --max-seconds spent")
             except Exception as exc:  # one broken shape is a row, not the end of the run
@@ -273,6 +274,24 @@ def run_task(task_dir: Path, tuned_dir: Path | None, dtypes: list[str], timer: T
             rows.append(row)
             print(_row_line(row), flush=True)
     return rows
+
+
+def baseline(ref_mod, compiled, fresh):
+    """(fn, fresh) of a baseline as the judge times it (``Evaluation.baseline_fn``): a forward task's
+    reference (or ``compiled``, its torch.compile); a backward task's backward alone, its forward (eager,
+    or ``compiled``) run in ``fresh``, off the clock, as the starter's time is the backward kernel's."""
+    if hasattr(ref_mod, "backward_only"):
+        prepare, fn = ref_mod.backward_only(compiled)
+        return fn, lambda: prepare(fresh())
+    return (compiled or ref_mod.reference), fresh
+
+
+def compile_baseline(ref_mod, sample):
+    """torch.compile of what a baseline runs: a backward task's forward (its generated backward is then
+    what ``baseline`` times), else the reference, as the judge compiles it (``_time_compiled``)."""
+    if hasattr(ref_mod, "backward_only"):
+        return compile_reference(ref_mod.module.reference, ref_mod.split(sample)[0])
+    return compile_reference(ref_mod.reference, sample)
 
 
 def same_size_copy(timer: Timer, nbytes: int) -> dict:

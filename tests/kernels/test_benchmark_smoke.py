@@ -83,6 +83,35 @@ def test_kernel_quality_times_every_call_on_fresh_inputs_the_same_for_every_path
     assert kq.time_fresh is timing.time_fresh and kq.compile_reference is timing.compile_reference
 
 
+def test_a_backward_baseline_is_timed_as_the_judge_times_it():
+    """A backward task's eager (and compiled) baseline is its backward alone, the forward run off the clock
+    (``BackwardReference.backward_only``, as ``Evaluation.baseline_fn``): the starter's time is a backward
+    kernel's, and timing eager's forward with it made every backward starter look faster than it is."""
+    from autokernel_tui.harness.worker.inputs import InputBuilder
+    from autokernel_tui.tasks.spec import load_spec
+
+    task = REPO / "kernels" / "rmsnorm_bwd"
+    ref = kq.sc.load_reference(task, "bwd_baseline")
+    builder = InputBuilder(ref, "cpu", cache_bytes=0)
+    dims = dict(load_spec(task).test_shapes[0].dims)
+    fn, fresh = kq.baseline(ref, None, kq.input_stream(builder, dims, "float32"))
+    forward_calls = []
+    original = ref.module.reference
+    ref.module.reference = lambda *a: forward_calls.append(1) or original(*a)
+    try:
+        prepared = fresh()
+        assert len(forward_calls) == 1  # the forward ran while the inputs were made, off the clock
+        grads = fn(*prepared)
+        assert len(forward_calls) == 1  # and the timed call runs the backward alone
+    finally:
+        ref.module.reference = original
+    inputs = kq.input_stream(builder, dims, "float32")()
+    expected = ref.reference(*inputs)
+    assert len(grads) == len(expected) and all(g.shape == e.shape for g, e in zip(grads, expected))
+    fwd_fn, _ = kq.baseline(kq.sc.load_reference(REPO / "kernels" / "rmsnorm", "fwd_baseline"), None, None)
+    assert fwd_fn.__name__ == "reference"
+
+
 def test_kernel_quality_says_which_times_to_doubt_as_the_harness_does():
     # H200 run 9: four rmsnorm rows read 1.6-7.3x run 6k's with a p80/p20 of ~2 and nothing said so.
     assert kq.caution is report_caution and kq.DISTURBED_SPREAD == timing.DISTURBED_SPREAD
