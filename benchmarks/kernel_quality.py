@@ -357,7 +357,7 @@ def _geomean(xs: list[float]) -> float | None:
 
 
 def targets(task: str, bound: str, rows: list[dict]) -> list[dict]:
-    """Issue 8's targets for one task: each met, missed or not measured."""
+    """Issue 8's targets for one forward task, issue 20's for a backward one: each met, missed or not measured."""
     timed = [r for r in rows if r.get("scored") in r["times"]]
     out = []
 
@@ -376,6 +376,15 @@ def targets(task: str, bound: str, rows: list[dict]) -> list[dict]:
     elif task == "flash_attention":
         llama = [r.get("speedup_vs_eager") for r in timed if "llama" in r["shape"]]
         verdict("% of SDPA at LLaMA-7B shapes (worst)", 100 * min(llama) if llama and None not in llama else None, 80.0)
+    elif task == "flash_attention_bwd":  # issue 20: eager is SDPA's backward alone (``baseline``)
+        llama = [r.get("speedup_vs_eager") for r in timed if "llama" in r["shape"]]
+        verdict("% of SDPA's backward at LLaMA-7B shapes (worst)",
+                100 * min(llama) if llama and None not in llama else None, 70.0)
+    elif bound == "memory" and task.endswith("_bwd"):  # issue 20's bars for a memory-bound backward
+        big = [pct(r) for r in timed if r["bytes"] >= 128 * MB]
+        verdict("% of copy BW, >= 128 MB (geomean)", _geomean(big), 80.0)
+        vs = [r["speedup_vs_compile"] for r in timed if "speedup_vs_compile" in r]
+        verdict("vs torch.compile, slowest shape (x)", min(vs) if vs else None, 1.0, "{:.2f}x")
     elif bound == "memory":
         big = [pct(r) for r in timed if r["bytes"] >= 128 * MB]
         mid = [pct(r) for r in timed if 16 * MB <= r["bytes"] < 128 * MB]

@@ -270,3 +270,20 @@ def test_bench_agreement_reads_the_spread_between_runs_and_each_cached_baseline(
     assert row["run_spread"] == pytest.approx(0.04) and row["baseline_vs_window"] == pytest.approx(0.05)
     (missing,) = agreement([report(10.0, None, None), {"shapes": []}])
     assert missing["run_spread"] is None and missing["baseline_vs_window"] is None
+
+
+def test_backward_tasks_are_held_to_issue_20s_bars():
+    def row(task, shape, nbytes, pct, vs_eager=None, vs_compile=None):
+        r = {"task": task, "shape": shape, "bytes": nbytes, "scored": "starter",
+             "times": {"starter": {"roofline_pct": pct}}}
+        r.update({k: v for k, v in (("speedup_vs_eager", vs_eager), ("speedup_vs_compile", vs_compile)) if v})
+        return r
+
+    mem = kq.targets("rmsnorm_bwd", "memory", [row("rmsnorm_bwd", "large", 300 * kq.MB, 82.0, vs_compile=1.1),
+                                                row("rmsnorm_bwd", "small", 10 * kq.MB, 40.0, vs_compile=0.9)])
+    assert [(t["target"], t["goal"], t["status"]) for t in mem] == [
+        ("% of copy BW, >= 128 MB (geomean)", 80.0, "met"), ("vs torch.compile, slowest shape (x)", 1.0, "missed")]
+    attn = kq.targets("flash_attention_bwd", "compute", [row("flash_attention_bwd", "llama7b-s4096", 1, 50.0, 0.72),
+                                                         row("flash_attention_bwd", "odd", 1, 30.0, 0.5)])
+    assert [(t["target"], t["goal"], t["status"], t["shown"]) for t in attn] == [
+        ("% of SDPA's backward at LLaMA-7B shapes (worst)", 70.0, "met", "72.0")]
