@@ -122,3 +122,11 @@ def test_the_kernels_compile_for_sm90():
         # Box-Muller angle (in [0, 2 pi)) never takes; anything more would be spills.
         assert 0 < r["regs"] <= 128 and r["local_bytes"] == 0 and r["stack_bytes"] <= 32, f"{name}: {r}"
         assert r["sass"].get("MUFU", 0) > 0  # log, cos and sqrt on the special-function units
+
+
+def test_a_seed_or_offset_of_one_is_a_value_like_any_other():
+    x = torch.linspace(-1, 1, 300, dtype=torch.float32).to(DEVICE)
+    w1 = fk.fill_normal(300, 0, 1, DEVICE)
+    assert torch.equal(fk.fill_normal(299, 1, 1, DEVICE), w1[1:])
+    expected = (x * w1).double().sum().item()
+    assert abs(fk.dot_normal(x, 1).item() - expected) <= inputs.PRODUCT_ROUNDING * (x.abs() * w1.abs()).sum().item()

@@ -34,7 +34,12 @@ def enabled(device: torch.device) -> bool:
     return device.type == "cuda" and os.environ.get(WAY_VARIABLE, "torch") == "kernel"
 
 
-@triton.jit
+# seed and offset are values, not shapes: one compiled kernel for all of them (an integer argument equal
+# to 1, or divisible by 16, would otherwise be specialised into a kernel of its own).
+NOT_SPECIALISED = ["seed", "offset"]
+
+
+@triton.jit(do_not_specialize=NOT_SPECIALISED)
 def _dot_normal(X, PARTS, n, offset, seed, WIDE: tl.constexpr, BLOCK: tl.constexpr):
     idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     live = idx < n
@@ -46,13 +51,13 @@ def _dot_normal(X, PARTS, n, offset, seed, WIDE: tl.constexpr, BLOCK: tl.constex
     tl.store(PARTS + tl.program_id(0), tl.sum(tl.where(live, p, 0.0), axis=0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=NOT_SPECIALISED)
 def _fill_normal(W, n, offset, seed, BLOCK: tl.constexpr):
     idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     tl.store(W + idx, tl.randn(seed, idx + offset), mask=idx < n)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=NOT_SPECIALISED)
 def _bound_sums(R, PARTS, n, offset, seed, BLOCK: tl.constexpr):
     idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     live = idx < n
