@@ -130,3 +130,20 @@ def test_a_seed_or_offset_of_one_is_a_value_like_any_other():
     assert torch.equal(fk.fill_normal(299, 1, 1, DEVICE), w1[1:])
     expected = (x * w1).double().sum().item()
     assert abs(fk.dot_normal(x, 1).item() - expected) <= inputs.PRODUCT_ROUNDING * (x.abs() * w1.abs()).sum().item()
+
+
+def test_a_spare_warms_the_kernels_only_where_they_are_chosen(monkeypatch):
+    calls = []
+    monkeypatch.setattr(fk, "warm", lambda device: calls.append(device))
+    inputs.warm_fingerprints(torch.device("cpu"))
+    monkeypatch.delenv(fk.WAY_VARIABLE, raising=False)
+    inputs.warm_fingerprints(torch.device("cuda"))
+    assert calls == []
+    monkeypatch.setattr(inputs, "_kernel_way", lambda device: True)
+    inputs.warm_fingerprints(torch.device("cuda"))
+    assert calls == [torch.device("cuda")]
+
+
+def test_warming_compiles_every_output_type():
+    fk.warm(DEVICE)  # under the interpreter on the CPU: runs each once, raises nothing
+    assert fk.dot_normal(torch.zeros(fk.BLOCK, dtype=torch.bfloat16, device=DEVICE), 0).item() == 0.0

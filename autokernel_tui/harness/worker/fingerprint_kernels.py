@@ -97,3 +97,18 @@ def fill_normal(n: int, offset: int, seed: int, device: torch.device) -> torch.T
     if n:
         _fill_normal[(triton.cdiv(n, BLOCK),)](w, n, offset, seed, BLOCK=BLOCK, num_warps=NUM_WARPS)
     return w
+
+
+def warm(device: torch.device) -> None:
+    """Compile ``dot_normal`` for every floating output type (and ``fill_normal``) in this process: a spare
+    does it after starting CUDA, before it is given a kernel, so no evaluation waits on the JIT (each
+    candidate has a Triton cache of its own, which would otherwise compile them again for every source).
+    Best effort: what fails to compile here is compiled when first used."""
+    for dtype in FLOAT_TYPES:
+        try:
+            dot_normal(torch.zeros(BLOCK, dtype=dtype, device=device), 0)
+        except Exception:  # noqa: BLE001 - an optimisation only: the first real use compiles it
+            return
+    fill_normal(BLOCK, 0, 0, device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -163,6 +163,13 @@ def _kernel_way(device: torch.device) -> bool:
     return fingerprint_kernels.enabled(device)
 
 
+def warm_fingerprints(device: torch.device) -> None:
+    """Where the fused kernels take the fingerprints, compile them now (a spare, before its kernel)."""
+    if _kernel_way(device):
+        from autokernel_tui.harness.worker import fingerprint_kernels
+        fingerprint_kernels.warm(device)
+
+
 def _fingerprint_t(out: torch.Tensor, seed: int, weights: dict | None = None) -> torch.Tensor:
     """<out, w>; ``weights`` keeps each (seed, size, device)'s w for the other reps of a batch (up to
     WEIGHT_CACHE_ELEMENTS; a larger w is drawn again, a chunk at a time, for each rep). The fused
