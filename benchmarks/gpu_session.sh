@@ -190,9 +190,11 @@ fingerprint)
     # Issue 18: warm evaluations with the fingerprints taken the torch way, then by the fused kernels
     # (AUTOKERNEL_HARNESS_FINGERPRINT=kernel, opt-in until this part has run), back to back, A/A each;
     # then the GPU test of the fused way (an honest starter PASSes at full shapes, wrong timed reps caught).
+    # Each warm evaluation a new source (--new-sources): a new contestant and Triton cache, as in a real loop.
     for way in torch kernel; do
         step "speed_$way" 240 env AUTOKERNEL_HARNESS_FINGERPRINT=$way python3 benchmarks/harness_speed.py \
-            --tasks rmsnorm --runs 8 --ab-runs "${2:-4}" --detect-runs 0 --pairs "" --json "$R/speed_$way.json"
+            --tasks rmsnorm --runs 8 --new-sources --ab-runs "${2:-4}" --detect-runs 0 --pairs "" \
+            --json "$R/speed_$way.json"
     done
     step gpu_test 240 python3 -m pytest -m gpu tests/harness/test_gpu.py -k fused -rfE -s -p no:cacheprovider
     ;;

@@ -148,7 +148,7 @@ def _spread(values: list[float]) -> dict:
 
 def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, detect_runs: int,
                  quick: bool = False, log=print, pairs: tuple[tuple[float, float], ...] = ((0.0, EXTRA_FRACTION),),
-                 checkpoint=lambda result: None, planted: str = "copy") -> dict:
+                 checkpoint=lambda result: None, planted: str = "copy", new_sources: bool = False) -> dict:
     """``checkpoint(result)`` after every comparison: a run cut at its limit keeps what it measured (run 14's
     A/A comparisons were lost whole when the step outran 320 s)."""
     source = (task_dir / KERNEL_FILE).read_text()
@@ -162,7 +162,10 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
         return result
     walls, jits, splits = [], [], []
     for i in range(runs):
-        rep = harness.evaluate(task_dir, quick=quick)
+        # new_sources: each run a source of its own (a comment differs), so a new contestant with an empty
+        # Triton cache, as every candidate of a real loop gets: what a new source pays besides its own JIT
+        rep = harness.evaluate(task_dir, kernel_source=f"{source}\n# harness_speed run {i}\n" if new_sources
+                               else None, quick=quick)
         walls.append(rep.wall_s)
         jits.append(rep.compile_s)
         splits.append(rep.time_split or {})
@@ -281,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--planted", default="auto", choices=("auto", "spin", "copy"),
                         help="the extra kernel: spin for a fraction of the starter's time (GPU), or copy a "
                              "fraction of the bytes; auto: spin on a GPU, copy on the CPU interpreter")
+    parser.add_argument("--new-sources", action="store_true",
+                        help="each warm evaluation a new source (a comment differs): a new contestant and Triton "
+                             "cache, as each candidate of a real loop; JIT is still reported apart")
     parser.add_argument("--json", default=None, help="write the raw results here")
     parser.add_argument("--smoke", action="store_true", help="CPU interpreter, quick evaluations, N = 1")
     parser.add_argument("--timeout", type=float, default=300.0)
@@ -305,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(measure_task(harness, task_dir, args.runs, args.ab_runs, args.detect_runs,
                                         quick=args.smoke, log=lambda *a: print(*a, flush=True),
                                         pairs=tuple(tuple(map(float, p.split(":"))) for p in args.pairs.split(",") if p),
-                                        checkpoint=save, planted=planted))
+                                        checkpoint=save, planted=planted, new_sources=args.new_sources))
             save()
     print(table(results, info.get("name", "?") + ("" if info.get("timing_meaningful") else " (timings not meaningful)")))
     return 0 if all("eval_wall_s" in r for r in results) else 1
