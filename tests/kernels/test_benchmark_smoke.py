@@ -268,6 +268,7 @@ def test_bench_agreement_reads_the_spread_between_runs_and_each_cached_baseline(
                             "baseline_us": window}]}
     (row,) = agreement([report(10.0, 20.0, 21.0), report(10.4, 20.0, 20.0), report(10.2, None, 20.0)])
     assert row["run_spread"] == pytest.approx(0.04) and row["baseline_vs_window"] == pytest.approx(0.05)
+    assert row["baseline_cached_and_window_us"] == [[20.0, 21.0], [20.0, 20.0], [None, 20.0]]  # which way a miss went
     (missing,) = agreement([report(10.0, None, None), {"shapes": []}])
     assert missing["run_spread"] is None and missing["baseline_vs_window"] is None
 
