@@ -25,11 +25,13 @@ Prints a short table last and writes the raw numbers as JSON.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
+import subprocess
 import sys
 import time
-from typing import NamedTuple
 from pathlib import Path
+from typing import NamedTuple
 
 if __package__ in (None, ""):  # run as a file: the repository's packages before any installed copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -111,9 +113,20 @@ class SpinPlan(NamedTuple):
 
 
 def spin_plan(task_dir: Path, quick: bool = False) -> SpinPlan:
-    """The starter's GPU time at every shape x dtype the harness times, and the spin's clock, measured here
-    with the harness's own timer (``timing.time_fresh``: L2 flushed, fresh inputs per call, the GPU kept
-    ahead), before any comparison."""
+    """The starter's GPU time at every shape x dtype the harness times, and the spin's clock, measured before
+    any comparison in a child process (``--spin-plan``): this one never starts CUDA, so the harness's
+    processes are the only ones on the GPU and the sandbox's rule about a parent's CUDA never comes up."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--spin-plan", str(task_dir)] + (["--quick"] if quick else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"measuring the spin plan failed: {proc.stderr[-2000:]}")
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    return SpinPlan({ast.literal_eval(k): v for k, v in got["starter_us"]}, got["cycles_per_us"])
+
+
+def measure_spin_plan(task_dir: Path, quick: bool = False) -> dict:
+    """``spin_plan``'s figures, measured in this process with the harness's own timer (``timing.time_fresh``:
+    L2 flushed, fresh inputs per call, the GPU kept ahead); JSON-ready (each key as its repr)."""
     import torch
 
     from autokernel_tui.harness.worker.inputs import InputBuilder
@@ -129,16 +142,15 @@ def spin_plan(task_dir: Path, quick: bool = False) -> SpinPlan:
     flush = L2Flusher(torch.device("cuda"))
     sleep_cycles = 1_000_000
     rate = sleep_cycles / time_fresh(lambda: torch.cuda._sleep(sleep_cycles), lambda: (), flush).median
-    starter_us = {}
+    starter_us = []
     for shape in spec.shapes_for("cuda"):
         for dtype in spec.dtypes[:1] if quick else spec.dtypes:
             counter = iter(range(1, 1 << 30))
             fresh = lambda: builder.build({"dims": dict(shape.dims), "dtype": dtype, "base_seed": 0,  # noqa: E731
                                            "steps": [["perturb", next(counter)]]})
-            sample = fresh()
-            key = tuple((tuple(t.shape), str(t.dtype)) for t in sample if isinstance(t, torch.Tensor))
-            starter_us[key] = round(time_fresh(kernel.kernel_fn, fresh, flush).median, 3)
-    return SpinPlan(starter_us, round(rate, 3))
+            key = tuple((tuple(t.shape), str(t.dtype)) for t in fresh() if isinstance(t, torch.Tensor))
+            starter_us.append([repr(key), round(time_fresh(kernel.kernel_fn, fresh, flush).median, 3)])
+    return {"cycles_per_us": round(rate, 3), "starter_us": starter_us}
 
 
 def _spread(values: list[float]) -> dict:
@@ -292,7 +304,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--sandbox", default="auto", choices=("auto", "bwrap", "landlock", "off"),
                         help="harness.sandbox: 'off' gives the same tree's time without confinement")
+    parser.add_argument("--spin-plan", default=None, metavar="TASK_DIR", help=argparse.SUPPRESS)  # spin_plan's child
+    parser.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.spin_plan:
+        print(json.dumps(measure_spin_plan(Path(args.spin_plan), args.quick)))
+        return 0
     device = "cpu" if args.smoke else "auto"
     if args.smoke:
         args.runs, args.ab_runs, args.detect_runs = 1, 1, 1

@@ -63,3 +63,15 @@ def test_spin_kernel_compiles_for_sm90_as_a_clock_loop(tmp_path):
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     ptx = got["ptx"]
     assert ptx.count("%clock64") >= 2 and "bra" in ptx and got["cubin"] > 0
+
+
+@pytest.mark.gpu
+def test_spin_plan_measures_every_shape_in_a_child_process():
+    from autokernel_tui.tasks.spec import load_spec, starters_dir
+
+    bench = _bench()
+    task = starters_dir() / "rmsnorm"
+    plan = bench.spin_plan(task, quick=True)
+    shapes = load_spec(task).shapes_for("cuda")
+    assert len(plan.starter_us) == len(shapes) and all(us > 0 for us in plan.starter_us.values())
+    assert 300 < plan.cycles_per_us < 4000  # an SM clock, in cycles per microsecond
