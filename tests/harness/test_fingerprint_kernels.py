@@ -82,6 +82,8 @@ def test_the_way_is_opt_in_and_for_cuda_only(monkeypatch):
     assert not fk.enabled(torch.device("cuda"))
     monkeypatch.setenv(fk.WAY_VARIABLE, "kernel")
     assert fk.enabled(torch.device("cuda")) and not fk.enabled(torch.device("cpu"))
+    monkeypatch.setenv(fk.WAY_VARIABLE, "kernel-anywhere")  # the tests' way through the real harness on the CPU
+    assert fk.enabled(torch.device("cpu")) and inputs._kernel_way(torch.device("cpu"))
     from autokernel_tui.harness.sandbox.environment import allowed
     assert allowed(fk.WAY_VARIABLE)  # reaches the judge and every contestant alike
 
@@ -147,3 +149,26 @@ def test_a_spare_warms_the_kernels_only_where_they_are_chosen(monkeypatch):
 def test_warming_compiles_every_output_type():
     fk.warm(DEVICE)  # under the interpreter on the CPU: runs each once, raises nothing
     assert fk.dot_normal(torch.zeros(fk.BLOCK, dtype=torch.bfloat16, device=DEVICE), 0).item() == 0.0
+
+
+def test_the_real_harness_takes_fused_fingerprints_end_to_end(monkeypatch, tmp_path):
+    """The variable reaches the judge and its contestants through the sandbox's clean environment; both
+    sides draw the same w, so an honest kernel PASSes and one wrong only when timed is REJECTED."""
+    from autokernel_tui.harness.runner import Harness
+
+    from .conftest import GOOD, PREFIX, make_tiny_task
+    monkeypatch.setenv(fk.WAY_VARIABLE, "kernel-anywhere")
+    wrong_when_timed = PREFIX + '''
+CALLS = [0]
+
+
+def kernel_fn(x, weight, eps):
+    CALLS[0] += 1
+    return launch(x, weight, eps if CALLS[0] <= 12 else 1e9, torch.empty_like(x))
+'''
+    task = make_tiny_task(tmp_path / "rmsnorm")
+    with Harness(timeout_s=300, device="cpu") as h:
+        good = h.evaluate(task, kernel_source=GOOD, quick=True)
+        caught = h.evaluate(task, kernel_source=wrong_when_timed, quick=True)
+    assert good.status == "PASS", good.reason
+    assert caught.status == "REJECTED" and "timed run is wrong" in caught.reason, (caught.status, caught.reason)

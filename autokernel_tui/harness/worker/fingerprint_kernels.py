@@ -23,15 +23,18 @@ import torch
 import triton
 import triton.language as tl
 
-WAY_VARIABLE = "AUTOKERNEL_HARNESS_FINGERPRINT"
+from autokernel_tui.harness.worker.inputs import FINGERPRINT_WAY_VARIABLE as WAY_VARIABLE
 BLOCK = 1024  # elements per program, 8 a thread: Philox's rounds unrolled for each stay in registers
 NUM_WARPS = 4
 FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def enabled(device: torch.device) -> bool:
-    """Whether fingerprints on ``device`` are taken by these kernels (a CUDA device, and the variable says so)."""
-    return device.type == "cuda" and os.environ.get(WAY_VARIABLE, "torch") == "kernel"
+    """Whether fingerprints on ``device`` are taken by these kernels: ``kernel`` on a CUDA device;
+    ``kernel-anywhere`` on the CPU too, under Triton's interpreter (slow: for the tests, which drive the real
+    harness through it)."""
+    way = os.environ.get(WAY_VARIABLE, "torch")
+    return way == "kernel-anywhere" or (way == "kernel" and device.type == "cuda")
 
 
 # seed and offset are values, not shapes: one compiled kernel for all of them (an integer argument equal

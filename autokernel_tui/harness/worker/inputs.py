@@ -22,6 +22,7 @@ checks of 20; this bound refuses it 4 times in 5 per check (tests/harness/test_u
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Iterable, Iterator, Sequence
 
 import torch
@@ -36,6 +37,8 @@ PRODUCT_ROUNDING = 2.0 ** -22
 # chunk at a time as it is used. A whole w of KernelBench ReLU's 6.4 GB output was 6.4 GB more in the judge
 # and again in the contestant, where a 141 GB H200 fitted it and an 80 GB H100 ran out (run 14).
 WEIGHT_CACHE_ELEMENTS = 1 << 26
+# "torch" (the default), or "kernel": fingerprints by the fused kernels of ``fingerprint_kernels`` (opt-in)
+FINGERPRINT_WAY_VARIABLE = "AUTOKERNEL_HARNESS_FINGERPRINT"
 PERTURB_CHUNK = 1 << 25  # elements scaled at a time (a 128 MB float32 factor)
 
 
@@ -157,8 +160,8 @@ def _dot(flat: torch.Tensor, w: Iterable[torch.Tensor]) -> torch.Tensor:
 
 def _kernel_way(device: torch.device) -> bool:
     """Whether fingerprints on ``device`` come from the fused kernels (``fingerprint_kernels``: opt-in)."""
-    if device.type != "cuda":
-        return False
+    if not os.environ.get(FINGERPRINT_WAY_VARIABLE, "torch").startswith("kernel"):
+        return False  # the default: no Triton import on this path at all
     from autokernel_tui.harness.worker import fingerprint_kernels
     return fingerprint_kernels.enabled(device)
 
