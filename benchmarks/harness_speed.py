@@ -88,7 +88,8 @@ def kernel_fn(*inputs):
     out = _starter_kernel_fn(*inputs)
     key = tuple((tuple(t.shape), str(t.dtype)) for t in inputs if isinstance(t, torch.Tensor))
     cycles = max(1, int(SPIN_FRACTION * _STARTER_US.get(key, 0.0) * _CYCLES_PER_US))
-    _spin[(1,)](torch.empty(1, dtype=torch.int64, device=inputs[0].device), cycles)
+    device = next(t.device for t in inputs if isinstance(t, torch.Tensor))
+    _spin[(1,)](torch.empty(1, dtype=torch.int64, device=device), cycles)
     return out
 '''
 PLANTED = {"copy": EXTRA_KERNEL, "spin": SPIN_KERNEL}
