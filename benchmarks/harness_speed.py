@@ -6,8 +6,9 @@
 (c) planted slowdowns (--pairs FAST:SLOW), made one of two ways (--planted):
     spin (on a GPU, the default there): the starter plus one extra Triton kernel that
     spins for a fraction of the starter's own time at that shape (clock64 cycles; the
-    contestant measures the starter and the cycle rate on its first call of each
-    shape), so "0.003:0.033" is two variants with the same launches whose GPU time
+    starter's time per shape and the cycle rate measured beforehand, in a child process,
+    with the harness's timer, and written into the variant), so "0.003:0.033" is two
+    variants with the same launches whose GPU time
     differs by 3% of the kernel's at every shape, and nothing else: a clean 3% change.
     copy (the CPU interpreter's, where inline PTX cannot run): an extra copy kernel
     moving a fraction more bytes, plus an allocation; its cost moves between runs far

@@ -277,21 +277,20 @@ def run_task(task_dir: Path, tuned_dir: Path | None, dtypes: list[str], timer: T
 
 
 def baseline(ref_mod, compiled, fresh):
-    """(fn, fresh) of a baseline as the judge times it (``Evaluation.baseline_fn``): a forward task's
-    reference (or ``compiled``, its torch.compile); a backward task's backward alone, its forward (eager,
-    or ``compiled``) run in ``fresh``, off the clock, as the starter's time is the backward kernel's."""
-    if hasattr(ref_mod, "backward_only"):
-        prepare, fn = ref_mod.backward_only(compiled)
-        return fn, lambda: prepare(fresh())
-    return (compiled or ref_mod.reference), fresh
+    """(fn, fresh) of a baseline as the judge times it (``reference.baseline_call``): for a backward task
+    its backward alone, the forward run in ``fresh``, off the clock, as the starter's time is the backward
+    kernel's."""
+    from autokernel_tui.harness.worker.reference import baseline_call
+
+    prepare, fn = baseline_call(ref_mod, compiled)
+    return fn, lambda: prepare(fresh())
 
 
 def compile_baseline(ref_mod, sample):
-    """torch.compile of what a baseline runs: a backward task's forward (its generated backward is then
-    what ``baseline`` times), else the reference, as the judge compiles it (``_time_compiled``)."""
-    if hasattr(ref_mod, "backward_only"):
-        return compile_reference(ref_mod.module.reference, ref_mod.split(sample)[0])
-    return compile_reference(ref_mod.reference, sample)
+    """torch.compile of what a baseline runs, as the judge compiles it (``reference.compile_target``)."""
+    from autokernel_tui.harness.worker.reference import compile_target
+
+    return compile_reference(*compile_target(ref_mod, sample))
 
 
 def same_size_copy(timer: Timer, nbytes: int) -> dict:

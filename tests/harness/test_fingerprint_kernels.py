@@ -78,14 +78,15 @@ def test_an_output_with_inf_is_fingerprinted_as_the_pair_the_judge_expects(monke
 
 
 def test_the_way_is_opt_in_and_for_cuda_only(monkeypatch):
-    monkeypatch.delenv(fk.WAY_VARIABLE, raising=False)
-    assert not fk.enabled(torch.device("cuda"))
-    monkeypatch.setenv(fk.WAY_VARIABLE, "kernel")
-    assert fk.enabled(torch.device("cuda")) and not fk.enabled(torch.device("cpu"))
-    monkeypatch.setenv(fk.WAY_VARIABLE, "kernel-anywhere")  # the tests' way through the real harness on the CPU
-    assert fk.enabled(torch.device("cpu")) and inputs._kernel_way(torch.device("cpu"))
+    way = inputs.FINGERPRINT_WAY_VARIABLE
+    monkeypatch.delenv(way, raising=False)
+    assert not inputs._kernel_way(torch.device("cuda"))
+    monkeypatch.setenv(way, "kernel")
+    assert inputs._kernel_way(torch.device("cuda")) and not inputs._kernel_way(torch.device("cpu"))
+    monkeypatch.setenv(way, "kernel-anywhere")  # the tests' way through the real harness on the CPU
+    assert inputs._kernel_way(torch.device("cpu"))
     from autokernel_tui.harness.sandbox.environment import allowed
-    assert allowed(fk.WAY_VARIABLE)  # reaches the judge and every contestant alike
+    assert allowed(way)  # reaches the judge and every contestant alike
 
 
 COMPILE = r"""
@@ -138,7 +139,7 @@ def test_a_spare_warms_the_kernels_only_where_they_are_chosen(monkeypatch):
     calls = []
     monkeypatch.setattr(fk, "warm", lambda device: calls.append(device))
     inputs.warm_fingerprints(torch.device("cpu"))
-    monkeypatch.delenv(fk.WAY_VARIABLE, raising=False)
+    monkeypatch.delenv(inputs.FINGERPRINT_WAY_VARIABLE, raising=False)
     inputs.warm_fingerprints(torch.device("cuda"))
     assert calls == []
     monkeypatch.setattr(inputs, "_kernel_way", lambda device: True)
@@ -157,7 +158,7 @@ def test_the_real_harness_takes_fused_fingerprints_end_to_end(monkeypatch, tmp_p
     from autokernel_tui.harness.runner import Harness
 
     from .conftest import GOOD, PREFIX, make_tiny_task
-    monkeypatch.setenv(fk.WAY_VARIABLE, "kernel-anywhere")
+    monkeypatch.setenv(inputs.FINGERPRINT_WAY_VARIABLE, "kernel-anywhere")
     wrong_when_timed = PREFIX + '''
 CALLS = [0]
 

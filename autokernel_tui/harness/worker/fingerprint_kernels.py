@@ -11,30 +11,19 @@ same output always gives the same number (the determinism check compares two of 
 w is the same function of (seed, element index) wherever it is drawn: ``fill_normal`` writes it out for
 the judge's bound and for the special-value sums, and chunks of it line up because the index is global.
 The way is chosen by an environment variable that reaches the judge and every contestant alike
-(``AUTOKERNEL_HARNESS_`` passes the sandbox's allowlist); until a GPU run has measured it, the default
-stays the torch way.
+(``inputs.FINGERPRINT_WAY_VARIABLE``: ``AUTOKERNEL_HARNESS_`` passes the sandbox's allowlist); until a GPU
+run has measured it, the default stays the torch way.
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-from autokernel_tui.harness.worker.inputs import FINGERPRINT_WAY_VARIABLE as WAY_VARIABLE
 BLOCK = 1024  # elements per program, 8 a thread: Philox's rounds unrolled for each stay in registers
 NUM_WARPS = 4
 FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-
-def enabled(device: torch.device) -> bool:
-    """Whether fingerprints on ``device`` are taken by these kernels: ``kernel`` on a CUDA device;
-    ``kernel-anywhere`` on the CPU too, under Triton's interpreter (slow: for the tests, which drive the real
-    harness through it)."""
-    way = os.environ.get(WAY_VARIABLE, "torch")
-    return way == "kernel-anywhere" or (way == "kernel" and device.type == "cuda")
 
 
 # seed and offset are values, not shapes: one compiled kernel for all of them (an integer argument equal
@@ -107,11 +96,11 @@ def warm(device: torch.device) -> None:
     does it after starting CUDA, before it is given a kernel, so no evaluation waits on the JIT (each
     candidate has a Triton cache of its own, which would otherwise compile them again for every source).
     Best effort: what fails to compile here is compiled when first used."""
-    for dtype in FLOAT_TYPES:
-        try:
+    try:
+        for dtype in FLOAT_TYPES:
             dot_normal(torch.zeros(BLOCK, dtype=dtype, device=device), 0)
-        except Exception:  # noqa: BLE001 - an optimisation only: the first real use compiles it
-            return
-    fill_normal(BLOCK, 0, 0, device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+        fill_normal(BLOCK, 0, 0, device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except Exception:  # noqa: BLE001 - an optimisation only: the first real use compiles it
+        pass

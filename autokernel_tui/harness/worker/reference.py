@@ -43,6 +43,23 @@ def load_reference(task_dir: Path) -> Any:
     return module
 
 
+def baseline_call(ref: Any, compiled: Callable | None = None) -> tuple[Callable[[tuple], tuple], Callable[..., Any]]:
+    """(prepare, fn): what a baseline times, ``fn(*prepare(inputs))``. A forward task's reference (or
+    ``compiled``, its torch.compile); a backward task's backward alone, its forward (eager, or ``compiled``)
+    run in ``prepare``, off the clock. The judge and ``benchmarks/kernel_quality.py`` both time this."""
+    if hasattr(ref, "backward_only"):
+        return ref.backward_only(compiled)
+    return (lambda inputs: inputs), (compiled or ref.reference)
+
+
+def compile_target(ref: Any, sample: tuple) -> tuple[Callable[..., Any], tuple]:
+    """(function, its sample inputs) that torch.compile compiles for a baseline: a backward task's forward
+    on the forward inputs (its generated backward is then what ``baseline_call`` times), else the reference."""
+    if hasattr(ref, "backward_only"):
+        return ref.module.reference, ref.split(sample)[0]
+    return ref.reference, sample
+
+
 def _leaf(t: Any, requires: bool, double: bool = False) -> Any:
     if not isinstance(t, torch.Tensor):
         return t

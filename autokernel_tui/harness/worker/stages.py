@@ -32,7 +32,7 @@ from autokernel_tui.harness.worker.baselines import BaselineCache
 from autokernel_tui.harness.worker.correctness import Errors, as_tuple, bitwise_equal, compare, precise_reference
 from autokernel_tui.harness.worker.device import start_cuda
 from autokernel_tui.harness.worker.errors import Verdict
-from autokernel_tui.harness.worker.reference import load_reference
+from autokernel_tui.harness.worker.reference import baseline_call, compile_target, load_reference
 from autokernel_tui.harness.worker.pool import ContestantPool, ContestantProxy
 from autokernel_tui.harness.worker.timing import (CPU_REPS, DISTURBED_SPREAD, L2Flusher, Samples, compile_reference,
                                                   lead_for, reps_for, steadiest, time_as_called, time_fresh)
@@ -462,12 +462,8 @@ class Evaluation:
             memory.release_cached()
 
     def baseline_fn(self, compiled: Callable | None = None) -> tuple[Callable[[tuple], tuple], Callable[..., Any]]:
-        """(prepare, fn): what a baseline times, ``fn(*prepare(inputs))``. A forward task's reference
-        (or ``compiled``, its torch.compile); a backward task's backward alone, its forward (eager, or
-        ``compiled``) run in ``prepare``, off the clock."""
-        if hasattr(self.ref, "backward_only"):
-            return self.ref.backward_only(compiled)
-        return (lambda inputs: inputs), (compiled or self.ref.reference)
+        """(prepare, fn): what a baseline times (``reference.baseline_call``)."""
+        return baseline_call(self.ref, compiled)
 
     def time_reference(self, baseline: tuple[Callable, Callable], shape: Shape, dtype: str,
                        reps: int | None = None) -> Samples:
@@ -497,10 +493,7 @@ class Evaluation:
         """torch.compile of the reference (``timing.compile_reference``: default mode, dynamo's
         limits raised and its counters checked so a silent eager fallback is caught), timed; for a
         backward task, its forward compiled and the generated backward timed alone."""
-        sample = self.builder.build(self.recipe(shape, dtype))
-        backward = hasattr(self.ref, "backward_only")
-        forward = self.ref.module.reference if backward else self.ref.reference
-        compiled = compile_reference(forward, self.ref.split(sample)[0] if backward else sample)
+        compiled = compile_reference(*compile_target(self.ref, self.builder.build(self.recipe(shape, dtype))))
         if compiled.fn is None:
             return {"compile_us": None, "compile_note": compiled.note}
         samples = self.time_reference(self.baseline_fn(compiled.fn), shape, dtype)
