@@ -115,9 +115,10 @@ class SpinPlan(NamedTuple):
 
 
 def spin_plan(task_dir: Path, quick: bool = False) -> SpinPlan:
-    """The starter's GPU time at every shape x dtype the harness times, and the spin's clock, measured before
-    any comparison in a child process (``--spin-plan``): this one never starts CUDA, so the harness's
-    processes are the only ones on the GPU and the sandbox's rule about a parent's CUDA never comes up."""
+    """The starter's GPU time at every shape x dtype the harness times, and the spin's clock, measured in a
+    child process (``--spin-plan``) before the harness starts: this one never starts CUDA (the sandbox's
+    rule about a parent's CUDA never comes up), and the child's fresh inputs do not share the card with the
+    harness's processes (run 18: beside a warm judge, contestant and spares it ran out of 80 GB)."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--spin-plan", str(task_dir)] + (["--quick"] if quick else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
@@ -155,6 +156,16 @@ def measure_spin_plan(task_dir: Path, quick: bool = False) -> dict:
     return {"cycles_per_us": round(rate, 3), "starter_us": starter_us}
 
 
+def _has_cuda() -> bool:
+    """Whether a CUDA device is there, asked of NVML: this process must not start CUDA (spin_plan)."""
+    import os
+
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def _spread(values: list[float]) -> dict:
     return {"median": stats.median(values), "p20": stats.percentile(values, 20),
             "p80": stats.percentile(values, 80), "min": min(values), "max": max(values), "n": len(values)}
@@ -162,7 +173,8 @@ def _spread(values: list[float]) -> dict:
 
 def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, detect_runs: int,
                  quick: bool = False, log=print, pairs: tuple[tuple[float, float], ...] = ((0.0, EXTRA_FRACTION),),
-                 checkpoint=lambda result: None, planted: str = "copy", new_sources: bool = False) -> dict:
+                 checkpoint=lambda result: None, planted: str = "copy", new_sources: bool = False,
+                 spin: SpinPlan | None = None) -> dict:
     """``checkpoint(result)`` after every comparison: a run cut at its limit keeps what it measured (run 14's
     A/A comparisons were lost whole when the step outran 320 s)."""
     source = (task_dir / KERNEL_FILE).read_text()
@@ -209,7 +221,8 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
         aa.append(compared("A/A", i, ab_runs, source, source))
         record_aa(result, aa, harness)
         checkpoint(result)
-    spin = spin_plan(task_dir, quick) if planted == "spin" and any(f for pair in pairs for f in pair) else None
+    if planted == "spin" and spin is None and any(f for pair in pairs for f in pair):
+        raise ValueError("a spin variant needs the task's spin plan (spin_plan), measured before the harness starts")
     if spin is not None:
         result["spin_plan"] = {"cycles_per_us": spin.cycles_per_us, "starter_us": list(spin.starter_us.values())}
         log(f"  {task_dir.name}: spin at {spin.cycles_per_us:.0f} cycles/us; the starter's us per call "
@@ -317,6 +330,10 @@ def main(argv: list[str] | None = None) -> int:
         args.runs, args.ab_runs, args.detect_runs = 1, 1, 1
     dirs = [Path(t) if "/" in t else starters_dir() / t for t in args.tasks.split(",") if t]
     results = []
+    pairs = tuple(tuple(map(float, p.split(":"))) for p in args.pairs.split(",") if p)
+    # Spin plans first, each in a child process that is gone before the harness starts (spin_plan).
+    want_spin = args.planted == "spin" or (args.planted == "auto" and not args.smoke and _has_cuda())
+    plans = {d: spin_plan(d, args.smoke) for d in dirs} if want_spin and any(f for p in pairs for f in p) else {}
     with Harness(timeout_s=args.timeout, device=device, sandbox=args.sandbox, keep_samples=True) as harness:
         info = harness.device_info()
         planted = args.planted if args.planted != "auto" else ("spin" if info.get("device") == "cuda" else "copy")
@@ -329,8 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         for task_dir in dirs:
             results.append(measure_task(harness, task_dir, args.runs, args.ab_runs, args.detect_runs,
                                         quick=args.smoke, log=lambda *a: print(*a, flush=True),
-                                        pairs=tuple(tuple(map(float, p.split(":"))) for p in args.pairs.split(",") if p),
-                                        checkpoint=save, planted=planted, new_sources=args.new_sources))
+                                        pairs=pairs, checkpoint=save, planted=planted, new_sources=args.new_sources,
+                                        spin=plans.get(task_dir)))
             save()
     print(table(results, info.get("name", "?") + ("" if info.get("timing_meaningful") else " (timings not meaningful)")))
     return 0 if all("eval_wall_s" in r for r in results) else 1

@@ -112,18 +112,23 @@ def test_fused_fingerprints_pass_an_honest_kernel_and_catch_a_wrong_timed_run(mo
     # contestant take it from the environment; the starter PASSes at full shapes, wrong timed reps are caught.
     from .conftest import PREFIX, make_tiny_task
     monkeypatch.setenv("AUTOKERNEL_HARNESS_FINGERPRINT", "kernel")
+    # Right only where fresh memory is NaN (the correctness stages poison it): wrong on every timed rep
+    # however many calls the stages make (run 18: a call count tuned on the CPU's shapes was caught as a
+    # FAIL at a GPU shape's correctness stage instead).
     wrong_when_timed = PREFIX + '''
-CALLS = [0]
+import math
 
 
 def kernel_fn(x, weight, eps):
-    CALLS[0] += 1
-    return launch(x, weight, eps if CALLS[0] <= 12 else 1e9, torch.empty_like(x))
+    probe = torch.empty_like(x)
+    watched = math.isnan(float(probe[0, 0]))
+    return launch(x, weight, eps if watched else 1e9, probe)
 '''
     with Harness(timeout_s=600, device="cuda") as h:
         h.evaluate(starters_dir() / "rmsnorm")  # cold
         report = h.evaluate(starters_dir() / "rmsnorm")
-        caught = h.evaluate(make_tiny_task(tmp_path / "rmsnorm"), kernel_source=wrong_when_timed, quick=True)
+        caught = h.evaluate(make_tiny_task(tmp_path / "rmsnorm", tiny_on_gpu=True), kernel_source=wrong_when_timed,
+                            quick=True)
     print("kernel-way split:", {k: v for k, v in (report.time_split or {}).items() if "fingerprint" in k or k == "total"})
     assert report.status == "PASS", report.reason
     assert caught.status == "REJECTED" and "timed run is wrong" in caught.reason, (caught.status, caught.reason)

@@ -21,6 +21,7 @@ import random
 import resource
 import socket
 import sys
+import tempfile
 import time
 import traceback
 import types
@@ -80,6 +81,9 @@ class Contestant:
         os.environ["TRITON_CACHE_DIR"] = msg["triton_cache"]
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(self.scratch / "inductor")
         os.environ["AUTOKERNEL_CACHE_DIR"] = os.environ["HOME"] = os.environ["TMPDIR"] = str(self.scratch)
+        # Python keeps the temporary folder it first found (a spare's warm-up compiled in the pool's shared
+        # scratch, where Landlock then forbids writes: Triton's .ptx for the candidate failed there, run 18).
+        tempfile.tempdir = str(self.scratch)
         # A candidate that writes without end (its stdout is the harness log) is stopped by SIGXFSZ.
         resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
         sandbox = "landlock off"
