@@ -188,7 +188,7 @@ convsweep)
     ;;
 fingerprint)
     # Issue 18: warm evaluations with the fingerprints taken the torch way, then by the fused kernels
-    # (AUTOKERNEL_HARNESS_FINGERPRINT=kernel, opt-in until this part has run), back to back, A/A each;
+    # (AUTOKERNEL_HARNESS_FINGERPRINT=kernel, the default since run 18), back to back, A/A each;
     # then the GPU test of the fused way (an honest starter PASSes at full shapes, wrong timed reps caught).
     # Each warm evaluation a new source (--new-sources): a new contestant and Triton cache, as in a real loop.
     for way in torch kernel; do

@@ -211,7 +211,8 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
     def compared(label: str, i: int, n: int, fast: str, slow: str):
         c = harness.compare(task_dir, fast, slow, quick=quick)
         log(f"  {task_dir.name} {label} {i + 1}/{n}: {c.status} speedup {c.speedup:.3f} "
-            f"[{c.ci_low:.3f}, {c.ci_high:.3f}] kept {c.faster} (first comparison said faster: {c.screen is not None})")
+            f"[{c.ci_low:.3f}, {c.ci_high:.3f}] kept {c.faster} (first comparison said faster: {c.screen is not None})"
+            + ("" if c.status == "PASS" else f": {c.reason}"))  # run 18's one FAIL said no more than its status
         return c
 
     aa: list = []
@@ -254,7 +255,8 @@ def record_aa(result: dict, aa: list, harness: Harness) -> None:
     result["aa"] = {"n": len(aa), "false_keeps": sum(c.faster for c in aa),
                     "first_pass_keeps": sum(c.screen is not None for c in aa),
                     "speedups": [c.speedup for c in aa], "ci": [(c.ci_low, c.ci_high) for c in aa],
-                    "statuses": [c.status for c in aa], "keep_margin": harness.keep_margin,
+                    "statuses": [c.status for c in aa], "reasons": [c.reason for c in aa],
+                    "keep_margin": harness.keep_margin,
                     "cross_check": [getattr(c, "cross_check", None) for c in aa],
                     "per_shape": [getattr(c, "per_shape", None) for c in aa],
                     "samples": [_samples(c) for c in aa]}
@@ -265,7 +267,7 @@ def record_variant(result: dict, det: list, fast: float, slow: float, replace: b
              "first_pass_detected": sum(c.screen is not None for c in det),
              "pair": [fast, slow], "label": f"+{fast:.1%} vs +{slow:.1%}",
              "speedups": [c.speedup for c in det], "ci": [(c.ci_low, c.ci_high) for c in det],
-             "statuses": [c.status for c in det],
+             "statuses": [c.status for c in det], "reasons": [c.reason for c in det],
              "cross_check": [getattr(c, "cross_check", None) for c in det],
              # which shapes a wrong-way or wide comparison came from
              "per_shape": [getattr(c, "per_shape", None) for c in det],

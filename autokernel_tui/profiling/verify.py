@@ -150,38 +150,57 @@ def _forward(model, inputs):
 
 
 def _time(models: list, inputs, iters: int, warmup: int, device: str,
-          on_forward=None) -> list[list[float]]:
+          on_forward=None, failures: dict[int, BaseException] | None = None) -> list[list[float]]:
     """Per model, ``iters`` forward times in microseconds, interleaved so drift hits all alike.
-    ``on_forward(i, seconds)`` is called after each forward pass of model ``i`` (progress)."""
+    ``on_forward(i, seconds)`` is called after each forward pass of model ``i`` (progress). With
+    ``failures`` given, a model whose forward raises is recorded there (index -> exception) and left out
+    of the rest, its times as far as they got; without it, the exception ends the timing."""
     import time
 
     import torch
 
     cuda = device.startswith("cuda")
     tick = on_forward or (lambda i, seconds: None)
-    for _ in range(warmup):
-        for i, m in enumerate(models):
-            t0 = time.perf_counter()
+    times: list[list[float]] = [[] for _ in models]
+
+    def one(i: int, m, timed: bool) -> None:
+        if cuda:
+            # Each forward is a step of its own to CUDA graph trees: models compiled with
+            # "reduce-overhead" run interleaved here, and without the mark a run of one was taken for a
+            # continuation of the other's (run 18, H100: ViT's cudagraphs modes failed an assertion in
+            # cudagraph_trees.dealloc_current_path_weakrefs).
+            torch.compiler.cudagraph_mark_step_begin()
+        t_call = time.perf_counter()
+        if cuda and timed:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
             _forward(m, inputs)
-            tick(i, time.perf_counter() - t0)
+            end.record()
+            end.synchronize()
+            times[i].append(start.elapsed_time(end) * 1e3)
+        else:
+            _forward(m, inputs)
+            if timed:
+                times[i].append((time.perf_counter() - t_call) * 1e6)
+        tick(i, time.perf_counter() - t_call)
+
+    def each(timed: bool) -> None:
+        for i, m in enumerate(models):
+            if failures is not None and i in failures:
+                continue
+            try:
+                one(i, m, timed)
+            except Exception as exc:  # noqa: BLE001 - with ``failures`` given, one mode's failure is its finding
+                if failures is None:
+                    raise
+                failures[i] = exc
+
+    for _ in range(warmup):
+        each(False)
     if cuda:
         torch.cuda.synchronize()
-    times: list[list[float]] = [[] for _ in models]
     for _ in range(iters):
-        for i, m in enumerate(models):
-            t_call = time.perf_counter()
-            if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                _forward(m, inputs)
-                end.record()
-                end.synchronize()
-                times[i].append(start.elapsed_time(end) * 1e3)
-            else:
-                t0 = time.perf_counter()
-                _forward(m, inputs)
-                times[i].append((time.perf_counter() - t0) * 1e6)
-            tick(i, time.perf_counter() - t_call)
+        each(True)
     return times
 
 
@@ -452,7 +471,13 @@ def compare_modes(original, kernels: dict[str, Path], families, inputs, referenc
         done[0] += 1
         say("timing every mode (forward passes)", done[0], len(names) * iters, est.left_s())
 
-    times = _time([built[n] for n in names], inputs, iters, 0, device, on_forward) if names else []
+    failures: dict[int, BaseException] = {}
+    times = _time([built[n] for n in names], inputs, iters, 0, device, on_forward, failures) if names else []
+    for i, exc in failures.items():  # it ran when built and checked, then failed among the others
+        results[names[i]].update(correct=False, where=where(exc), error=f"while timing: {type(exc).__name__}: {exc}"
+                                 .splitlines()[0][:300])
+    names = [n for i, n in enumerate(names) if i not in failures]
+    times = [t for i, t in enumerate(times) if i not in failures]
     for n, t in zip(names, times):
         results[n].update(_stats(t))
         if inspect is not None:
@@ -534,14 +559,18 @@ def select_kernels(original, kernels: dict[str, Path], patched: dict[str, int], 
         return _build_mode(original, {f: kernels[f] for f in fs}, fs or None, compile_mode, inputs, reference_out,
                            tol, warmup)
 
-    return choose([f for f, n in patched.items() if n and f in kernels], build,
-                  lambda models: _time(models, inputs, iters, 0, device), mode, progress)
+    def time_models(models: list) -> list[list[float]]:
+        failures: dict[int, BaseException] = {}
+        times = _time(models, inputs, iters, 0, device, failures=failures)
+        return [[] if i in failures else t for i, t in enumerate(times)]  # no times: it failed while timed
+
+    return choose([f for f, n in patched.items() if n and f in kernels], build, time_models, mode, progress)
 
 
 def choose(fams: list[str], build, time_models, mode: str, progress=None) -> dict:
     """The kernels to ship in ``mode``: ``build(families)`` makes the model in that mode with those
     kernels (none: the mode as it is) as (model or None, {"correct": ...}); ``time_models(models)``
-    times them interleaved.
+    times them interleaved (an empty list: that model failed while timed).
 
     A kernel that is faster alone can still lose inside a model: a compiled graph fuses the op it
     replaces into its neighbours, and an eager model pays each launch's host cost. So each family is
@@ -560,8 +589,13 @@ def choose(fams: list[str], build, time_models, mode: str, progress=None) -> dic
         m, res = build([f])
         if m is not None:
             t_base, t_f = time_models([base, m])
-            res.update(_stats(t_f), base_median_us=_stats(t_base)["median_us"])
-            res["speedup"] = res["base_median_us"] / res["median_us"]
+            if not t_base:
+                return {"mode": mode, "error": f"{mode} without kernels failed while timed beside {f}"}
+            if t_f:
+                res.update(_stats(t_f), base_median_us=_stats(t_base)["median_us"])
+                res["speedup"] = res["base_median_us"] / res["median_us"]
+            else:
+                res.update(correct=False, error="failed while timed beside the mode without kernels")
         alone[f] = res
         del m
     chosen = [f for f in fams if alone[f].get("correct") and alone[f].get("speedup", 0) > 1 + SELECT_MIN_GAIN]
@@ -581,7 +615,13 @@ def choose(fams: list[str], build, time_models, mode: str, progress=None) -> dic
             built[name] = m
     names = list(built)
     for n, t in zip(names, time_models([built[n] for n in names])):
-        results[n].update(_stats(t))
+        if t:
+            results[n].update(_stats(t))
+        else:
+            results[n].update(correct=False, error="failed while timed beside the other sets")
+    names = [n for n in names if "median_us" in results[n]]
+    if "none" not in names:
+        return {"mode": mode, "error": f"{mode} without kernels failed while timed beside the sets"}
     ok = [n for n in names if results[n].get("correct")]
     best = min(ok, key=lambda n: results[n]["median_us"])
     base_us = results["none"]["median_us"]

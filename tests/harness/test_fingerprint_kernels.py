@@ -77,9 +77,11 @@ def test_an_output_with_inf_is_fingerprinted_as_the_pair_the_judge_expects(monke
     assert isinstance(got, list) and inputs.fingerprint_ok(got, ref_fp, bound)
 
 
-def test_the_way_is_opt_in_and_for_cuda_only(monkeypatch):
+def test_the_way_is_the_default_on_cuda_only_and_can_be_turned_off(monkeypatch):
     way = inputs.FINGERPRINT_WAY_VARIABLE
     monkeypatch.delenv(way, raising=False)
+    assert inputs._kernel_way(torch.device("cuda")) and not inputs._kernel_way(torch.device("cpu"))
+    monkeypatch.setenv(way, "torch")
     assert not inputs._kernel_way(torch.device("cuda"))
     monkeypatch.setenv(way, "kernel")
     assert inputs._kernel_way(torch.device("cuda")) and not inputs._kernel_way(torch.device("cpu"))
@@ -138,8 +140,9 @@ def test_a_seed_or_offset_of_one_is_a_value_like_any_other():
 def test_a_spare_warms_the_kernels_only_where_they_are_chosen(monkeypatch):
     calls = []
     monkeypatch.setattr(fk, "warm", lambda device: calls.append(device))
-    inputs.warm_fingerprints(torch.device("cpu"))
     monkeypatch.delenv(inputs.FINGERPRINT_WAY_VARIABLE, raising=False)
+    inputs.warm_fingerprints(torch.device("cpu"))
+    monkeypatch.setenv(inputs.FINGERPRINT_WAY_VARIABLE, "torch")
     inputs.warm_fingerprints(torch.device("cuda"))
     assert calls == []
     monkeypatch.setattr(inputs, "_kernel_way", lambda device: True)

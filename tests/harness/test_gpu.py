@@ -108,8 +108,8 @@ def test_driver_ipc_hands_a_strided_view_across_processes_and_refuses_reaching_o
 
 
 def test_fused_fingerprints_pass_an_honest_kernel_and_catch_a_wrong_timed_run(monkeypatch, tmp_path):
-    # AUTOKERNEL_HARNESS_FINGERPRINT=kernel (harness/worker/fingerprint_kernels.py): the judge and every
-    # contestant take it from the environment; the starter PASSes at full shapes, wrong timed reps are caught.
+    # AUTOKERNEL_HARNESS_FINGERPRINT=kernel (harness/worker/fingerprint_kernels.py; the default, set here so
+    # the test says which way it tests): the starter PASSes at full shapes, wrong timed reps are caught.
     from .conftest import PREFIX, make_tiny_task
     monkeypatch.setenv("AUTOKERNEL_HARNESS_FINGERPRINT", "kernel")
     # Right only where fresh memory is NaN (the correctness stages poison it): wrong on every timed rep

@@ -241,6 +241,35 @@ def test_kernels_as_custom_ops_compile_with_the_model_and_the_fastest_correct_mo
     assert "do not make this model faster" in r["ship_reason"]
 
 
+def test_a_mode_that_fails_while_timed_is_a_finding_and_the_others_are_still_timed(tmp_path):
+    # Run 18 (H100): ViT's cudagraphs modes built and checked, then failed an assertion inside torch's
+    # CUDA graph trees once timed among the other modes, and verify stopped with no figure at all.
+    import copy
+
+    import torch
+    import torch.nn as nn
+
+    from autokernel_tui.profiling.verify import compare_modes
+
+    model = nn.Sequential(nn.Linear(16, 16), nn.GELU()).eval()
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        reference = model(x)
+    flaky = tmp_path / "gelu" / "kernel.py"
+    flaky.parent.mkdir()
+    flaky.write_text("import torch\nCALLS = [0]\n\n\ndef kernel_fn(x, approximate):\n    CALLS[0] += 1\n"
+                     "    assert CALLS[0] <= 3, 'as torch asserted in cudagraph_trees'\n"
+                     "    return torch.nn.functional.gelu(x, approximate=approximate)\n")
+    r = compare_modes(copy.deepcopy(model), {"gelu": flaky}, None, (x,), reference, 1e-4, "cpu",
+                      ("eager", "eager+kernels", "compile"), iters=4, warmup=1)
+    modes = r["modes"]
+    failed = modes["eager+kernels"]
+    assert failed["correct"] is False and failed["error"].startswith("while timing: AssertionError"), failed
+    assert "median_us" not in failed and failed["where"]
+    assert modes["eager"]["n"] == 4 and modes["compile"]["n"] == 4
+    assert r["ship"] in ("eager", "compile")
+
+
 def _backward_task(kernels: Path, source: str) -> None:
     """kernels/rmsnorm_bwd: a backward task (the tests' Triton rmsnorm backward) beside rmsnorm."""
     import shutil

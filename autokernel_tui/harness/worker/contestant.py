@@ -292,6 +292,6 @@ def run(sock: socket.socket, device: str) -> int:
     """The body of a freshly forked contestant: get the device ready, say so, serve."""
     if device == "cuda":
         start_cuda()
-        inputs_mod.warm_fingerprints(torch.device("cuda"))  # off any evaluation's clock (opt-in way only)
+        inputs_mod.warm_fingerprints(torch.device("cuda"))  # off any evaluation's clock (the fused way only)
     protocol.send(sock.fileno(), {"ok": True, "ready": True, "pid": os.getpid()})
     return Contestant(sock, device).serve()

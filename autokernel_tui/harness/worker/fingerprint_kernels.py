@@ -1,4 +1,4 @@
-"""Output fingerprints on the GPU in one pass (worker side; ``AUTOKERNEL_HARNESS_FINGERPRINT=kernel``).
+"""Output fingerprints on the GPU in one pass (worker side; the default on CUDA, ``AUTOKERNEL_HARNESS_FINGERPRINT``).
 
 The torch way (``inputs._dot``) draws w with ``torch.randn`` (4 bytes an element written), writes the
 float32 product (4 more) and reads it back for the float64 sum: about 14 bytes moved per element of a
@@ -11,8 +11,9 @@ same output always gives the same number (the determinism check compares two of 
 w is the same function of (seed, element index) wherever it is drawn: ``fill_normal`` writes it out for
 the judge's bound and for the special-value sums, and chunks of it line up because the index is global.
 The way is chosen by an environment variable that reaches the judge and every contestant alike
-(``inputs.FINGERPRINT_WAY_VARIABLE``: ``AUTOKERNEL_HARNESS_`` passes the sandbox's allowlist); until a GPU
-run has measured it, the default stays the torch way.
+(``inputs.FINGERPRINT_WAY_VARIABLE``: ``AUTOKERNEL_HARNESS_`` passes the sandbox's allowlist). The default on
+CUDA since run 18 (H100): a warm rmsnorm evaluation's fingerprints went from 0.44 s + 0.33 s (taken, checked)
+to 0.18 s + 0.14 s, and its GPU test passed; ``torch`` brings the torch way back.
 """
 
 from __future__ import annotations
