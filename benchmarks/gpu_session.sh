@@ -34,6 +34,7 @@
 #              task's starter (GEMM template or Inductor's Triton) benched through the sandboxed harness
 #   tunegen:   issue 19's tuner on generated tasks: a model profiled (default gpt2), `init --from-profile
 #              --top 12`, then `tuner_budget.py` on every generated task (20 experiments each, or N)
+#   tunebwd:   issue 20's tuner on backward starters (default flash_attention_bwd and layernorm_bwd, 30 each)
 #   models:    a model that is neither GPT-2 nor LLaMA (resnet, vit, t5 or convnext; default resnet) at its full
 #              default size: profiled, `init --from-profile --top 8`, and `verify` with every task it
 #              made (generated kernels put into the traced graph): outputs checked, every mode timed
@@ -42,7 +43,7 @@
 # without it the harness runs under Landlock alone there (run 15 did, unnoticed until its probe).
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | fingerprint [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | fingerprint [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
 set -u
 part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, agreement, sandboxcost, parallel, aa or kernelbench}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -222,6 +223,13 @@ tunegen)
     left=$(( ${DEADLINE:-$(( $(date +%s) + 560 ))} - $(date +%s) - 20 ))
     step tuner 560 python3 benchmarks/tuner_budget.py --tasks "$ws"/kernels/gen_* --budget "${3:-20}" \
         --max-seconds 120 --total-seconds "$left" --json "$R/tuner.json"
+    ;;
+tunebwd)
+    # Issue 20: the offline tuner on backward starters, 30 experiments each through the sandboxed harness
+    # (run 18, H100: flash_attention_bwd 0.28-0.37x SDPA's backward, layernorm_bwd's wide shape 0.43x compile).
+    left=$(( ${DEADLINE:-$(( $(date +%s) + 560 ))} - $(date +%s) - 20 ))
+    step tuner 560 python3 benchmarks/tuner_budget.py --tasks $(echo "${2:-flash_attention_bwd,layernorm_bwd}" | tr , ' ') \
+        --budget "${3:-30}" --max-seconds 400 --total-seconds "$left" --json "$R/tuner.json"
     ;;
 models)
     m=${2:-resnet}
