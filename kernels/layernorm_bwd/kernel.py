@@ -22,9 +22,16 @@ grid is sized to the GPU (PROGRAMS_PER_SM programs per SM). Two main paths, by r
     sum(g * xhat) = rstd * (sum(g * d) - mean_d * sum(g)); pass 2 re-reads the row's chunks
     (from L2, last-read first) and writes dx. A wide row's dw and db do not fit in registers:
     they accumulate in the program's own rows of the partial buffers (read-modify-write of
-    L2-resident lines by the same program: still deterministic).
+    L2-resident lines by the same program: still deterministic);
+  * split (wider rows, WIDE_SPLIT = 1, the default): the looped path's partials are a row of N per
+    program, read and written for every row it owns (run 18, H100, 1024 x 50257: 528 programs'
+    212 MB of partials for 309 MB of data, 14% of roofline, 0.43x torch.compile). Here one program
+    per row takes the row's statistics (pass 1 above: mean, rstd, c1, c2 to a [M, 4] buffer), then
+    a grid of (column tile, row group) programs writes dx and sums dw, db over its group's rows in
+    registers: partials are a row of N per row group (a few), and x, dy are read twice (5/3 of the
+    minimum traffic). Not yet timed on a GPU.
 Launch parameters are decided once per (shape, dtype, device) and cached: a call costs a
-dict lookup, four allocations and two launches.
+dict lookup, four allocations and two launches (five and three on the split path).
 Levers left: the forward's 16-byte alignment heads for odd widths (here odd rows load
 element by element), evict hints, a resident path between the rows and looped paths.
 """
@@ -41,6 +48,10 @@ PROGRAMS_PER_SM = 4  # main-kernel programs per SM: more overlap, but more dw pa
 LOOP_BLOCK_N = 4096  # chunk width of the looped path
 LOOP_NUM_WARPS = 8
 LOOP_PASS2_REVERSED = 1  # the looped path's second pass walks the row backwards (1) or forwards (0)
+WIDE_SPLIT = 1  # rows wider than MAX_FUSED_N: the split path (1) or the looped path (0)
+SPLIT_TILE_N = 512  # split path: columns per program (1024 x 4 rows took 198 registers at 4 warps, sm_90)
+SPLIT_TILE_M = 4  # split path: rows per step
+SPLIT_NUM_WARPS = 4
 REDUCE_BLOCK_N = 64  # dw reduction: columns per program
 REDUCE_BLOCK_P = 64  # dw reduction: partial rows summed per step
 REDUCE_NUM_WARPS = 4
@@ -81,6 +92,37 @@ def _layernorm_bwd_rows(X, W, DY, DX, DWP, DBP, M, N, stride_x, stride_dy, strid
 
 
 @triton.jit
+def _row_statistics(x_row, dy_row, W, N, eps, BLOCK_N: tl.constexpr):
+    """One wide row's mean, rstd, c1 = sum(g * xhat) / N and c2 = sum(g) / N, in one pass over its
+    chunks (deviations from the first chunk's mean: small even for rows far from zero)."""
+    ar = tl.arange(0, BLOCK_N)
+    x0 = tl.load(x_row + ar, mask=ar < N, other=0.0).to(tl.float32)
+    shift = tl.sum(x0, axis=0) / tl.minimum(N, BLOCK_N)
+    s1 = tl.zeros([BLOCK_N], dtype=tl.float32)
+    s2 = tl.zeros([BLOCK_N], dtype=tl.float32)
+    sg = tl.zeros([BLOCK_N], dtype=tl.float32)
+    sgd = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        cols = start + ar
+        m = cols < N
+        x = tl.load(x_row + cols, mask=m, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        dy = tl.load(dy_row + cols, mask=m, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        w = tl.load(W + cols, mask=m, other=0.0).to(tl.float32)
+        d = tl.where(m, x - shift, 0.0)
+        g = dy * w
+        s1 += d
+        s2 += d * d
+        sg += g
+        sgd += g * d
+    mean_d = tl.sum(s1, axis=0) / N
+    var = tl.maximum(tl.sum(s2, axis=0) / N - mean_d * mean_d, 0.0)
+    rstd = 1.0 / tl.sqrt(var + eps)
+    c2 = tl.sum(sg, axis=0) / N
+    c1 = rstd * (tl.sum(sgd, axis=0) / N - mean_d * c2)  # sum(g * xhat) / N
+    return shift + mean_d, rstd, c1, c2
+
+
+@triton.jit
 def _layernorm_bwd_looped(X, W, DY, DX, DWP, DBP, M, N, stride_x, stride_dy, stride_dx, eps, ROWS_PER_PROG,
                           BLOCK_N: tl.constexpr, REVERSED: tl.constexpr):
     pid = tl.program_id(0)
@@ -94,30 +136,7 @@ def _layernorm_bwd_looped(X, W, DY, DX, DWP, DBP, M, N, stride_x, stride_dy, str
         x_row = X + row * stride_x
         dy_row = DY + row * stride_dy
         dx_row = DX + row * stride_dx
-        x0 = tl.load(x_row + ar, mask=ar < N, other=0.0).to(tl.float32)
-        shift = tl.sum(x0, axis=0) / tl.minimum(N, BLOCK_N)
-        s1 = tl.zeros([BLOCK_N], dtype=tl.float32)
-        s2 = tl.zeros([BLOCK_N], dtype=tl.float32)
-        sg = tl.zeros([BLOCK_N], dtype=tl.float32)
-        sgd = tl.zeros([BLOCK_N], dtype=tl.float32)
-        for start in range(0, N, BLOCK_N):
-            cols = start + ar
-            m = cols < N
-            x = tl.load(x_row + cols, mask=m, other=0.0, eviction_policy="evict_last").to(tl.float32)
-            dy = tl.load(dy_row + cols, mask=m, other=0.0, eviction_policy="evict_last").to(tl.float32)
-            w = tl.load(W + cols, mask=m, other=0.0).to(tl.float32)
-            d = tl.where(m, x - shift, 0.0)
-            g = dy * w
-            s1 += d
-            s2 += d * d
-            sg += g
-            sgd += g * d
-        mean_d = tl.sum(s1, axis=0) / N
-        var = tl.maximum(tl.sum(s2, axis=0) / N - mean_d * mean_d, 0.0)
-        rstd = 1.0 / tl.sqrt(var + eps)
-        mean = shift + mean_d
-        c2 = tl.sum(sg, axis=0) / N
-        c1 = rstd * (tl.sum(sgd, axis=0) / N - mean_d * c2)  # sum(g * xhat) / N
+        mean, rstd, c1, c2 = _row_statistics(x_row, dy_row, W, N, eps, BLOCK_N)
         for j in range(0, n_chunks):
             chunk = j
             if REVERSED:  # first re-read the chunks pass 1 read last: the likeliest still in L2
@@ -132,6 +151,51 @@ def _layernorm_bwd_looped(X, W, DY, DX, DWP, DBP, M, N, stride_x, stride_dy, str
             first = m & (i > 0)  # the program's first row starts the sums
             tl.store(dwp + cols, tl.load(dwp + cols, mask=first, other=0.0) + dy * xhat, mask=m)
             tl.store(dbp + cols, tl.load(dbp + cols, mask=first, other=0.0) + dy, mask=m)
+
+
+@triton.jit
+def _layernorm_bwd_row_stats(X, W, DY, STATS, N, stride_x, stride_dy, eps, BLOCK_N: tl.constexpr):
+    """The split path's first kernel: one program per row, [mean, rstd, c1, c2] to STATS[row]."""
+    row = tl.program_id(0).to(tl.int64)
+    mean, rstd, c1, c2 = _row_statistics(X + row * stride_x, DY + row * stride_dy, W, N, eps, BLOCK_N)
+    tl.store(STATS + row * 4, mean)
+    tl.store(STATS + row * 4 + 1, rstd)
+    tl.store(STATS + row * 4 + 2, c1)
+    tl.store(STATS + row * 4 + 3, c2)
+
+
+@triton.jit
+def _layernorm_bwd_split_tiles(X, W, DY, DX, STATS, DWP, DBP, M, N, stride_x, stride_dy, stride_dx, ROWS_PER_GROUP,
+                               TILE_M: tl.constexpr, TILE_N: tl.constexpr):
+    """The split path's second kernel: program (t, g) writes dx of column tile t for row group g's
+    rows, TILE_M at a time, and that group's dw, db partial sums for the tile (in registers, summed
+    in a fixed order: deterministic)."""
+    cols = tl.program_id(0) * TILE_N + tl.arange(0, TILE_N)
+    group = tl.program_id(1)
+    cmask = cols < N
+    w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+    acc_w = tl.zeros([TILE_M, TILE_N], dtype=tl.float32)
+    acc_b = tl.zeros([TILE_M, TILE_N], dtype=tl.float32)
+    row0 = group * ROWS_PER_GROUP
+    row_end = tl.minimum(row0 + ROWS_PER_GROUP, M)
+    for r in range(row0, row_end, TILE_M):
+        rows = (r + tl.arange(0, TILE_M)).to(tl.int64)
+        rmask = rows < row_end
+        mask = rmask[:, None] & cmask[None, :]
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        mean = tl.load(STATS + rows * 4, mask=rmask, other=0.0)
+        rstd = tl.load(STATS + rows * 4 + 1, mask=rmask, other=0.0)
+        c1 = tl.load(STATS + rows * 4 + 2, mask=rmask, other=0.0)
+        c2 = tl.load(STATS + rows * 4 + 3, mask=rmask, other=0.0)
+        xhat = (x - mean[:, None]) * rstd[:, None]
+        dx = (dy * w[None, :] - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+        tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        acc_w += dy * xhat  # dy is 0 outside the mask
+        acc_b += dy
+    base = group.to(tl.int64) * N
+    tl.store(DWP + base + cols, tl.sum(acc_w, axis=0), mask=cmask)
+    tl.store(DBP + base + cols, tl.sum(acc_b, axis=0), mask=cmask)
 
 
 @triton.jit
@@ -162,8 +226,9 @@ def _num_sms(device: torch.device) -> int:
 
 
 def _plan(m: int, n: int, device: torch.device) -> tuple:
-    """(looped, programs, per_program, block_m, block_n, warps, reduce_block_n): per_program counts
-    row blocks (rows path) or rows (looped path)."""
+    """(path, programs, per_program, block_m, block_n, warps, reduce_block_n), path "rows", "looped" or
+    "split": per_program counts row blocks (rows), rows (looped) or a row group's rows (split, whose
+    programs are its row groups, each over every column tile)."""
     target = max(1, _num_sms(device) * PROGRAMS_PER_SM)
     reduce_n = REDUCE_BLOCK_N  # the same on the CPU: what the interpreter checks is what a GPU runs
     if n <= MAX_FUSED_N:
@@ -172,9 +237,13 @@ def _plan(m: int, n: int, device: torch.device) -> tuple:
         blocks = triton.cdiv(m, block_m)
         per = triton.cdiv(blocks, min(blocks, target))
         warps = min(32, NUM_WARPS * max(1, block_n // ROW_BLOCK_ELEMS))
-        return False, triton.cdiv(blocks, per), per, block_m, block_n, warps, reduce_n
+        return "rows", triton.cdiv(blocks, per), per, block_m, block_n, warps, reduce_n
+    if WIDE_SPLIT:  # as many row groups as keep ~target programs busy over the column tiles
+        groups = max(1, min(triton.cdiv(m, SPLIT_TILE_M), triton.cdiv(target, triton.cdiv(n, SPLIT_TILE_N))))
+        per = triton.cdiv(triton.cdiv(m, groups), SPLIT_TILE_M) * SPLIT_TILE_M
+        return "split", triton.cdiv(m, per), per, SPLIT_TILE_M, SPLIT_TILE_N, SPLIT_NUM_WARPS, reduce_n
     per = triton.cdiv(m, min(m, target))
-    return True, triton.cdiv(m, per), per, 1, LOOP_BLOCK_N, LOOP_NUM_WARPS, reduce_n
+    return "looped", triton.cdiv(m, per), per, 1, LOOP_BLOCK_N, LOOP_NUM_WARPS, reduce_n
 
 
 def kernel_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, grad_out: torch.Tensor):
@@ -190,13 +259,20 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     plan = _PLANS.get(key)
     if plan is None:
         plan = _PLANS[key] = _plan(m, n, x.device)
-    looped, programs, per, block_m, block_n, warps, reduce_n = plan
+    path, programs, per, block_m, block_n, warps, reduce_n = plan
     dx = torch.empty((m, n), dtype=x.dtype, device=x.device)
     partials = torch.empty((2, programs, n), dtype=torch.float32, device=x.device)
     dw = torch.empty((n,), dtype=weight.dtype, device=x.device)
     db = torch.empty((n,), dtype=bias.dtype, device=x.device)
     args = (x2, weight, dy, dx, partials[0], partials[1], m, n, x2.stride(0), dy.stride(0), dx.stride(0), eps, per)
-    if looped:
+    if path == "split":
+        stats = torch.empty((m, 4), dtype=torch.float32, device=x.device)
+        _layernorm_bwd_row_stats[(m,)](x2, weight, dy, stats, n, x2.stride(0), dy.stride(0), eps, BLOCK_N=LOOP_BLOCK_N,
+                                       num_warps=LOOP_NUM_WARPS)
+        _layernorm_bwd_split_tiles[(triton.cdiv(n, block_n), programs)](
+            x2, weight, dy, dx, stats, partials[0], partials[1], m, n, x2.stride(0), dy.stride(0), dx.stride(0), per,
+            TILE_M=block_m, TILE_N=block_n, num_warps=warps)
+    elif path == "looped":
         _layernorm_bwd_looped[(programs,)](*args, BLOCK_N=block_n, REVERSED=LOOP_PASS2_REVERSED, num_warps=warps)
     else:
         _layernorm_bwd_rows[(programs,)](*args, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)

@@ -133,8 +133,8 @@ def _num_sms(device: torch.device) -> int:
 
 
 def _plan(m: int, n: int, device: torch.device) -> tuple:
-    """(looped, programs, per_program, block_m, block_n, warps, reduce_block_n): per_program counts
-    row blocks (rows path) or rows (looped path)."""
+    """(path, programs, per_program, block_m, block_n, warps, reduce_block_n), path "rows" or "looped":
+    per_program counts row blocks (rows path) or rows (looped path)."""
     target = max(1, _num_sms(device) * PROGRAMS_PER_SM)
     reduce_n = REDUCE_BLOCK_N  # the same on the CPU: what the interpreter checks is what a GPU runs
     if n <= MAX_FUSED_N:
@@ -143,9 +143,9 @@ def _plan(m: int, n: int, device: torch.device) -> tuple:
         blocks = triton.cdiv(m, block_m)
         per = triton.cdiv(blocks, min(blocks, target))
         warps = min(32, NUM_WARPS * max(1, block_n // ROW_BLOCK_ELEMS))
-        return False, triton.cdiv(blocks, per), per, block_m, block_n, warps, reduce_n
+        return "rows", triton.cdiv(blocks, per), per, block_m, block_n, warps, reduce_n
     per = triton.cdiv(m, min(m, target))
-    return True, triton.cdiv(m, per), per, 1, LOOP_BLOCK_N, LOOP_NUM_WARPS, reduce_n
+    return "looped", triton.cdiv(m, per), per, 1, LOOP_BLOCK_N, LOOP_NUM_WARPS, reduce_n
 
 
 def kernel_fn(x: torch.Tensor, weight: torch.Tensor, eps: float, grad_out: torch.Tensor):
@@ -161,11 +161,11 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, eps: float, grad_out: torch
     plan = _PLANS.get(key)
     if plan is None:
         plan = _PLANS[key] = _plan(m, n, x.device)
-    looped, programs, per, block_m, block_n, warps, reduce_n = plan
+    path, programs, per, block_m, block_n, warps, reduce_n = plan
     dx = torch.empty((m, n), dtype=x.dtype, device=x.device)
     dwp = torch.empty((programs, n), dtype=torch.float32, device=x.device)
     dw = torch.empty((n,), dtype=weight.dtype, device=x.device)
-    if looped:
+    if path == "looped":
         _rmsnorm_bwd_looped[(programs,)](x2, weight, dy, dx, dwp, m, n, x2.stride(0), dy.stride(0), dx.stride(0),
                                          eps, per, BLOCK_N=block_n, REVERSED=LOOP_PASS2_REVERSED, num_warps=warps)
     else:

@@ -41,7 +41,7 @@ def test_weight_grad_over_many_row_blocks_with_a_remainder(task):
     # 37 rows in blocks of 2 (19 blocks, the last half empty), 3 blocks per program: 7 programs, the
     # last with one block; each program's partial row summed by the column-sum kernel in 2 steps.
     ker = _kernel(task, ROW_BLOCK_ELEMS=128, CPU_SMS=2, PROGRAMS_PER_SM=4, REDUCE_BLOCK_P=4, REDUCE_BLOCK_N=32)
-    assert ker._plan(37, 64, torch.device("cpu"))[:5] == (False, 7, 3, 2, 64)
+    assert ker._plan(37, 64, torch.device("cpu"))[:5] == ("rows", 7, 3, 2, 64)
     verdict = _check(task, ker, {"M": 37, "N": 64})
     assert verdict["passed"], verdict["why"]
 
@@ -52,17 +52,31 @@ def test_rows_wider_than_a_block_take_the_looped_path(task, reversed_):
     # 100-wide rows in chunks of 32 (the last partial); 7 rows, 4 per program: the second program's
     # partial dweight row starts from its first row (3 rows) as the first one's does (4 rows).
     ker = _kernel(task, MAX_FUSED_N=64, LOOP_BLOCK_N=32, CPU_SMS=1, PROGRAMS_PER_SM=2,
-                  LOOP_PASS2_REVERSED=reversed_)
-    assert ker._plan(7, 100, torch.device("cpu"))[:3] == (True, 2, 4)
+                  LOOP_PASS2_REVERSED=reversed_, **({"WIDE_SPLIT": 0} if task == "layernorm_bwd" else {}))
+    assert ker._plan(7, 100, torch.device("cpu"))[:3] == ("looped", 2, 4)
     for adversarial in (None, "large"):
         verdict = _check(task, ker, {"M": 7, "N": 100}, adversarial=adversarial)
         assert verdict["passed"], (adversarial, verdict["why"])
 
 
-def test_layernorm_looped_path_holds_rows_far_from_zero():
-    ker = _kernel("layernorm_bwd", MAX_FUSED_N=64, LOOP_BLOCK_N=32, CPU_SMS=1, PROGRAMS_PER_SM=2)
+@pytest.mark.parametrize("split", [0, 1])
+def test_layernorm_wide_paths_hold_rows_far_from_zero(split):
+    ker = _kernel("layernorm_bwd", MAX_FUSED_N=64, LOOP_BLOCK_N=32, CPU_SMS=1, PROGRAMS_PER_SM=2, WIDE_SPLIT=split)
     verdict = _check("layernorm_bwd", ker, {"M": 7, "N": 100}, adversarial="offset")
     assert verdict["passed"], verdict["why"]
+
+
+def test_layernorm_split_path_tiles_columns_and_groups_rows():
+    # 11 rows of 100 in column tiles of 32 (the last partial), rows 2 at a time: 4 programs wanted over
+    # 4 tiles gives one row group of all 11; with 16 wanted, 3 groups of 4 rows (the last of 3, half of
+    # its second step masked). dw and db summed over the groups' partial rows.
+    for sms, plan in ((2, ("split", 1, 12, 2, 32)), (8, ("split", 3, 4, 2, 32))):
+        ker = _kernel("layernorm_bwd", MAX_FUSED_N=64, LOOP_BLOCK_N=32, CPU_SMS=sms, PROGRAMS_PER_SM=2,
+                      SPLIT_TILE_N=32, SPLIT_TILE_M=2)
+        assert ker._plan(11, 100, torch.device("cpu"))[:5] == plan
+        for adversarial in (None, "large"):
+            verdict = _check("layernorm_bwd", ker, {"M": 11, "N": 100}, adversarial=adversarial)
+            assert verdict["passed"], (sms, adversarial, verdict["why"])
 
 
 @pytest.mark.parametrize("old,new", [("acc += dy * xhat", "acc += dy * x"),  # rows path
