@@ -28,6 +28,7 @@
 #   kernelbench: KernelBench problems (carry .kb: the fetched level1/level2 files) through init's path and
 #              the harness: starter PASS rate and its time beside torch.compile
 #   convsweep: the GEMM template's fp32 tile swept on KernelBench convolutions (carry .kb) beside cuDNN
+#   fasweep:   flash attention backward's knobs swept at the LLaMA-7B shapes (issue 20), dK/dV then dQ
 #   fingerprint: warm evaluations with the torch way of fingerprinting, then the fused kernels (issue 18)
 #   aa:        A/A at K = 8 (the fake server answers with the incumbent): false keeps out of N
 #   anyop:     GPT-2 small (bf16, 8x1024) profiled, `init --from-profile --top 12`, and every generated
@@ -43,7 +44,7 @@
 # without it the harness runs under Landlock alone there (run 15 did, unnoticed until its probe).
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | fingerprint [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | fasweep | fingerprint [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
 set -u
 part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, agreement, sandboxcost, parallel, aa or kernelbench}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -186,6 +187,17 @@ convsweep)
         step "sweep_$t" 170 python3 benchmarks/knob_sweep.py --task "/tmp/convsweep/kernels/$t" --max-seconds 140 \
             --grid FP32_BLOCK_M=64,128 --grid FP32_BLOCK_N=64,128 --grid FP32_NUM_WARPS=4,8 --json "$R/sweep_$t.json"
     done
+    ;;
+fasweep)
+    # Issue 20: flash attention backward's tiles and pipelining at the LLaMA-7B shapes (run 18, H100: 28% of
+    # SDPA's backward), the dK/dV kernel's knobs then the dQ kernel's, each beside the other's defaults.
+    # Compiled for sm_90 at D = 128 (tests/kernels/hopper_compile.py): all compile; BLOCK_N1=128 with BLOCK_M1=64
+    # spills 80-104 B, BLOCK_M2=128 at 4 warps 112 B; timed anyway (a spill can cost less than a tile gains).
+    fa=(--task flash_attention_bwd --shapes llama7b-s4096,llama-gqa-s4096 --dtypes bfloat16 --max-seconds 230)
+    step sweep_dkdv 260 python3 benchmarks/knob_sweep.py "${fa[@]}" --grid BLOCK_N1=64,128 --grid BLOCK_M1=32,64 \
+        --grid DKDV_STAGES=2,3,4 --json "$R/sweep_dkdv.json"
+    step sweep_dq 260 python3 benchmarks/knob_sweep.py "${fa[@]}" --grid BLOCK_M2=64,128 --grid DQ_WARPS=4,8 \
+        --grid DQ_STAGES=2,3,4 --json "$R/sweep_dq.json"
     ;;
 fingerprint)
     # Issue 18: warm evaluations with the fingerprints taken the torch way, then by the fused kernels
