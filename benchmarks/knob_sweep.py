@@ -77,6 +77,18 @@ def sweep(task_dir: Path, grid: dict[str, list[int]], shape_names: list[str], dt
     cases = [(dt, sh) for dt in (dtypes or spec.dtypes) if dt in spec.dtypes for sh in shapes]
     result = {"task": spec.name, "defaults": defaults, "cases": [], "combos": [label(c) for c in combos]}
     builder = InputBuilder(ref_mod, timer.device, cache_bytes=0)
+    loads = iter(range(1 << 30))
+
+    def with_knobs(combo: dict[str, int]):
+        # A fresh import per combination, as the tuner's candidates are each a new file: a starter plans its
+        # launches once per shape in a module-level cache, which a knob set on one module would leave stale
+        # (flash_attention_bwd's dK/dV grid, sized for the default BLOCK_N1, left half of dK unwritten).
+        module = sc.load_module(task_dir / "kernel.py", f"sweep{next(loads)}")
+        for k, v in {**defaults, **combo}.items():
+            setattr(module, k, v)
+        return module
+
+    variants = {label(c): with_knobs(c) for c in combos}
     for dtype_name, shape in cases:
         dtype = getattr(torch, dtype_name)
         dims = dict(shape.dims)
@@ -91,21 +103,18 @@ def sweep(task_dir: Path, grid: dict[str, list[int]], shape_names: list[str], dt
             if time.perf_counter() > deadline:
                 case["runs"][label(combo)] = {"error": "skipped: --max-seconds spent"}
                 continue
-            for k, v in {**defaults, **combo}.items():
-                setattr(mod, k, v)
+            ker = variants[label(combo)]
             try:
-                verdict = sc.check_call(mod.kernel_fn, ref_mod, sample, spec.tolerances[dtype_name],
+                verdict = sc.check_call(ker.kernel_fn, ref_mod, sample, spec.tolerances[dtype_name],
                                         precise=precise, eager=expected)
                 fresh = kq.input_stream(builder, dims, dtype_name)
-                run = ({"us": timer(mod.kernel_fn, fresh, rep_bytes)["median_us"]} if verdict["passed"]
+                run = ({"us": timer(ker.kernel_fn, fresh, rep_bytes)["median_us"]} if verdict["passed"]
                        else {"error": f"wrong: {verdict['why']}"})
             except Exception as exc:  # a config Triton cannot build is a result, not the end of the sweep
                 run = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]}
             case["runs"][label(combo)] = run
             shown = f"{run['us']:9.1f} us {case['eager_us'] / run['us']:5.2f}x eager" if "us" in run else run["error"]
             log(f"{dtype_name:<9}{shape.name:<18}{label(combo):<60}{shown}")
-        for k, v in defaults.items():
-            setattr(mod, k, v)
         result["cases"].append(case)
         del sample, expected, precise
         if timer.device == "cuda":

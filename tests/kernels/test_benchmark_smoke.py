@@ -196,6 +196,17 @@ def test_knob_sweep_smoke_ranks_every_combination_and_applies_the_best(tmp_path)
         assert all(f"{k} = {v}" in text for k, v in best.items())
 
 
+def test_knob_sweep_times_each_combination_with_its_own_launch_plan(tmp_path):
+    # flash_attention_bwd plans its grids once per shape in a module-level cache: a knob set on one
+    # loaded module ran BLOCK_N1=32 on the default's grid (half the key blocks) and left dK unwritten.
+    out = tmp_path / "sweep.json"
+    proc = _run("knob_sweep.py", "--smoke", "--task", "flash_attention_bwd", "--shapes", "gqa-d128-odd",
+                "--dtypes", "float16", "--grid", "BLOCK_N1=32,64", "--json", str(out), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = json.loads(out.read_text())["cases"][0]["runs"]
+    assert set(runs) == {"(defaults)", "BLOCK_N1=32"} and all("us" in r for r in runs.values()), runs
+
+
 def test_knob_sweep_refuses_an_unknown_knob(tmp_path):
     proc = _run("knob_sweep.py", "--smoke", "--task", "rmsnorm", "--grid", "NO_SUCH_KNOB=1", tmp_path=tmp_path)
     assert proc.returncode != 0 and "no knob NO_SUCH_KNOB" in proc.stderr
