@@ -18,6 +18,7 @@ from autokernel_tui.tasks.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = ("rmsnorm_bwd", "layernorm_bwd", "add_rmsnorm_bwd")
+SPLIT_TASKS = ("rmsnorm_bwd", "layernorm_bwd")  # wide rows: the split path by default (WIDE_SPLIT)
 _tag = iter(range(1 << 30))
 
 
@@ -52,7 +53,7 @@ def test_rows_wider_than_a_block_take_the_looped_path(task, reversed_):
     # 100-wide rows in chunks of 32 (the last partial); 7 rows, 4 per program: the second program's
     # partial dweight row starts from its first row (3 rows) as the first one's does (4 rows).
     ker = _kernel(task, MAX_FUSED_N=64, LOOP_BLOCK_N=32, CPU_SMS=1, PROGRAMS_PER_SM=2,
-                  LOOP_PASS2_REVERSED=reversed_, **({"WIDE_SPLIT": 0} if task == "layernorm_bwd" else {}))
+                  LOOP_PASS2_REVERSED=reversed_, **({"WIDE_SPLIT": 0} if task in SPLIT_TASKS else {}))
     assert ker._plan(7, 100, torch.device("cpu"))[:3] == ("looped", 2, 4)
     for adversarial in (None, "large"):
         verdict = _check(task, ker, {"M": 7, "N": 100}, adversarial=adversarial)
@@ -66,29 +67,33 @@ def test_layernorm_wide_paths_hold_rows_far_from_zero(split):
     assert verdict["passed"], verdict["why"]
 
 
-def test_layernorm_split_path_tiles_columns_and_groups_rows():
+@pytest.mark.parametrize("task", SPLIT_TASKS)
+def test_the_split_path_tiles_columns_and_groups_rows(task):
     # 11 rows of 100 in column tiles of 32 (the last partial), rows 2 at a time: 4 programs wanted over
     # 4 tiles gives one row group of all 11; with 16 wanted, 3 groups of 4 rows (the last of 3, half of
     # its second step masked). dw and db summed over the groups' partial rows.
     for sms, plan in ((2, ("split", 1, 12, 2, 32)), (8, ("split", 3, 4, 2, 32))):
-        ker = _kernel("layernorm_bwd", MAX_FUSED_N=64, LOOP_BLOCK_N=32, CPU_SMS=sms, PROGRAMS_PER_SM=2,
+        ker = _kernel(task, MAX_FUSED_N=64, LOOP_BLOCK_N=32, CPU_SMS=sms, PROGRAMS_PER_SM=2,
                       SPLIT_TILE_N=32, SPLIT_TILE_M=2)
         assert ker._plan(11, 100, torch.device("cpu"))[:5] == plan
         for adversarial in (None, "large"):
-            verdict = _check("layernorm_bwd", ker, {"M": 11, "N": 100}, adversarial=adversarial)
+            verdict = _check(task, ker, {"M": 11, "N": 100}, adversarial=adversarial)
             assert verdict["passed"], (sms, adversarial, verdict["why"])
 
 
-@pytest.mark.parametrize("old,new", [("acc += dy * xhat", "acc += dy * x"),  # rows path
-                                     ("prev + dy * x * rstd", "prev + dy * x")])  # looped path
-def test_a_wrong_weight_grad_is_caught(tmp_path, old, new):
+@pytest.mark.parametrize("edits,shape", [
+    ([("acc += dy * xhat", "acc += dy * x")], 0),  # rows path
+    ([("acc += dy * x * rstd[:, None]", "acc += dy * x")], -1),  # split path (wide rows, the default)
+    ([("WIDE_SPLIT = 1  #", "WIDE_SPLIT = 0  #"), ("prev + dy * x * rstd", "prev + dy * x")], -1)])  # looped path
+def test_a_wrong_weight_grad_is_caught(tmp_path, edits, shape):
     dst = tmp_path / "rmsnorm_bwd"
     shutil.copytree(REPO / "kernels" / "rmsnorm_bwd", dst)  # the linked reference.py copied as content
     src = (dst / "kernel.py").read_text()
-    assert old in src
-    (dst / "kernel.py").write_text(src.replace(old, new))
-    shape = load_spec(dst).test_shapes[0 if "xhat" in old else -1]
-    row = sc.check_case(dst, "float32", shape, "cpu", tag=f"wrong{next(_tag)}")
+    for old, new in edits:
+        assert src.count(old) == 1, old
+        src = src.replace(old, new)
+    (dst / "kernel.py").write_text(src)
+    row = sc.check_case(dst, "float32", load_spec(dst).test_shapes[shape], "cpu", tag=f"wrong{next(_tag)}")
     assert not row["kernel"]["passed"] and row["kernel"]["why"].startswith("output 1"), row["kernel"]
 
 
