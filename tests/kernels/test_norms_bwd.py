@@ -1,6 +1,7 @@
 """Edge cases of the backward norm starters (rmsnorm_bwd, layernorm_bwd, add_rmsnorm_bwd) that the
 generic starter check misses: dweight summed over many row blocks with a remainder, rows wider than
-one block (the looped path, both pass-2 orders), a wrong dweight caught, bitwise determinism, the
+one block (the split path's column tiles and row groups, the looped path in both pass-2 orders), a
+wrong dweight caught on each path, bitwise determinism, the
 two gradients of a tuple-returning forward, and the linked reference copied as content."""
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from autokernel_tui.tasks.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = ("rmsnorm_bwd", "layernorm_bwd", "add_rmsnorm_bwd")
-SPLIT_TASKS = ("rmsnorm_bwd", "layernorm_bwd")  # wide rows: the split path by default (WIDE_SPLIT)
 _tag = iter(range(1 << 30))
 
 
@@ -53,7 +53,7 @@ def test_rows_wider_than_a_block_take_the_looped_path(task, reversed_):
     # 100-wide rows in chunks of 32 (the last partial); 7 rows, 4 per program: the second program's
     # partial dweight row starts from its first row (3 rows) as the first one's does (4 rows).
     ker = _kernel(task, MAX_FUSED_N=64, LOOP_BLOCK_N=32, CPU_SMS=1, PROGRAMS_PER_SM=2,
-                  LOOP_PASS2_REVERSED=reversed_, **({"WIDE_SPLIT": 0} if task in SPLIT_TASKS else {}))
+                  LOOP_PASS2_REVERSED=reversed_, WIDE_SPLIT=0)
     assert ker._plan(7, 100, torch.device("cpu"))[:3] == ("looped", 2, 4)
     for adversarial in (None, "large"):
         verdict = _check(task, ker, {"M": 7, "N": 100}, adversarial=adversarial)
@@ -67,7 +67,7 @@ def test_layernorm_wide_paths_hold_rows_far_from_zero(split):
     assert verdict["passed"], verdict["why"]
 
 
-@pytest.mark.parametrize("task", SPLIT_TASKS)
+@pytest.mark.parametrize("task", TASKS)
 def test_the_split_path_tiles_columns_and_groups_rows(task):
     # 11 rows of 100 in column tiles of 32 (the last partial), rows 2 at a time: 4 programs wanted over
     # 4 tiles gives one row group of all 11; with 16 wanted, 3 groups of 4 rows (the last of 3, half of
