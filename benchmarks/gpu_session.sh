@@ -28,6 +28,7 @@
 #   kernelbench: KernelBench problems (carry .kb: the fetched level1/level2 files) through init's path and
 #              the harness: starter PASS rate and its time beside torch.compile
 #   convsweep: the GEMM template's fp32 tile swept on KernelBench convolutions (carry .kb) beside cuDNN
+#   sweep:     any starter's knobs at chosen shapes (knob_sweep.py): sweep TASK SHAPES KNOB=v1,v2 ...
 #   fasweep:   flash attention backward's knobs swept at the LLaMA-7B shapes (issue 20), dK/dV then dQ
 #   fingerprint: warm evaluations with the torch way of fingerprinting, then the fused kernels (issue 18)
 #   aa:        A/A at K = 8 (the fake server answers with the incumbent): false keeps out of N
@@ -44,7 +45,7 @@
 # without it the harness runs under Landlock alone there (run 15 did, unnoticed until its probe).
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | fasweep | fingerprint [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | sweep TASK SHAPES KNOB=V,.. | fasweep | fingerprint [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
 set -u
 part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, agreement, sandboxcost, parallel, aa or kernelbench}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -187,6 +188,14 @@ convsweep)
         step "sweep_$t" 170 python3 benchmarks/knob_sweep.py --task "/tmp/convsweep/kernels/$t" --max-seconds 140 \
             --grid FP32_BLOCK_M=64,128 --grid FP32_BLOCK_N=64,128 --grid FP32_NUM_WARPS=4,8 --json "$R/sweep_$t.json"
     done
+    ;;
+sweep)
+    # Any starter's knobs: `sweep TASK SHAPES KNOB=v1,v2 [KNOB=...]`, e.g. `sweep softmax_bwd llama7b-vocab,gpt2-vocab
+    # MAX_FUSED_N=8192,32768 LOOP_NUM_WARPS=8,16,32` (run 18: 0.53x torch.compile at 32000-wide rows).
+    task=${2:?sweep TASK SHAPES KNOB=v1,v2 ...}; shapes=${3:?shapes}; shift 3; grid=()
+    for g in "$@"; do grid+=(--grid "$g"); done
+    step "sweep_$task" 560 python3 benchmarks/knob_sweep.py --task "$task" --shapes "$shapes" --max-seconds 500 \
+        "${grid[@]}" --json "$R/sweep_$task.json"
     ;;
 fasweep)
     # Issue 20: flash attention backward's tiles and pipelining at the LLaMA-7B shapes (run 18, H100: 28% of
