@@ -1,6 +1,6 @@
 """flash_attention_bwd and cross_entropy_bwd checks the generic starter tests cannot express: tile
 configurations that reach every masked/unmasked loop, wider GQA groups, a wrong dK caught,
-determinism, and cross-entropy's ignored rows (all of them, some of them)."""
+determinism, and cross-entropy's ignored rows (all of them, some of them; each row whole or in chunks)."""
 
 import re
 import shutil
@@ -80,9 +80,11 @@ def test_cross_entropy_all_rows_ignored_gives_zeros(dtype):
     assert verdict["passed"], verdict["why"]
 
 
-def test_cross_entropy_partly_ignored_rows(tmp_path):
-    # Several count steps and chunks (small COUNT_BLOCK, BLOCK_V); every other row ignored.
-    task = _copy(tmp_path, CE, BLOCK_V=1024, COUNT_BLOCK=256)
+@pytest.mark.parametrize("one_pass_max_v", [0, 32768])
+def test_cross_entropy_partly_ignored_rows(tmp_path, one_pass_max_v):
+    # Several count steps (small COUNT_BLOCK); every other row ignored; each row in chunks (small
+    # BLOCK_V, the two-pass way) or held whole (the one-pass way, the default at this width).
+    task = _copy(tmp_path, CE, BLOCK_V=1024, COUNT_BLOCK=256, ONE_PASS_MAX_V=one_pass_max_v)
     ker = sc.load_module(task / "kernel.py", "ceb-part")
 
     def every_other(t):
