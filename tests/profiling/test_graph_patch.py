@@ -111,6 +111,34 @@ def test_other_inputs_run_the_original_and_custom_ops_compile(convnet):
         assert patched.fallbacks == 1
 
 
+def test_profiler_ranges_in_the_model_do_not_break_the_compiled_graph(convnet):
+    # Run 18 (H100): T5's own record_function labels, traced as profiler ops, broke torch.compile's
+    # graph at each one; its compile+kernels mode was still compiling after 3 min 40 s.
+    import torch._dynamo
+
+    model, x, kernels = convnet
+
+    class Labelled(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            with torch.profiler.record_function("autokernel::convnet[tiny]"):
+                return self.inner(x) + 0
+
+    labelled = Labelled(model).eval()
+    eager, _ = gp.patch_graph(labelled, (x,), kernels)
+    assert "profiler._record_function_enter" in eager.graph_module.code  # eager keeps the labels
+    patched, counts = gp.patch_graph(labelled, (x,), kernels, custom_ops=True)
+    assert sum(counts.values()) == 3 and "profiler" not in patched.graph_module.code
+    torch._dynamo.reset()
+    with torch.no_grad():
+        explained = torch._dynamo.explain(patched)(x)
+        assert explained.graph_break_count == 0, [str(b.reason)[:200] for b in explained.break_reasons]
+        torch.testing.assert_close(torch.compile(patched)(x), labelled(x), rtol=1e-5, atol=1e-5)
+
+
 def test_a_kernel_that_raises_in_the_model_is_one_line_from_verify(convnet, tmp_path):
     from autokernel_tui.profiling.verify import VerifyError, verify
 
