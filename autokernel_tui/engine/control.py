@@ -232,7 +232,10 @@ class _Client:
             pass
         except Exception as exc:  # a bug here must cost this client, never the engine
             _log.warning("autokernel-tui: control client dropped: %s: %s", type(exc).__name__, exc)
-        self.close()
+        # What is already queued goes out first (a bounded wait): hanging up on an endless line right
+        # after queueing its "request too long" lost that reply when the writer had not run yet (CI,
+        # a loaded machine).
+        self.finish(timeout=1.0)
 
     def _handle(self, line: bytes) -> None:
         if not self.authenticated:
