@@ -219,13 +219,20 @@ def find_sites(gm: torch.fx.GraphModule, unit: dict) -> list[dict]:
 _CALLS: dict[str, Callable] = {}
 
 
-def _restride(out: torch.Tensor, meta: dict, inputs: tuple) -> torch.Tensor:
+def _restride(out: torch.Tensor, meta: dict, inputs: tuple, taken: set[int] | None = None) -> torch.Tensor:
     """``out`` in the layout the recorded call had (the rest of the graph was traced reading that
-    layout), and never one of the inputs itself (a custom op may not return an alias)."""
-    if list(out.stride()) != list(meta["stride"]) or any(out is x for x in inputs):
+    layout), and never one of the inputs itself. ``taken`` (a custom op's call): the storages of its
+    inputs and of the outputs before this one, which ``out`` may not share either: a custom op may
+    not return an alias (ViT's ``addmm -> split`` returns three views of one buffer; torch refused
+    the op, and CUDA graph trees keep books of each output's storage). ``out``'s storage joins it."""
+    ptr = out.untyped_storage().data_ptr() if taken is not None and out.numel() else None
+    if list(out.stride()) != list(meta["stride"]) or any(out is x for x in inputs) or (ptr is not None
+                                                                                    and ptr in taken):
         fixed = torch.empty_strided(meta["shape"], meta["stride"], dtype=out.dtype, device=out.device)
         fixed.copy_(out)
-        return fixed
+        out = fixed
+    if taken is not None and out.numel():
+        taken.add(out.untyped_storage().data_ptr())
     return out
 
 
@@ -248,7 +255,8 @@ def kernel_call(name: str, fn: Callable, unit: dict, custom_op: bool, label: str
         outs = out if isinstance(out, (tuple, list)) else (out,)
         if len(outs) != len(metas):
             raise GraphPatchError(f"{name}: kernel_fn returned {len(outs)} tensors, the chain makes {len(metas)}")
-        return [_restride(o, m, xs) for o, m in zip(outs, metas)]
+        taken = {x.untyped_storage().data_ptr() for x in xs if x.numel()} if custom_op else None
+        return [_restride(o, m, xs, taken) for o, m in zip(outs, metas)]
 
     if custom_op:
         op = torch.library.custom_op(f"autokernel::{key}", run, mutates_args=())

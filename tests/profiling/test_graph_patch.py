@@ -139,6 +139,32 @@ def test_profiler_ranges_in_the_model_do_not_break_the_compiled_graph(convnet):
         torch.testing.assert_close(torch.compile(patched)(x), labelled(x), rtol=1e-5, atol=1e-5)
 
 
+def test_a_chain_whose_outputs_are_views_of_one_buffer_runs_as_a_custom_op(tmp_path):
+    # ViT's attention input, addmm -> view -> split: the kernel returns three views of one GEMM
+    # output, which a custom op may not (torch refused it: "must not alias ... other outputs").
+    class QKV(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(16, 48)
+
+        def forward(self, x):  # attention reads q, k, v as they are: the chain ends at the views
+            q, k, v = (t.unsqueeze(1) for t in self.proj(x).split(16, -1))
+            return F.scaled_dot_product_attention(q, k, v).squeeze(1)
+
+    torch.manual_seed(0)
+    model, x = QKV().eval(), torch.randn(2, 5, 16)
+    prof = rank(profile_bundle(ModelBundle("qkv", model, (x,), False, "float32", "cpu", 0, 0), steps=1, warmup=0))
+    created, _ = extract_all(prof, tmp_path / "kernels", top=20, threshold=0.0)
+    kernels = {p.name: p / "kernel.py" for p in created if gp.is_generated(p / "kernel.py")}
+    split = [n for n, k in kernels.items() if n.startswith("gen_addmm") and ".split(" in k.read_text()]
+    assert split, sorted(kernels)
+    patched, counts = gp.patch_graph(model, (x,), {n: kernels[n] for n in split}, custom_ops=True)
+    assert sum(counts.values()) == 1
+    with torch.no_grad():
+        torch.testing.assert_close(patched(x), model(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(torch.compile(patched)(x), model(x), rtol=1e-5, atol=1e-5)
+
+
 def test_a_kernel_that_raises_in_the_model_is_one_line_from_verify(convnet, tmp_path):
     from autokernel_tui.profiling.verify import VerifyError, verify
 
