@@ -333,12 +333,12 @@ def main(argv: list[str] | None = None) -> int:
     dirs = [Path(t) if "/" in t else starters_dir() / t for t in args.tasks.split(",") if t]
     results = []
     pairs = tuple(tuple(map(float, p.split(":"))) for p in args.pairs.split(",") if p)
+    planted = args.planted if args.planted != "auto" else ("spin" if not args.smoke and _has_cuda() else "copy")
     # Spin plans first, each in a child process that is gone before the harness starts (spin_plan).
-    want_spin = args.planted == "spin" or (args.planted == "auto" and not args.smoke and _has_cuda())
-    plans = {d: spin_plan(d, args.smoke) for d in dirs} if want_spin and any(f for p in pairs for f in p) else {}
+    spins = planted == "spin" and any(f for p in pairs for f in p)
+    plans = {d: spin_plan(d, args.smoke) for d in dirs} if spins else {}
     with Harness(timeout_s=args.timeout, device=device, sandbox=args.sandbox, keep_samples=True) as harness:
         info = harness.device_info()
-        planted = args.planted if args.planted != "auto" else ("spin" if info.get("device") == "cuda" else "copy")
         def save(partial: dict | None = None) -> None:  # after every comparison and task: a cut run keeps its numbers
             if args.json:
                 Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -353,15 +353,12 @@ def patch_graph(model: nn.Module, inputs: tuple, kernels: dict[str, str | Path],
     return GraphPatched(model, gm, inputs, counts), counts
 
 
-def _drop_profiler_ranges(gm: torch.fx.GraphModule) -> int:
+def _drop_profiler_ranges(gm: torch.fx.GraphModule) -> None:
     """Remove the ``record_function`` ranges the trace recorded as profiler ops (a model's own labels,
     a patched starter's): ``torch.compile`` breaks its graph at every one (run 18, H100: T5 with its
     rmsnorm and matmul sites was still compiling after 3 min 40 s, a subgraph between each pair of
     labels). Eager keeps them, so a profile of the patched model still sees them; a kernel's own
-    label is taken at run time inside its call. Returns how many ops were removed."""
-    dropped = 0
+    label is taken at run time inside its call."""
     for node in reversed(list(gm.graph.nodes)):  # an exit before the enter whose handle it holds
         if node.op == "call_function" and getattr(node.target, "namespace", None) == "profiler" and not node.users:
             gm.graph.erase_node(node)
-            dropped += 1
-    return dropped

@@ -347,7 +347,7 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
     try:
         out1 = timed_forward(patched, "patched", "checking outputs: the model with the kernels", 1, checks)
     except Exception as exc:  # a kernel that raises inside the model: one line, where it was
-        raise VerifyError(f"the model with the kernels failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+        raise VerifyError(error_line(exc, "the model with the kernels failed: ")
                           + " (" + ", ".join(where(exc, 2)) + ")") from None
     # The model's own precision noise: the original against a float32 copy of itself.
     noise = 0.0
@@ -474,8 +474,7 @@ def compare_modes(original, kernels: dict[str, Path], families, inputs, referenc
     failures: dict[int, BaseException] = {}
     times = _time([built[n] for n in names], inputs, iters, 0, device, on_forward, failures) if names else []
     for i, exc in failures.items():  # it ran when built and checked, then failed among the others
-        results[names[i]].update(correct=False, where=where(exc), error=f"while timing: {type(exc).__name__}: {exc}"
-                                 .splitlines()[0][:300])
+        results[names[i]].update(correct=False, where=where(exc), error=error_line(exc, "while timing: "))
     names = [n for i, n in enumerate(names) if i not in failures]
     times = [t for i, t in enumerate(times) if i not in failures]
     for n, t in zip(names, times):
@@ -522,7 +521,7 @@ def _build_mode(original, kernels: dict, families, compile_mode: str | None, inp
                 est.todo[kind] = max(0.0, est.todo.get(kind, 0.0) - 1)
         out = out.float().clone()
     except Exception as exc:  # a mode that does not run is a finding, not a crash of verify
-        return None, {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300], "where": where(exc)}
+        return None, {"error": error_line(exc), "where": where(exc)}
     err = rel_l2(out, reference_out.float())
     finite = bool(torch.isfinite(out).all())
     return m, {"correct": finite and err <= tol, "rel_l2_vs_eager": err}
@@ -699,6 +698,11 @@ def _alone(a: dict) -> str:
     if a.get("correct") and "speedup" in a:
         return f"{a['speedup']:.3f}x alone"
     return a.get("error") or "wrong outputs"
+
+
+def error_line(exc: BaseException, prefix: str = "") -> str:
+    """``prefix`` and "Type: message" on one line of at most 300 characters: how verify reports a failure."""
+    return f"{prefix}{type(exc).__name__}: {exc}".splitlines()[0][:300]
 
 
 def where(exc: BaseException, frames: int = 4) -> list[str]:
@@ -957,7 +961,7 @@ def _build_train_mode(original, kernels: dict, families, backwards: dict, compil
         for _ in range(3 if compile_mode == "reduce-overhead" else 1):  # compiles, records graphs
             loss, grads = _train_step(m, inputs, 0)
     except Exception as exc:  # a mode that does not train is a finding, not a crash of verify
-        return None, {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300], "where": where(exc)}
+        return None, {"error": error_line(exc), "where": where(exc)}
     params, _, _, loss_ok = check(loss, grads)
     return m, {"correct": loss_ok and all(p["ok"] for p in params),
                "worst_gradient": max(params, key=_badness)["name"] if params else None}
