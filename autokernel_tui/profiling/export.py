@@ -9,6 +9,10 @@ a copy of each task's ``kernel.py``; its ``__init__`` only maps families to thos
       _patch.py          = autokernel_tui/profiling/patch.py
       _graph_patch.py    = autokernel_tui/profiling/graph_patch.py
       kernels/<task>.py  = <workspace>/kernels/<task>/kernel.py (a starter)
+      kernels/<task>_bwd.py, kernels/<task>_reference.py
+                         its backward task's kernel.py where there is one, and its reference.py: what
+                         autograd runs, so a patched model trains (the backward kernel, else autograd
+                         through the reference)
       kernels/<task>/    kernel.py and reference.py of a generated task (its recorded chain is in reference.py)
       manifest.json      source, sha256 of each kernel, commit of the workspace when known
 """
@@ -41,19 +45,27 @@ from pathlib import Path
 from . import _graph_patch, _patch
 
 KERNELS = {kernels!r}  # task/family -> file in this package
+BACKWARDS = {backwards!r}  # family -> its backward kernel's file (or None), gradient positions, reference file
 GENERATED = {generated!r}  # generated task -> its kernel.py (its recorded chain beside it, in reference.py)
 _HERE = Path(__file__).resolve().parent
 
 
-def patch(model, families=None, custom_ops=False):
+def patch(model, families=None, custom_ops=False, train=True):
     """Put the kernels into ``model`` (in place); returns {{family: modules replaced}}.
 
     ``custom_ops``: each kernel as a torch custom op, for a model you will torch.compile (its
     kernels then run inside the compiled graph, and under CUDA graphs with mode="reduce-overhead").
+    ``train``: each kernel differentiable (its backward kernel, else autograd through its task's
+    reference), so the patched model trains; ``train=False`` for inference only, where a patched
+    module passes no gradient back.
     """
     _patch.use_interpreter_if_no_gpu(next((p.device.type for p in model.parameters()), "auto"))
     fns = _patch.load_kernels({{f: _HERE / rel for f, rel in KERNELS.items()}})
-    return _patch.patch_model(model, fns, families, custom_ops=custom_ops)
+    backwards = _patch.load_backwards({{
+        f: {{"kernel": b["kernel"] and _HERE / b["kernel"], "positions": tuple(b["positions"]),
+            "reference": b["reference"] and _HERE / b["reference"]}}
+        for f, b in BACKWARDS.items()}}) if train else None
+    return _patch.patch_model(model, fns, families, custom_ops=custom_ops, backwards=backwards)
 
 
 def patch_graph(model, example_inputs, custom_ops=False):
@@ -63,7 +75,7 @@ def patch_graph(model, example_inputs, custom_ops=False):
     inputs run the model without the generated kernels)."""
     _patch.use_interpreter_if_no_gpu(next((p.device.type for p in model.parameters()), "auto"))
     m = copy.deepcopy(model)
-    counts = patch(m, custom_ops=True) if KERNELS else {{}}  # custom ops: a trace sees them
+    counts = patch(m, custom_ops=True, train=False) if KERNELS else {{}}  # custom ops: a trace sees them
     if GENERATED:
         m, sites = _graph_patch.patch_graph(m, tuple(example_inputs),
                                             {{t: _HERE / rel for t, rel in GENERATED.items()}}, custom_ops=custom_ops)
@@ -99,11 +111,27 @@ def export_package(out: Path, kernels: dict[str, Path], source: str = "") -> Pat
     if not kernels:
         raise ExportError("no kernels to export")
     from autokernel_tui.profiling.graph_patch import is_generated
+    from autokernel_tui.profiling.verify import backward_plans
+    from autokernel_tui.tasks import spec as taskspec
 
+    backward_tasks = {task for task, path in kernels.items() if not is_generated(Path(path))
+                      and (Path(path).parent / taskspec.SPEC_FILE).is_file()
+                      and taskspec.load_spec(Path(path).parent).kind == "backward"}
+    if backward_tasks and backward_tasks == set(kernels):
+        raise ExportError(f"{', '.join(sorted(backward_tasks))}: backward tasks only; export them with their "
+                          "forward tasks (each goes into the package as its forward kernel's backward)")
     (out / "kernels").mkdir(parents=True, exist_ok=True)
-    files, generated, manifest = {}, {}, {"source": source, "kernels": {}}
+    files, generated, backwards, manifest = {}, {}, {}, {"source": source, "kernels": {}, "backwards": {}}
+
+    def copy(path: Path, rel: str) -> dict:  # the file into the package, and its manifest record
+        shutil.copyfile(path, out / rel)
+        return {"file": rel, "from": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                "commit": _git_head(path.parent)}
+
     for family, path in sorted(kernels.items()):
         path = Path(path)
+        if family in backward_tasks:
+            continue  # goes in as its forward's backward, below
         if is_generated(path):
             rel = f"kernels/{family}/kernel.py"
             (out / "kernels" / family).mkdir()
@@ -112,13 +140,19 @@ def export_package(out: Path, kernels: dict[str, Path], source: str = "") -> Pat
         else:
             rel = f"kernels/{family}.py"
             files[family] = rel
-        shutil.copyfile(path, out / rel)
-        manifest["kernels"][family] = {"file": rel, "from": str(path),
-                                       "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                                       "commit": _git_head(path.parent)}
+        manifest["kernels"][family] = copy(path, rel)
+    for family, plan in backward_plans({f: kernels[f] for f in files}).items():
+        entry = {"kernel": None, "positions": list(plan["positions"]), "reference": None}
+        record = manifest["backwards"][family] = {"positions": entry["positions"]}
+        for part, suffix in (("kernel", "bwd"), ("reference", "reference")):
+            if plan[part]:
+                entry[part] = f"kernels/{family}_{suffix}.py"
+                record[part] = copy(Path(plan[part]), entry[part])
+        backwards[family] = entry
     shutil.copyfile(Path(__file__).with_name("patch.py"), out / "_patch.py")
     shutil.copyfile(Path(__file__).with_name("graph_patch.py"), out / "_graph_patch.py")
-    (out / "__init__.py").write_text(INIT_TEMPLATE.format(name=name, kernels=files, generated=generated),
+    (out / "__init__.py").write_text(INIT_TEMPLATE.format(name=name, kernels=files, generated=generated,
+                                                          backwards=backwards),
                                      encoding="utf-8")
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return out

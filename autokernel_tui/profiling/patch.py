@@ -111,14 +111,18 @@ def _load_module(path: Path, prefix: str):
     return module
 
 
-def load_references(paths: dict[str, str | Path]) -> dict[str, Callable]:
-    """{family: kernel.py path} -> {family: the task's ``reference``} where its reference.py lies beside
-    (what a kernel without a backward kernel of its own is differentiated through)."""
+def load_backwards(plans: dict[str, dict]) -> dict[str, "Backward"]:
+    """{family: Backward} from files: each plan names ``kernel`` (a backward task's kernel.py, or None),
+    ``positions`` (the forward inputs its gradients are for) and ``reference`` (the forward task's
+    reference.py, for autograd through it where there is no backward kernel). ``verify`` and an exported
+    package build a trainable model by this one function."""
     out = {}
-    for family, p in paths.items():
-        ref = Path(p).parent / "reference.py"
-        if ref.is_file():
-            out[family] = getattr(_load_module(ref, "reference"), "reference")
+    for family, plan in plans.items():
+        kernel = load_kernel(plan["kernel"]) if plan.get("kernel") else None
+        reference = getattr(_load_module(Path(plan["reference"]), "reference"), "reference", None) \
+            if plan.get("reference") else None
+        if kernel is not None or reference is not None:
+            out[family] = Backward(reference=reference, kernel=kernel, positions=tuple(plan.get("positions", ())))
     return out
 
 

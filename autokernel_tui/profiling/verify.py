@@ -801,23 +801,31 @@ def format_result(r: dict) -> str:
 
 
 
-def backward_kernels(kernels: dict[str, Path]) -> dict:
-    """{family: Backward} for the forward kernels in ``kernels``: a backward task's kernel where one
-    lies beside (``<task>_bwd/`` with ``kind = "backward"``), else autograd through the task's reference."""
-    from autokernel_tui.profiling.patch import Backward, load_kernel, load_references
-
-    refs = load_references(kernels)
+def backward_plans(kernels: dict[str, Path]) -> dict[str, dict]:
+    """{family: plan} for ``patch.load_backwards``: a backward task's kernel where one lies beside a
+    forward kernel (``<task>_bwd/`` with ``kind = "backward"``, its grad_inputs), and the forward task's
+    reference.py (autograd through it where there is no backward kernel)."""
     out = {}
     for family, path in kernels.items():
-        bwd_dir = Path(path).parent.parent / f"{Path(path).parent.name}_bwd"
-        kernel, positions = None, ()
+        path = Path(path)
+        bwd_dir = path.parent.parent / f"{path.parent.name}_bwd"
+        plan = {"kernel": None, "positions": (), "reference": None}
         if (bwd_dir / taskspec.SPEC_FILE).is_file():
             spec = taskspec.load_spec(bwd_dir)
             if spec.kind == "backward":
-                kernel, positions = load_kernel(bwd_dir / taskspec.KERNEL_FILE), spec.grad_inputs
-        if kernel is not None or family in refs:
-            out[family] = Backward(reference=refs.get(family), kernel=kernel, positions=positions)
+                plan.update(kernel=bwd_dir / taskspec.KERNEL_FILE, positions=spec.grad_inputs)
+        if (path.parent / "reference.py").is_file():
+            plan["reference"] = path.parent / "reference.py"
+        if plan["kernel"] or plan["reference"]:
+            out[family] = plan
     return out
+
+
+def backward_kernels(kernels: dict[str, Path]) -> dict:
+    """{family: Backward} for the forward kernels in ``kernels`` (``backward_plans``, loaded)."""
+    from autokernel_tui.profiling.patch import load_backwards
+
+    return load_backwards(backward_plans(kernels))
 
 
 def _train_step(model, inputs, seed: int):

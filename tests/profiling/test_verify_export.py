@@ -154,6 +154,63 @@ def test_exported_package_patches_a_fresh_model_without_autokernel(tmp_path):
     assert "False" in res.stdout  # autokernel_tui never loaded
 
 
+def test_exported_package_trains_with_its_backward_kernels_without_autokernel(tmp_path):
+    # rmsnorm and swiglu go in with their backward tasks' kernels; gelu has none, so autograd runs
+    # through its reference. Gradients of every parameter match the unpatched model's.
+    out = tmp_path / "pkgs" / "train_kernels"
+    assert cli_main(["export", str(out), "--kernels", str(STARTERS), "--tasks", "rmsnorm,swiglu,gelu,rmsnorm_bwd"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert set(manifest["kernels"]) == {"rmsnorm", "swiglu", "gelu"}  # the backward task is no family
+    assert manifest["backwards"]["rmsnorm"]["kernel"]["file"] == "kernels/rmsnorm_bwd.py"
+    assert manifest["backwards"]["swiglu"]["kernel"]["file"] == "kernels/swiglu_bwd.py"
+    assert (out / "kernels" / "rmsnorm_bwd.py").read_text() == (STARTERS / "rmsnorm_bwd" / "kernel.py").read_text()
+    script = without_autokernel(out.parent, "train_kernels") + textwrap.dedent("""
+        import copy
+        class RMSNorm(nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.weight = nn.Parameter(1 + 0.1 * torch.randn(n)); self.eps = 1e-6
+            def forward(self, x):
+                return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+        class MLP(nn.Module):
+            def __init__(self, d, h):
+                super().__init__()
+                self.gate_proj, self.up_proj, self.down_proj = nn.Linear(d, h), nn.Linear(d, h), nn.Linear(h, d)
+            def forward(self, x):
+                return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        torch.manual_seed(0)
+        model = nn.Sequential(RMSNorm(32), MLP(32, 48), nn.GELU(), nn.Linear(32, 32), RMSNorm(32))
+        x = torch.randn(2, 5, 32)
+        def grads(m):
+            m.zero_grad()
+            m(x).square().mean().backward()
+            return [p.grad.clone() for p in m.parameters()]
+        want = grads(model)
+        patched = copy.deepcopy(model)
+        counts = train_kernels.patch(patched)
+        assert counts == {"rmsnorm": 2, "swiglu": 1, "gelu": 1}, counts
+        got = grads(patched)
+        errs = [((g - w).norm() / w.norm()).item() for g, w in zip(got, want)]
+        print("worst", max(errs))
+        assert max(errs) < 1e-4, errs
+        inference_only = copy.deepcopy(model)
+        train_kernels.patch(inference_only, train=False)
+        assert not inference_only(x).requires_grad  # inference only: documented, no gradient
+        print("ok")
+    """)
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr[-2000:]
+    assert "ok" in res.stdout
+
+
+def test_export_of_backward_tasks_alone_says_what_to_add(tmp_path):
+    from autokernel_tui.profiling.export import ExportError, export_package
+
+    with pytest.raises(ExportError, match="with their forward tasks"):
+        export_package(tmp_path / "bwd_only", {"rmsnorm_bwd": STARTERS / "rmsnorm_bwd" / "kernel.py"})
+
+
 def test_export_refuses_bad_targets(tmp_path):
     from autokernel_tui.profiling.export import ExportError, export_package
 
