@@ -21,8 +21,9 @@ The task format is backward-only: the forward's O and logsumexp are not inputs, 
 Only the blocks that straddle the diagonal (or the sequence end) pay for a causal mask. Launch
 parameters (grids, widening, strides order) are decided once per (shape, dtype, device) and cached.
 
-Left for the agent: TMA loads, a fused dQ (atomics or a second pass over fewer blocks), saving
-O/LSE across the forward recompute, launch order across heads, pipelining depth per head dim.
+Left for the agent: TMA loads, a fused dQ without atomics (fp32 atomic adds land in any order:
+the harness's bitwise determinism stage fails them), launch order across heads, pipelining depth
+per head dim.
 """
 
 import math
