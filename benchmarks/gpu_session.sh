@@ -18,6 +18,7 @@
 #   train:     `verify --train` of one model (gpt2 or llama) in every mode, a call of its own
 #   launch:    host us per call of every forward starter and its time in a CUDA graph (issue 21),
 #              and the nine backward starters' gradient checks at full default shapes (issue 20)
+#   bwdcheck:  the backward starters' gradient checks at full default shapes (all nine, or TASKS)
 #   agreement: two cold `bench` runs per starter (fresh process and cache each) against each other, and
 #              cached baselines against the ones re-timed in the kernel's window (issue 21)
 #   split:     where a warm evaluation's time goes (harness_speed's time split), this tree only, few comparisons
@@ -45,7 +46,7 @@
 # without it the harness runs under Landlock alone there (run 15 did, unnoticed until its probe).
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | sweep TASK SHAPES KNOB=V,.. | fasweep | fingerprint [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | bwdcheck [TASKS] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | sweep TASK SHAPES KNOB=V,.. | fasweep | fingerprint [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
 set -u
 part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, agreement, sandboxcost, parallel, aa or kernelbench}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -150,6 +151,11 @@ launch)
         bwd=$(cd kernels && ls -d *_bwd | paste -sd, -)
         step bwd_check 360 python3 benchmarks/starters_check.py --tasks "$bwd" --json "$R/bwd_check.json"
     fi
+    ;;
+bwdcheck)
+    # Backward starters' gradient checks at full default shapes, every dtype: all nine, or TASKS
+    bwd=${2:-$(cd kernels && ls -d *_bwd | paste -sd, -)}
+    step bwd_check 360 python3 benchmarks/starters_check.py --tasks "$bwd" --json "$R/bwd_check.json"
     ;;
 agreement)
     step agreement 540 python3 benchmarks/bench_agreement.py --tasks "${2:-rmsnorm,softmax,layernorm}" \
