@@ -200,7 +200,8 @@ sweep)
     # MAX_FUSED_N=8192,32768 LOOP_NUM_WARPS=8,16,32` (run 18: 0.53x torch.compile at 32000-wide rows).
     task=${2:?sweep TASK SHAPES KNOB=v1,v2 ...}; shapes=${3:?shapes}; shift 3; grid=()
     for g in "$@"; do grid+=(--grid "$g"); done
-    step "sweep_$task" 560 python3 benchmarks/knob_sweep.py --task "$task" --shapes "$shapes" --max-seconds 500 \
+    ms=500; [ -n "${DEADLINE:-}" ] && ms=$(( DEADLINE - $(date +%s) - 40 )); [ "$ms" -gt 500 ] && ms=500
+    step "sweep_$task" 560 python3 benchmarks/knob_sweep.py --task "$task" --shapes "$shapes" --max-seconds "$ms" \
         "${grid[@]}" --json "$R/sweep_$task.json"
     ;;
 fasweep)
