@@ -75,10 +75,14 @@ def patch_graph(model, example_inputs, custom_ops=False):
     inputs run the model without the generated kernels)."""
     _patch.use_interpreter_if_no_gpu(next((p.device.type for p in model.parameters()), "auto"))
     m = copy.deepcopy(model)
-    counts = patch(m, custom_ops=True, train=False) if KERNELS else {{}}  # custom ops: a trace sees them
+    generated = {{t: _HERE / rel for t, rel in GENERATED.items()}}
+    counts = {{}}
+    if KERNELS:  # as custom ops: a trace sees them; a module a generated chain runs through is the chain's
+        fns = _patch.load_kernels({{f: _HERE / rel for f, rel in KERNELS.items()}})
+        skip = _graph_patch.covered_modules(m, tuple(example_inputs), generated, _patch.patch_sites(m, list(fns)))
+        counts = _patch.patch_model(m, fns, custom_ops=True, skip=skip)
     if GENERATED:
-        m, sites = _graph_patch.patch_graph(m, tuple(example_inputs),
-                                            {{t: _HERE / rel for t, rel in GENERATED.items()}}, custom_ops=custom_ops)
+        m, sites = _graph_patch.patch_graph(m, tuple(example_inputs), generated, custom_ops=custom_ops)
         counts.update(sites)
     return m, counts
 

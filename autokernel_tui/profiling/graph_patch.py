@@ -326,6 +326,54 @@ def trace(model: nn.Module, inputs: tuple) -> torch.fx.GraphModule:
                                   f"{type(exc).__name__}: {exc}".splitlines()[0][:300]) from None
 
 
+_PROBE = "autokernel::probe::"
+
+
+def covered_modules(model: nn.Module, inputs: tuple, kernels: dict[str, str | Path],
+                    modules: list[nn.Module]) -> set[int]:
+    """Ids of those ``modules`` (a starter's patch sites) that a site of a generated task in ``kernels``
+    runs through. A generated chain is the larger fusion (a GEMM with its GELU), so where both could
+    go in, the chain does and the starter leaves that module alone: patched first, the starter would
+    hide the chain from the trace (run 18's ViT: its addmm -> gelu task found no site). Found by one
+    trace of ``model`` with each module's forward inside a profiler range of its own, the ranges
+    then read against the graph positions of every site's ops."""
+    if not modules or not kernels:
+        return set()
+    labels: dict[str, int] = {}
+    saved: list[tuple[nn.Module, Any]] = []
+    for i, mod in enumerate(modules):
+        label = f"{_PROBE}{i}"
+        labels[label] = id(mod)
+        saved.append((mod, mod.__dict__.get("forward")))
+
+        def probed(*args, _forward=mod.forward, _label=label, **kwargs):
+            with torch.profiler.record_function(_label):
+                return _forward(*args, **kwargs)
+        mod.forward = probed
+    try:
+        gm = trace(model, inputs)
+    finally:
+        for mod, own in saved:
+            if own is None:
+                mod.__dict__.pop("forward", None)
+            else:
+                mod.forward = own
+    nodes = list(gm.graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
+    ranges = []  # (first position, last position, module id): a probe's enter and exit in the graph
+    for n in nodes:
+        if n.op == "call_function" and "record_function_enter" in str(n.target) and n.args \
+                and isinstance(n.args[0], str) and n.args[0] in labels:
+            ends = [order[u] for u in n.users if "record_function_exit" in str(u.target)]
+            ranges.append((order[n], max(ends, default=len(nodes)), labels[n.args[0]]))
+    covered: set[int] = set()
+    for path in kernels.values():
+        for site in iter_sites(gm, load_unit(path)):
+            for node in site["nodes"]:
+                covered.update(mid for lo, hi, mid in ranges if lo < order[node] < hi)
+    return covered
+
+
 def patch_graph(model: nn.Module, inputs: tuple, kernels: dict[str, str | Path], custom_ops: bool = False,
                 labels: dict[str, str] | None = None) -> tuple[GraphPatched, dict[str, int]]:
     """``model`` with every site of each generated task in ``kernels`` ({task: kernel.py}) calling

@@ -418,8 +418,25 @@ SITES: dict[str, tuple[Callable[[nn.Module], bool], type]] = {
 }
 
 
+def _qualifying(model: nn.Module, family: str):
+    """(parent, attribute name, module) for each module of ``model`` that ``family``'s kernel can replace."""
+    qualifies = SITES[family][0]
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(parent, _Patched) and name == "original":
+                continue  # the wrapped module itself (its own children may still be patched)
+            if not isinstance(child, _Patched) and qualifies(child):
+                yield parent, name, child
+
+
+def patch_sites(model: nn.Module, families) -> list[nn.Module]:
+    """The modules ``patch_model`` would replace for ``families`` (those it knows)."""
+    return [child for f in families if f in SITES for _, _, child in _qualifying(model, f)]
+
+
 def patch_model(model: nn.Module, kernels: dict[str, Callable], families: list[str] | None = None,
-                custom_ops: bool = False, backwards: dict[str, Backward] | None = None) -> dict[str, int]:
+                custom_ops: bool = False, backwards: dict[str, Backward] | None = None,
+                skip: set[int] | None = None) -> dict[str, int]:
     """Replace every qualifying module of each family in ``kernels``; returns {family: modules replaced}.
 
     In place. Families without a patch site here are reported with 0; nothing is patched twice.
@@ -427,6 +444,8 @@ def patch_model(model: nn.Module, kernels: dict[str, Callable], families: list[s
     ``backwards``: {family: Backward} for a model that trains: each kernel differentiable (its own
     backward kernel, or autograd through the task's reference). Without it a patched module passes
     no gradient back, so train only with ``backwards`` given.
+    ``skip``: ids of modules left as they are (a generated task's chain runs through them:
+    ``graph_patch.covered_modules``).
     """
     unknown = [f for f in kernels if f not in SITES]
     wanted = [f for f in (families or list(kernels)) if f in kernels]
@@ -435,15 +454,12 @@ def patch_model(model: nn.Module, kernels: dict[str, Callable], families: list[s
     for family in wanted:
         if family not in SITES:
             continue
-        qualifies, wrapper = SITES[family]
-        for parent in list(model.modules()):
-            for name, child in list(parent.named_children()):
-                if isinstance(parent, _Patched) and name == "original":
-                    continue  # the wrapped module itself (its own children may still be patched)
-                if isinstance(child, _Patched) or not qualifies(child):
-                    continue
-                setattr(parent, name, wrapper(child, kernels[family], custom_ops, (backwards or {}).get(family)))
-                counts[family] += 1
+        wrapper = SITES[family][1]
+        for parent, name, child in _qualifying(model, family):
+            if skip and id(child) in skip:
+                continue
+            setattr(parent, name, wrapper(child, kernels[family], custom_ops, (backwards or {}).get(family)))
+            counts[family] += 1
     return counts
 
 

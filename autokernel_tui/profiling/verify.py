@@ -268,17 +268,23 @@ def generated_kernel_names(kernels: dict[str, Path]) -> dict[str, str]:
 def patched_copy(original, kernels: dict[str, Path], families, inputs, custom_ops: bool = False):
     """(a copy of ``original`` with ``kernels`` in, {task: sites replaced}). Starters replace modules
     (``patch.py``); generated tasks replace their recorded chain in the model's traced graph
-    (``graph_patch.py``), which then runs as a ``GraphPatched`` module. The starters are custom ops
+    (``graph_patch.py``), which then runs as a ``GraphPatched`` module. A module that a generated
+    chain runs through is left to the chain (``graph_patch.covered_modules``). The starters are custom ops
     whenever the graph is traced: a plain Triton launch is invisible to the trace."""
-    from autokernel_tui.profiling.graph_patch import patch_graph
-    from autokernel_tui.profiling.patch import load_kernels, patch_model
+    from autokernel_tui.profiling.graph_patch import covered_modules, patch_graph
+    from autokernel_tui.profiling.patch import load_kernels, patch_model, patch_sites
 
     starters, generated = split_generated(kernels)
     if families:
         generated = {t: p for t, p in generated.items() if t in families}
     m = copy.deepcopy(original)
-    counts = patch_model(m, load_kernels(starters), families, custom_ops=custom_ops or bool(generated)) \
-        if starters else {}
+    counts = {}
+    if starters:
+        # Where a generated chain runs through a starter's module, the chain goes in, not the starter.
+        skip = covered_modules(m, inputs, generated, patch_sites(m, families or list(starters))) \
+            if generated else set()
+        counts = patch_model(m, load_kernels(starters), families, custom_ops=custom_ops or bool(generated),
+                             skip=skip)
     if generated:
         m, sites = patch_graph(m, inputs, generated, custom_ops=custom_ops,
                                labels={t: profiled_family(t, p) for t, p in generated.items()})

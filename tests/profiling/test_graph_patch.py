@@ -288,3 +288,41 @@ def test_a_profile_of_the_patched_model_knows_the_generated_kernels_by_name(conv
     assert classify_detail("_conv_kernel", ["aten::copy_"], named=names)[0] == "conv"
     assert classify_detail("_conv_kernel", ["autokernel::matmul"], named=names)[0] == "matmul"  # a label first
     assert classify_detail("_conv_kernel", [])[0] != "conv"  # without the names: what run 11 saw
+
+
+def test_a_generated_chain_goes_in_where_a_starter_would_hide_it(convnet, tmp_path):
+    """Run 18's ViT: the gelu starter, patched first, hid the generated addmm -> gelu task from the trace
+    (0 sites). Where a chain runs through a starter's module the chain now goes in and the starter
+    leaves that module alone; a module no chain covers still gets the starter."""
+    from autokernel_tui.profiling.verify import patched_copy
+    from autokernel_tui.tasks.spec import starters_dir
+
+    matmul = {"matmul": starters_dir() / "matmul" / "kernel.py"}
+    model, x, kernels = convnet
+    addmm = {t: p for t, p in kernels.items() if "addmm" in t}
+    assert len(addmm) == 1, sorted(kernels)
+    patched, counts = patched_copy(model, {**matmul, **addmm}, None, (x,))
+    assert counts == {"matmul": 0, **dict.fromkeys(addmm, 1)}  # the fc Linear is the chain's
+    with torch.no_grad():
+        torch.testing.assert_close(patched(x), model(x), rtol=1e-5, atol=1e-5)
+    assert patched_copy(model, matmul, None, (x,))[1] == {"matmul": 1}  # alone, the starter takes it
+
+    class TwoLayers(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(16, 24), nn.Linear(24, 8)
+
+        def forward(self, x):
+            return self.b(torch.relu(self.a(x)))
+
+    torch.manual_seed(0)
+    two, y = TwoLayers().eval(), torch.randn(6, 16)
+    prof = rank(profile_bundle(ModelBundle("two", two, (y,), False, "float32", "cpu", 0, 0), steps=1, warmup=0))
+    created, _ = extract_all(prof, tmp_path / "kernels", top=20, threshold=0.0)
+    relu = {p.name: p / "kernel.py" for p in created if gp.is_generated(p / "kernel.py") and "relu" in p.name}
+    assert len(relu) == 1, [p.name for p in created]
+    patched, counts = patched_copy(two, {**matmul, **relu}, None, (y,))
+    assert counts == {"matmul": 1, **dict.fromkeys(relu, 1)}  # b is the starter's, a -> relu the chain's
+    assert type(patched).__name__ == "GraphPatched"
+    with torch.no_grad():
+        torch.testing.assert_close(patched(y), two(y), rtol=1e-5, atol=1e-5)
