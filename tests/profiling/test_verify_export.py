@@ -116,6 +116,23 @@ def test_patch_is_idempotent_and_reaches_inside_patched_modules():
     assert patch_model(model, fns) == {"swiglu": 0, "matmul": 0}
 
 
+# Modules the exported packages' patch sites qualify for, as script source (run where autokernel_tui is not).
+PACKAGE_MODELS = textwrap.dedent("""
+    class RMSNorm(nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.weight = nn.Parameter(1 + 0.1 * torch.randn(n)); self.eps = 1e-6
+        def forward(self, x):
+            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+    class MLP(nn.Module):
+        def __init__(self, d, h):
+            super().__init__()
+            self.gate_proj, self.up_proj, self.down_proj = nn.Linear(d, h), nn.Linear(d, h), nn.Linear(h, d)
+        def forward(self, x):
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+""")
+
+
 def test_exported_package_patches_a_fresh_model_without_autokernel(tmp_path):
     out = tmp_path / "pkgs" / "night_kernels"
     assert cli_main(["export", str(out), "--kernels", str(STARTERS), "--tasks", "rmsnorm,swiglu"]) == 0
@@ -124,19 +141,7 @@ def test_exported_package_patches_a_fresh_model_without_autokernel(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert set(manifest["kernels"]) == {"rmsnorm", "swiglu"}
     # A fresh process that cannot import autokernel_tui: torch + triton only.
-    script = without_autokernel(out.parent, "night_kernels") + textwrap.dedent("""
-        class RMSNorm(nn.Module):
-            def __init__(self, n):
-                super().__init__()
-                self.weight = nn.Parameter(1 + 0.1 * torch.randn(n)); self.eps = 1e-6
-            def forward(self, x):
-                return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
-        class MLP(nn.Module):
-            def __init__(self, d, h):
-                super().__init__()
-                self.gate_proj, self.up_proj, self.down_proj = nn.Linear(d, h), nn.Linear(d, h), nn.Linear(h, d)
-            def forward(self, x):
-                return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+    script = without_autokernel(out.parent, "night_kernels") + PACKAGE_MODELS + textwrap.dedent("""
         torch.manual_seed(0)
         model = nn.Sequential(RMSNorm(48), MLP(48, 80), RMSNorm(48))
         x = torch.randn(3, 7, 48)
@@ -164,20 +169,8 @@ def test_exported_package_trains_with_its_backward_kernels_without_autokernel(tm
     assert manifest["backwards"]["rmsnorm"]["kernel"]["file"] == "kernels/rmsnorm_bwd.py"
     assert manifest["backwards"]["swiglu"]["kernel"]["file"] == "kernels/swiglu_bwd.py"
     assert (out / "kernels" / "rmsnorm_bwd.py").read_text() == (STARTERS / "rmsnorm_bwd" / "kernel.py").read_text()
-    script = without_autokernel(out.parent, "train_kernels") + textwrap.dedent("""
+    script = without_autokernel(out.parent, "train_kernels") + PACKAGE_MODELS + textwrap.dedent("""
         import copy
-        class RMSNorm(nn.Module):
-            def __init__(self, n):
-                super().__init__()
-                self.weight = nn.Parameter(1 + 0.1 * torch.randn(n)); self.eps = 1e-6
-            def forward(self, x):
-                return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
-        class MLP(nn.Module):
-            def __init__(self, d, h):
-                super().__init__()
-                self.gate_proj, self.up_proj, self.down_proj = nn.Linear(d, h), nn.Linear(d, h), nn.Linear(h, d)
-            def forward(self, x):
-                return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
         torch.manual_seed(0)
         model = nn.Sequential(RMSNorm(32), MLP(32, 48), nn.GELU(), nn.Linear(32, 32), RMSNorm(32))
         x = torch.randn(2, 5, 32)
