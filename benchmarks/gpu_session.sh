@@ -197,7 +197,7 @@ convsweep)
     ;;
 sweep)
     # Any starter's knobs: `sweep TASK SHAPES KNOB=v1,v2 [KNOB=...]`, e.g. `sweep softmax_bwd llama7b-vocab,gpt2-vocab
-    # MAX_FUSED_N=8192,32768 LOOP_NUM_WARPS=8,16,32` (run 18: 0.53x torch.compile at 32000-wide rows).
+    # MAX_FUSED_N=8192,32768 LOOP_BYTES_PER_THREAD=16,32,64` (run 19 set 32768 and 32 from such a sweep).
     task=${2:?sweep TASK SHAPES KNOB=v1,v2 ...}; shapes=${3:?shapes}; shift 3; grid=()
     for g in "$@"; do grid+=(--grid "$g"); done
     ms=500; [ -n "${DEADLINE:-}" ] && ms=$(( DEADLINE - $(date +%s) - 40 )); [ "$ms" -gt 500 ] && ms=500

@@ -4,9 +4,9 @@ kernel_fn(x, grad_out) -> (dx,). The task gives x, not the forward's output y, s
 probabilities are recomputed from x (max, sum of exponentials) and never stored:
 dx = y * (dy - sum(dy * y)). Memory-bound: the floor is read x, read dy, write dx, once each.
 fp32 math, dx in the input dtype. Two paths, by row width:
-  * rows (N <= MAX_FUSED_N): each program holds one or more whole rows of x and dy in registers
-    and does everything in one pass: row max, exponentials, their sum, sum(dy * y), dx. Narrow
-    rows are packed several to a program (ROW_BLOCK_ELEMS elements) so enough bytes are in flight;
+  * rows (N <= MAX_FUSED_N; MAX_FUSED_N_FP32 for fp32): each program holds one or more whole rows
+    of x and dy in registers and does everything in one pass: row max, exponentials, their sum,
+    sum(dy * y), dx. Narrow rows are packed several to a program (ROW_BLOCK_ELEMS elements) so enough bytes are in flight;
   * looped (wider rows, up to vocabularies of 50257): one program per row, two passes over it.
     Pass 1 keeps a running max m and, per element slot, sums of e = exp(x - m) and of dy * e,
     both rescaled by the same factor when m grows, so sum(dy * y) = sum(dy * e) / sum(e) needs no
@@ -27,10 +27,16 @@ import triton.language as tl
 # Tunable knobs: module-level constants the offline tuner rewrites.
 ROW_BLOCK_ELEMS = 2048  # rows path: elements each program holds (rows x padded row width)
 NUM_WARPS = 4  # rows path warps when a program holds several rows
-MAX_FUSED_N = 8192  # widest row the rows path holds in registers (x and dy, fp32)
+# Widest row the rows path holds in registers (x and dy, as fp32). H100, run 19 (knob_sweep): 32000-wide
+# 16-bit rows 477 -> 278 us held whole (torch.compile's persistent reduction, run 18: 255 us); fp32 rows
+# of 32000 held whole 711 us against 661 looped, so fp32 keeps 8192.
+MAX_FUSED_N = 32768
+MAX_FUSED_N_FP32 = 8192
 FUSED_BYTES_PER_THREAD = 32  # one-row programs: warps = padded row bytes / this / 32, within NUM_WARPS..32
 LOOP_BLOCK_N = 4096  # chunk width of the looped path
-LOOP_NUM_WARPS = 16
+# Looped path warps = chunk bytes / this / 32: 8 warps for 16-bit chunks of 4096, 16 for fp32. H100, run 19:
+# 50257-wide 16-bit rows 749 -> 668 us at 8 warps (16 before); fp32 best at 16 (661 us; 8: 720).
+LOOP_BYTES_PER_THREAD = 32
 LOOP_NUM_STAGES = 1  # software-pipelined chunks (1: none; more: cp.async prefetch into shared memory)
 LOOP_PASS2_REVERSED = 1  # pass 2 walks the row backwards (1) or forwards (0)
 
@@ -136,7 +142,7 @@ _LAUNCH = {}  # signature -> (kernel, grid, meta)
 
 def _plan(m, n, strides, elem_size, aligned):
     block_n = triton.next_power_of_2(n)
-    if block_n <= MAX_FUSED_N:
+    if block_n <= (MAX_FUSED_N_FP32 if elem_size == 4 else MAX_FUSED_N):
         block_m = max(1, min(ROW_BLOCK_ELEMS // block_n, triton.next_power_of_2(m)))
         warps = NUM_WARPS
         if block_m == 1:  # one wide row per program: enough threads to hold it
@@ -145,8 +151,9 @@ def _plan(m, n, strides, elem_size, aligned):
         return _softmax_bwd_rows, (triton.cdiv(m, block_m),), dict(BLOCK_M=block_m, BLOCK_N=block_n,
                                                                      num_warps=warps)
     vec = 16 // elem_size if aligned and len(set(strides)) == 1 else 1
+    loop_warps = min(32, max(1, triton.next_power_of_2(LOOP_BLOCK_N * elem_size // (32 * LOOP_BYTES_PER_THREAD))))
     return _softmax_bwd_looped, (m,), dict(BLOCK_N=LOOP_BLOCK_N, VEC=vec, NUM_STAGES=LOOP_NUM_STAGES,
-                                           REVERSED=LOOP_PASS2_REVERSED, num_warps=LOOP_NUM_WARPS)
+                                           REVERSED=LOOP_PASS2_REVERSED, num_warps=loop_warps)
 
 
 def kernel_fn(x: torch.Tensor, grad_out: torch.Tensor) -> tuple:

@@ -31,9 +31,9 @@ def _softmax_grad64(x, dy):
 @pytest.mark.parametrize("n", [9001, 96], ids=["looped", "rows"])
 def test_softmax_bwd_masked_rows(n):
     # Causal-style rows: row r keeps only its last few entries, so in the looped path (n wider
-    # than MAX_FUSED_N) whole leading chunks are -inf and the running max starts at -inf.
+    # than MAX_FUSED_N_FP32) whole leading chunks are -inf and the running max starts at -inf.
     ker = _kernel("softmax_bwd")
-    assert (n > ker.MAX_FUSED_N) == (n == 9001)
+    assert (n > ker.MAX_FUSED_N_FP32) == (n == 9001)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(4, n, generator=g) * 3.0
     keep = [1, 7, n // 2 + 3, n]  # entries kept at the end of each row
