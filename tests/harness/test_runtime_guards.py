@@ -236,6 +236,10 @@ def test_out_of_memory_is_said_even_when_torchs_own_report_of_it_fails():
     v = candidate_error(exc, "float32 (timing)", "timing")
     assert v.status == "FAIL" and "out of GPU memory" in v.reason and "CUDA out of memory" in v.reason
     assert "INTERNAL ASSERT" not in v.reason
+    # H100, run 19: the same report failing in another NVML call (a planted-change comparison read FAIL)
+    other = RuntimeError('NVML_SUCCESS == DriverAPI::get()->nvmlDeviceGetHandleByPciBusId_v2_( pci_id, '
+                         '&nvml_device) INTERNAL ASSERT FAILED at "/pytorch/c10/cuda/CUDACachingAllocator.cpp":1150')
+    assert "out of GPU memory" in candidate_error(other, "large float32 (timing)", "timing").reason
     plain = candidate_error(RuntimeError("boom"), "x", "smoke")
     assert plain.reason == "x: kernel_fn raised RuntimeError: boom"
 

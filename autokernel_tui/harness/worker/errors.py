@@ -31,9 +31,10 @@ def out_of_memory_in_disguise(exc: BaseException) -> bool:
     """torch's caching allocator, out of GPU memory, asks NVML which processes hold memory; where NVML
     does not start (the sandbox) that ends in an internal assert instead of the OutOfMemoryError (seen on
     the H200, run 11: "NVML_SUCCESS == DriverAPI::get()->nvmlInit_v2_() INTERNAL ASSERT FAILED at
-    .../CUDACachingAllocator.cpp")."""
+    .../CUDACachingAllocator.cpp"; an H100, run 19, in ``nvmlDeviceGetHandleByPciBusId_v2_``: any NVML
+    call the allocator's report makes)."""
     text = str(exc)
-    return "nvmlInit_v2_" in text and "CUDACachingAllocator" in text
+    return "NVML_SUCCESS" in text and "CUDACachingAllocator" in text
 
 
 def describe(exc: BaseException) -> str:
