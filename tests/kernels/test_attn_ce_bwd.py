@@ -80,11 +80,14 @@ def test_cross_entropy_all_rows_ignored_gives_zeros(dtype):
     assert verdict["passed"], verdict["why"]
 
 
-@pytest.mark.parametrize("one_pass_max_v", [0, 32768])
-def test_cross_entropy_partly_ignored_rows(tmp_path, one_pass_max_v):
+@pytest.mark.parametrize("one_pass_max_v,pass2_reversed", [(0, 0), (0, 1), (32768, 0)],
+                         ids=["two-pass", "two-pass-reversed", "one-pass"])
+def test_cross_entropy_partly_ignored_rows(tmp_path, one_pass_max_v, pass2_reversed):
     # Several count steps (small COUNT_BLOCK); every other row ignored; each row in chunks (small
-    # BLOCK_V, the two-pass way) or held whole (the one-pass way, the default at this width).
-    task = _copy(tmp_path, CE, BLOCK_V=1024, COUNT_BLOCK=256, ONE_PASS_MAX_V=one_pass_max_v)
+    # BLOCK_V, the two-pass way, pass 2 forwards or from the partial last chunk backwards) or held
+    # whole (the one-pass way, the default at this width).
+    task = _copy(tmp_path, CE, BLOCK_V=1024, COUNT_BLOCK=256, ONE_PASS_MAX_V=one_pass_max_v,
+                 PASS2_REVERSED=pass2_reversed)
     ker = sc.load_module(task / "kernel.py", "ceb-part")
 
     def every_other(t):
