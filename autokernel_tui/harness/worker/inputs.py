@@ -42,17 +42,29 @@ WEIGHT_CACHE_ELEMENTS = 1 << 26
 # way; "torch": the torch way everywhere; "kernel-anywhere": the fused kernels on the CPU too, under Triton's
 # interpreter (slow: the tests drive the real harness through it)
 FINGERPRINT_WAY_VARIABLE = "AUTOKERNEL_HARNESS_FINGERPRINT"
+# The same three ways for the fresh inputs of every rep (``perturb``): "kernel" scales each float element by a
+# factor drawn inside one fused kernel (``fresh_kernels``) on a CUDA device, where the torch way moved three
+# times the bytes in two kernels a chunk. Judge and contestants read it alike, so both build the same tensors.
+FRESH_WAY_VARIABLE = "AUTOKERNEL_HARNESS_FRESH"
 PERTURB_CHUNK = 1 << 25  # elements scaled at a time (a 128 MB float32 factor)
 
 
-def perturb(inputs: tuple, gen: torch.Generator) -> tuple:
+def perturb(inputs: tuple, seed: int, device: str | torch.device) -> tuple:
     """Fresh contents for a trial: each float element scaled by its own random factor
     in [0.5, 1.5) (zeros, signs, infinities and row structure survive), integer
     tensors permuted. Every element changes, so no pointer, id, version or
-    fingerprint cache can replay an old output."""
+    fingerprint cache can replay an old output. On a CUDA device the float tensors
+    are scaled by the fused kernel (``FRESH_WAY_VARIABLE``), each from its own seed."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    fused = _fresh_way(torch.device(device))
     out = []
-    for t in inputs:
+    for k, t in enumerate(inputs):
         if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
+            if fused:
+                from autokernel_tui.harness.worker import fresh_kernels
+                if fresh_kernels.fits(t):
+                    out.append(fresh_kernels.scaled(t, _chunk_seed(seed, k + 1)))
+                    continue
             out.append(_scaled(t, gen))
         elif isinstance(t, torch.Tensor) and t.numel() > 1 and t.dtype != torch.bool:
             perm = torch.randperm(t.numel(), generator=gen, device=t.device)
@@ -73,7 +85,7 @@ def _scaled(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     for src, dst in zip(t.view(-1).split(PERTURB_CHUNK), out.view(-1).split(PERTURB_CHUNK)):
         # Two kernels a chunk: the factors drawn in their range, then one product computed in float32 and
         # rounded into ``dst`` (12 bytes moved per 2-byte element, where a rand, an add, an upcast, a
-        # product and a copy moved 36: every timed rep's inputs are built so, on both sides).
+        # product and a copy moved 36). The fused kernel moves 4 (``fresh_kernels``).
         factors = r[:src.numel()].uniform_(0.5, 1.5, generator=gen)
         torch.mul(src, factors, out=dst)
     return out
@@ -117,7 +129,7 @@ class InputBuilder:
         inputs = self.base(recipe["dims"], recipe["dtype"], int(recipe["base_seed"]))
         for step in recipe.get("steps", ()):
             if step[0] == "perturb":
-                inputs = perturb(inputs, torch.Generator(device=self.device).manual_seed(int(step[1])))
+                inputs = perturb(inputs, int(step[1]), self.device)
             elif step[0] == "transform":
                 transform = (getattr(self.ref, "ADVERSARIAL", {}) or {})[step[1]]
                 inputs = tuple(transform(inputs, torch.Generator().manual_seed(int(step[2]))))
@@ -161,17 +173,31 @@ def _dot(flat: torch.Tensor, w: Iterable[torch.Tensor]) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.stack(parts).sum()
 
 
-def _kernel_way(device: torch.device) -> bool:
-    """Whether fingerprints on ``device`` come from the fused kernels (``FINGERPRINT_WAY_VARIABLE``)."""
-    way = os.environ.get(FINGERPRINT_WAY_VARIABLE, "kernel")
+def _fused(device: torch.device, variable: str) -> bool:
+    """Whether the fused kernels do the work whose way ``variable`` chooses, on ``device``."""
+    way = os.environ.get(variable, "kernel")
     return way == "kernel-anywhere" or (way == "kernel" and device.type == "cuda")
 
 
+def _kernel_way(device: torch.device) -> bool:
+    """Whether fingerprints on ``device`` come from the fused kernels (``FINGERPRINT_WAY_VARIABLE``)."""
+    return _fused(device, FINGERPRINT_WAY_VARIABLE)
+
+
+def _fresh_way(device: torch.device) -> bool:
+    """Whether fresh inputs on ``device`` come from the fused kernel (``FRESH_WAY_VARIABLE``)."""
+    return _fused(device, FRESH_WAY_VARIABLE)
+
+
 def warm_fingerprints(device: torch.device) -> None:
-    """Where the fused kernels take the fingerprints, compile them now (a spare, before its kernel)."""
+    """Where the fused kernels take the fingerprints or build fresh inputs, compile them now (a spare,
+    before its kernel)."""
     if _kernel_way(device):
         from autokernel_tui.harness.worker import fingerprint_kernels
         fingerprint_kernels.warm(device)
+    if _fresh_way(device):
+        from autokernel_tui.harness.worker import fresh_kernels
+        fresh_kernels.warm(device)
 
 
 def _fingerprint_t(out: torch.Tensor, seed: int, weights: dict | None = None) -> torch.Tensor:
