@@ -32,6 +32,7 @@
 #   sweep:     any starter's knobs at chosen shapes (knob_sweep.py): sweep TASK SHAPES KNOB=v1,v2 ...
 #   fasweep:   flash attention backward's knobs swept at the LLaMA-7B shapes (issue 20): forward recompute, dK/dV, dQ
 #   fingerprint: warm evaluations with the torch way of fingerprinting, then the fused kernels (issue 18)
+#   fresh:     warm evaluations with every rep's inputs built the torch way, then by the fused kernel (issue 18)
 #   aa:        A/A at K = 8 (the fake server answers with the incumbent): false keeps out of N
 #   anyop:     GPT-2 small (bf16, 8x1024) profiled, `init --from-profile --top 12`, and every generated
 #              task's starter (GEMM template or Inductor's Triton) benched through the sandboxed harness
@@ -46,7 +47,7 @@
 # without it the harness runs under Landlock alone there (run 15 did, unnoticed until its probe).
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | bwdcheck [TASKS] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | sweep TASK SHAPES KNOB=V,.. | fasweep | fingerprint [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | bwdcheck [TASKS] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | sweep TASK SHAPES KNOB=V,.. | fasweep | fingerprint [N] | fresh [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
 set -u
 part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, agreement, sandboxcost, parallel, aa or kernelbench}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -227,6 +228,16 @@ fingerprint)
             --json "$R/speed_$way.json"
     done
     step gpu_test 240 python3 -m pytest -m gpu tests/harness/test_gpu.py -k fused -rfE -s -p no:cacheprovider
+    ;;
+fresh)
+    # Issue 18: warm evaluations with every rep's fresh inputs built the torch way, then by the fused kernel
+    # (AUTOKERNEL_HARNESS_FRESH=kernel, the default), back to back, the same source (the bound's measure), A/A
+    # N each; then the GPU tests of the fused harness kernels (both sides build the same inputs on CUDA).
+    for way in torch kernel; do
+        step "speed_$way" 200 env AUTOKERNEL_HARNESS_FRESH=$way python3 benchmarks/harness_speed.py \
+            --tasks rmsnorm --runs 8 --ab-runs "${2:-2}" --detect-runs 0 --pairs "" --json "$R/speed_$way.json"
+    done
+    step gpu_test 150 python3 -m pytest -m gpu tests/harness/test_gpu.py -k "fused or fresh" -rfE -p no:cacheprovider
     ;;
 aa)
     # A/A with K=8: the fake server answers with the incumbent (a comment changed): every keep is false.

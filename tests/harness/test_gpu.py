@@ -132,3 +132,33 @@ def kernel_fn(x, weight, eps):
     print("kernel-way split:", {k: v for k, v in (report.time_split or {}).items() if "fingerprint" in k or k == "total"})
     assert report.status == "PASS", report.reason
     assert caught.status == "REJECTED" and "timed run is wrong" in caught.reason, (caught.status, caught.reason)
+
+
+def test_fresh_inputs_by_the_fused_kernel_pass_an_honest_kernel_and_fail_a_stale_one(monkeypatch, tmp_path):
+    # AUTOKERNEL_HARNESS_FRESH=kernel (harness/worker/fresh_kernels.py; the default, set here so the test says
+    # which way it tests): judge and contestant build every rep's inputs alike, so the starter PASSes at full
+    # shapes; a kernel that keeps computing on the first inputs it saw is wrong on the next ones.
+    import torch
+
+    from autokernel_tui.harness.worker import fresh_kernels
+
+    from .conftest import PREFIX, make_tiny_task
+    monkeypatch.setenv("AUTOKERNEL_HARNESS_FRESH", "kernel")
+    x = torch.ones(1 << 20, device="cuda", dtype=torch.bfloat16)
+    factors = fresh_kernels.scaled(x, 5).float()
+    assert 0.49 < factors.min().item() and factors.max().item() < 1.51 and 0.27 < factors.std().item() < 0.31
+    stale = PREFIX + '''
+FIRST = {}
+
+
+def kernel_fn(x, weight, eps):
+    kept = FIRST.setdefault(tuple(x.shape), x.clone())
+    return launch(kept, weight, eps, torch.empty_like(x))
+'''
+    with Harness(timeout_s=600, device="cuda") as h:
+        h.evaluate(starters_dir() / "rmsnorm")  # cold
+        report = h.evaluate(starters_dir() / "rmsnorm")
+        caught = h.evaluate(make_tiny_task(tmp_path / "rmsnorm", tiny_on_gpu=True), kernel_source=stale, quick=True)
+    print("fresh-kernel split:", report.time_split)
+    assert report.status == "PASS", report.reason
+    assert caught.status in ("FAIL", "REJECTED"), (caught.status, caught.reason)
