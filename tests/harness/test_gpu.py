@@ -162,3 +162,29 @@ def kernel_fn(x, weight, eps):
     print("fresh-kernel split:", report.time_split)
     assert report.status == "PASS", report.reason
     assert caught.status in ("FAIL", "REJECTED"), (caught.status, caught.reason)
+
+
+@pytest.mark.parametrize("task", ["rmsnorm", "softmax", "layernorm", "cross_entropy", "flash_attention"])
+def test_the_compiled_float64_reference_agrees_with_eager_on_the_card(task):
+    # harness/worker/precise.py with Inductor: each starter's reference compiled in float64 agrees with
+    # eager's at two shapes (the second a dynamic recompile), so the judge keeps using it.
+    import torch
+
+    from autokernel_tui.harness.worker.correctness import precise_reference
+    from autokernel_tui.harness.worker.inputs import InputBuilder
+    from autokernel_tui.harness.worker.reference import load_reference
+    from autokernel_tui.harness.worker.precise import PreciseReference
+    from autokernel_tui.tasks.spec import load_spec
+
+    task_dir = starters_dir() / task
+    ref, spec = load_reference(task_dir), load_spec(task_dir)
+    builder = InputBuilder(ref, "cuda", 1 << 30)
+    precise = PreciseReference(ref, "cuda")
+    for shape in spec.shapes_for("cuda")[:2]:
+        inputs = builder.build({"dims": dict(shape.dims), "dtype": spec.dtypes[0], "base_seed": 3,
+                                "steps": [["perturb", 4]]})
+        got = precise(inputs)
+        want = precise_reference(ref, inputs)
+        assert precise.compiled, precise.note
+        for g, w in zip(got, want):
+            assert g.dtype == torch.float64 and torch.allclose(g, w, rtol=1e-9, atol=1e-12, equal_nan=True)

@@ -29,7 +29,8 @@ from autokernel_tui.harness import roofline, stats
 from autokernel_tui.harness.report import MEASURES, Report, ShapeResult, Summary
 from autokernel_tui.harness.worker import inputs as inputs_mod, memory, transfer
 from autokernel_tui.harness.worker.baselines import BaselineCache
-from autokernel_tui.harness.worker.correctness import Errors, as_tuple, bitwise_equal, compare, precise_reference
+from autokernel_tui.harness.worker.correctness import Errors, as_tuple, bitwise_equal, compare
+from autokernel_tui.harness.worker.precise import PreciseReference
 from autokernel_tui.harness.worker.device import start_cuda
 from autokernel_tui.harness.worker.errors import Verdict
 from autokernel_tui.harness.worker.reference import baseline_call, compile_target, load_reference
@@ -77,7 +78,7 @@ class JudgeState:
         self.device_name = torch.cuda.get_device_name() if self.cuda else CPU_DEVICE_NAME
         self.timing_meaningful = self.cuda
         self.base_seed = secrets.randbits(62)
-        self._refs: OrderedDict[str, tuple[Any, inputs_mod.InputBuilder]] = OrderedDict()
+        self._refs: OrderedDict[str, tuple[Any, inputs_mod.InputBuilder, PreciseReference]] = OrderedDict()
         self.baselines = BaselineCache(self.device_name, torch.__version__, persist=self.cuda)
         self.measured = roofline.load_measured(self.device_name, torch.__version__) if self.cuda else None
         self.flusher = L2Flusher(torch.device("cuda")) if self.cuda else None
@@ -108,18 +109,20 @@ class JudgeState:
         self.pool.retire_warm()
         memory.release_cached()
 
-    def reference(self, task_dir: Path) -> tuple[Any, str, inputs_mod.InputBuilder]:
+    def reference(self, task_dir: Path) -> tuple[Any, str, inputs_mod.InputBuilder, PreciseReference]:
+        """(the reference module, the digest of the task's files, its input builder, its float64 reference)."""
         digest = hashlib.sha256("".join(sorted(owned_file_hashes(task_dir).values())).encode()).hexdigest()
         if digest not in self._refs:
             ref = load_reference(task_dir)
             per_task = memory.budget(self.device, "judge") // TASKS_KEPT[self.device]
-            self._refs[digest] = (ref, inputs_mod.InputBuilder(ref, self.device, per_task))
+            self._refs[digest] = (ref, inputs_mod.InputBuilder(ref, self.device, per_task),
+                                  PreciseReference(ref, self.device))
             while len(self._refs) > TASKS_KEPT[self.device]:
                 self._refs.popitem(last=False)
                 memory.release_cached()  # give the memory back for the contestant's process
         self._refs.move_to_end(digest)
-        ref, builder = self._refs[digest]
-        return ref, digest, builder
+        ref, builder, precise = self._refs[digest]
+        return ref, digest, builder, precise
 
 
 class Evaluation:
@@ -133,7 +136,7 @@ class Evaluation:
         # The evaluation's secrets (input seeds, which reps are verified and fetched) from the OS: a Mersenne
         # Twister's next choices can be worked out from 624 of its words, and every recipe shows two.
         self.rng = random.SystemRandom()
-        self.ref, self.digest, self.builder = st.reference(task_dir)
+        self.ref, self.digest, self.builder, self.precise_ref = st.reference(task_dir)
         dtypes = self.spec.dtypes[:1] if quick else self.spec.dtypes
         self.configs = [(s, d) for s in self.spec.shapes_for(st.device) for d in dtypes]
         self.first_call_s: dict[tuple, float] = {}
@@ -204,9 +207,10 @@ class Evaluation:
             raise Verdict(status, stage, f"{where}: {exc}") from None
 
     def precise(self, inputs: tuple) -> tuple:
-        """The float64 reference of ``inputs``; on a GPU, computed in host memory when its float64 inputs
-        alone would outgrow a timed batch's share of the card (``correctness.precise_reference``)."""
-        return precise_reference(self.ref, inputs, memory.budget(self.st.device, "batch") if self.st.cuda else None)
+        """The float64 reference of ``inputs`` (compiled and checked on a GPU: ``precise.PreciseReference``);
+        on a GPU, computed in host memory when its float64 inputs alone would outgrow a timed batch's share
+        of the card (``correctness.precise_reference``)."""
+        return self.precise_ref(inputs, memory.budget(self.st.device, "batch") if self.st.cuda else None)
 
     def check_against_reference(self, outs: tuple, inputs: tuple, dtype: str) -> list[Errors]:
         tol = self.spec.tolerances[dtype]
