@@ -49,13 +49,19 @@ def _fmt(value, spec=".1f", unit=""):
 
 
 def tune_task(harness, task_dir: Path, budget: int, max_seconds: float, quick: bool, prescreen: float,
-              seed: int, log) -> dict:
+              seed: int, log, result: dict | None = None, progress=lambda: None) -> dict:
+    """Up to ``budget`` experiments in at most ``max_seconds`` from the task's start, the first evaluation and
+    the closing measurements included: an experiment starts only where it and the closing evaluation and
+    comparison (each estimated by the longest experiment so far) still fit. ``result`` is filled as it goes
+    (``progress()`` after each experiment), so a run cut short keeps its rows."""
     spec = load_spec(task_dir)
     start_src = spec.kernel_path.read_text(encoding="utf-8")
     t0 = time.monotonic()
+    deadline = t0 + max_seconds
     before = harness.evaluate(task_dir, start_src, quick=quick)
-    result = {"task": spec.name, "before": before.to_dict(), "experiments": [], "stopped": "",
-              "prepare_and_first_eval_s": round(time.monotonic() - t0, 1)}
+    result = {} if result is None else result
+    result.update({"task": spec.name, "before": before.to_dict(), "experiments": [], "stopped": "",
+                   "prepare_and_first_eval_s": round(time.monotonic() - t0, 1)})
     if before.status != "PASS" or before.summary is None:
         result["stopped"] = f"the starter itself did not pass: {before.status} {before.reason}"
         return result
@@ -67,8 +73,9 @@ def tune_task(harness, task_dir: Path, budget: int, max_seconds: float, quick: b
     inc_src, inc_report = start_src, before
     history: list[dict] = []
     loop_t0 = time.monotonic()
+    longest = time.monotonic() - t0  # an experiment's estimate before any has run: the first evaluation
     for n in range(1, budget + 1):
-        if time.monotonic() - loop_t0 >= max_seconds:
+        if time.monotonic() + 2 * longest >= deadline:  # this experiment, then the closing measurements
             result["stopped"] = f"time limit ({max_seconds:.0f} s) after {n - 1} experiments"
             break
         ctx = AgentContext(task=spec, incumbent_source=inc_src, incumbent_report=inc_report.to_dict(),
@@ -100,7 +107,10 @@ def tune_task(harness, task_dir: Path, budget: int, max_seconds: float, quick: b
                     row["screen"] = cmp.screen
                     row["reason"] = "" if cmp.faster else f"not confirmed: {cmp.reason}"
         row["wall_s"] = round(time.monotonic() - t1, 2)
+        longest = row["wall_s"] if n == 1 else max(longest, row["wall_s"])
         history.append(row)
+        result["experiments"] = [{k: v for k, v in r.items() if k != "source"} for r in history]
+        progress()
         log(f"  {spec.name} exp {n:2d} {row['status']:8s} {prop.description:40s} "
             f"vs inc {_fmt(row['speedup_vs_incumbent'], '.3f', 'x')} "
             f"vs base {_fmt(row['speedup_vs_baseline'], '.3f', 'x')} ({row['wall_s']:.1f} s) {row['reason'][:60]}")
@@ -206,8 +216,16 @@ def main(argv: list[str] | None = None) -> int:
             # of each share for the baselines' preparation and the final measurements.
             share = (args.total_seconds - (time.monotonic() - t0)) / (len(task_dirs) - i) - PER_TASK_RESERVE_S
             loop_s = max(0.0, min(args.max_seconds, share))
-            results.append(tune_task(harness, task_dir, args.budget, loop_s, not args.full,
-                                     args.prescreen, args.seed, log))
+            results.append({"task": name})
+
+            def progress() -> None:
+                out["total_s"] = round(time.monotonic() - t0, 1)
+                if args.json:  # after every experiment, so a run cut short still leaves its rows
+                    args.json.parent.mkdir(parents=True, exist_ok=True)
+                    args.json.write_text(json.dumps(out, indent=1, default=str))
+
+            tune_task(harness, task_dir, args.budget, loop_s, not args.full, args.prescreen, args.seed, log,
+                      results[-1], progress)
             out["total_s"] = round(time.monotonic() - t0, 1)
             if args.save_kernels and "final_source" in results[-1]:
                 dest = args.save_kernels / name / "kernel.py"

@@ -26,3 +26,16 @@ def test_smoke_run_tunes_through_the_real_harness(tmp_path):
     declared = parse_knobs((REPO / "kernels" / "rmsnorm" / "kernel.py").read_text())
     assert set(task["knobs_start"]) == set(declared) and {"ROW_BLOCK_ELEMS", "LOOP_NUM_STAGES"} <= set(declared)
     assert "| shape | dtype | before us | after us |" in proc.stdout and "Winning knobs:" in proc.stdout
+
+
+@pytest.mark.slow
+def test_the_time_limit_counts_the_first_evaluation_and_leaves_room_to_close(tmp_path):
+    """Run 20 (H100): a limit counted from after the first evaluation let the last experiments and the
+    closing measurements outrun the device call, which killed the script before it wrote anything."""
+    out = tmp_path / "tuner_budget.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "tuner_budget.py"), "--smoke", "--budget", "2",
+                           "--max-seconds", "1", "--json", str(out)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (task,) = json.loads(out.read_text())["tasks"]
+    assert task["experiments"] == [] and task["stopped"].startswith("time limit") and task["after"]["status"] == "PASS"
