@@ -37,10 +37,30 @@ def prctl(option: int, value: int) -> None:
         pass
 
 
+PF_EXITING = 0x4  # /proc/<pid>/stat's flags: the process is in the kernel's exit path (runs no user code)
+SIGKILL_BIT = 1 << (signal.SIGKILL - 1)  # in /proc/<pid>/status's pending-signal masks
+
+
+def _dying(pid: int, flags: int) -> bool:
+    """Killed already: exiting, or a SIGKILL pending (a contestant the pool retired tears its CUDA context
+    down for a while after its SIGKILL; seen as a "stray" in run 20's tuner, it failed an honest kernel)."""
+    if flags & PF_EXITING:
+        return True
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith(("SigPnd:", "ShdPnd:")) and int(line.split()[1], 16) & SIGKILL_BIT:
+                    return True
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
 def descendants(root: int, running: bool = False) -> list[int]:
     """Every live process below ``root`` (read from /proc); ``running``: not those that have exited and
-    wait to be reaped (zombies run nothing)."""
+    wait to be reaped (zombies run nothing), nor those already killed and on their way out (``_dying``)."""
     children: dict[int, list[int]] = {}
+    gone: set[int] = set()  # still walked through: what a dying process forked may be running
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -49,15 +69,17 @@ def descendants(root: int, running: bool = False) -> list[int]:
                 stat = fh.read()
             fields = stat.rsplit(")", 1)[1].split()
             ppid = int(fields[1])
+            flags = int(fields[6])
         except (OSError, ValueError, IndexError):
             continue
-        if running and fields[0] == "Z":
-            continue
+        if running and (fields[0] in ("Z", "X") or _dying(int(entry), flags)):
+            gone.add(int(entry))
         children.setdefault(ppid, []).append(int(entry))
     out, todo = [], [root]
     while todo:
         for child in children.get(todo.pop(), []):
-            out.append(child)
+            if child not in gone:
+                out.append(child)
             todo.append(child)
     return out
 
