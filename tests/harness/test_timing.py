@@ -79,3 +79,13 @@ def test_time_fresh_leads_each_batch_by_the_host_time_of_the_calls_before_it(mon
     assert len(samples.times_us) == timing.reps_for(10.0)
     assert leads[0] == 0.0  # the probe: nothing seen yet
     assert leads[1:] == [pytest.approx(timing.LEAD_FACTOR * 200.0)] * (len(leads) - 1)  # every batch after it
+
+
+def test_an_evaluation_stops_at_half_its_reps_only_where_they_are_steady():
+    from autokernel_tui.harness.worker.timing import GPU_MIN_REPS, STEADY_SPREAD, enough, half_reps
+    assert half_reps(40) == 20 and half_reps(10) == GPU_MIN_REPS and half_reps(14) == GPU_MIN_REPS
+    steady = [10.0 + 0.01 * (i % 7) for i in range(20)]
+    noisy = [10.0 * (1.0 + 0.05 * (i % 4)) for i in range(20)]
+    assert enough(steady, 40) and not enough(steady[:19], 40)
+    assert not enough(noisy, 40) and enough(noisy * 2, 40)  # all 40 where the first 20 spread wider
+    assert STEADY_SPREAD < 1.05

@@ -36,7 +36,8 @@ from autokernel_tui.harness.worker.errors import Verdict
 from autokernel_tui.harness.worker.reference import baseline_call, compile_target, load_reference
 from autokernel_tui.harness.worker.pool import ContestantPool, ContestantProxy
 from autokernel_tui.harness.worker.timing import (CPU_REPS, DISTURBED_SPREAD, L2Flusher, Samples, compile_reference,
-                                                  lead_for, reps_for, steadiest, time_as_called, time_fresh)
+                                                  enough, half_reps, lead_for, reps_for, steadiest, time_as_called,
+                                                  time_fresh)
 from autokernel_tui.tasks.spec import Shape, TaskSpec, load_spec, owned_file_hashes
 
 CPU_DEVICE_NAME = "CPU (Triton interpreter)"
@@ -405,7 +406,8 @@ class Evaluation:
                           "kernel behaves differently when timed, or replays outputs)")
 
     def time_contestant(self, c: ContestantProxy, shape: Shape, dtype: str) -> Samples:
-        """Every timed rep of one config: fresh inputs each, fingerprints checked, one rep fetched whole."""
+        """Every timed rep of one config: fresh inputs each, fingerprints checked, one rep fetched whole; on a
+        GPU ``reps_for``'s count, or half of it where those calls are steady (``timing.enough``)."""
         dev = self.st.device
         if not self.st.cuda:
             recipes = [self.recipe(shape, dtype) for _ in range(CPU_REPS)]
@@ -418,12 +420,16 @@ class Evaluation:
         first = [self.recipe(shape, dtype) for _ in range(FIRST_BATCH)]
         times = self.timed_batch(c, shape, dtype, first, 2, self.rng.sample(range(FIRST_BATCH), 1))
         total = reps_for(stats.median(times))
-        size = self.batch_size(shape, dtype, total)
+        half = half_reps(total)  # the batches up to here always run; the rest only where the times are not steady
+        size = self.batch_size(shape, dtype, max(1, half - len(times)))
         lead = lead_for(self.host_us.get(f"{shape.name} {dtype}", []))
-        fetch_batch = self.rng.randrange(max(1, -(-(total - len(times)) // size)))
+        fetch_batch = self.rng.randrange(max(1, -(-(half - len(times)) // size)))
         b = 0
-        while len(times) < total:
-            recipes = [self.recipe(shape, dtype) for _ in range(min(size, total - len(times)))]
+        while not enough(times, total):
+            if len(times) >= half:
+                size = self.batch_size(shape, dtype, total - len(times))
+            recipes = [self.recipe(shape, dtype) for _ in range(min(size, (half if len(times) < half else total)
+                                                                    - len(times)))]
             verify = self.rng.sample(range(len(recipes)), min(VERIFY_PER_BATCH[dev], len(recipes)))
             twins = self.twin(recipes) if b == 0 else None
             odd = self.adversarial(shape, dtype, recipes, verify, twins or ()) if b == 0 else []

@@ -58,6 +58,12 @@ MAX_LEAD_US = 5000.0
 # (On the H200, run 6l: a disturbed rmsnorm shape read p20-p80 10.0-32.6 us where 9.8-10.9 is usual.)
 DISTURBED_SPREAD = 1.3
 
+# An evaluation's timed reps of a config stop at half their count where the calls so far are steady (p80 /
+# p20 within STEADY_SPREAD): the median of 20 such calls is within ~0.3% of what 40 would give, and a warm
+# evaluation spent most of its time on these reps (issue 18's bound). A comparison, which decides keeps,
+# takes all of its reps.
+STEADY_SPREAD = 1.02
+
 
 @dataclass
 class Samples:
@@ -128,6 +134,17 @@ def reps_for(estimate_us: float) -> int:
     if estimate_us <= 0:
         return GPU_MAX_REPS
     return int(min(GPU_MAX_REPS, max(GPU_MIN_REPS, GPU_BUDGET_US / estimate_us)))
+
+
+def half_reps(total: int) -> int:
+    """Where an evaluation may stop timing a config of ``total`` reps (``enough``)."""
+    return min(total, max(GPU_MIN_REPS, total // 2))
+
+
+def enough(times: Sequence[float], total: int) -> bool:
+    """Whether an evaluation has timed a config enough: all ``total`` reps, or half of them (``half_reps``)
+    if they are steady (p80 / p20 within STEADY_SPREAD)."""
+    return len(times) >= total or (len(times) >= half_reps(total) and Samples(list(times)).spread() <= STEADY_SPREAD)
 
 
 @contextlib.contextmanager
