@@ -37,7 +37,7 @@ def _failing(gm, example_inputs):
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo(monkeypatch):
-    monkeypatch.delenv(pr.PRECISE_WAY_VARIABLE, raising=False)
+    monkeypatch.setenv(pr.PRECISE_WAY_VARIABLE, "compiled")
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
@@ -85,12 +85,14 @@ def test_infinities_and_nans_must_match_where_they_are():
     assert pr._agree((a,), (a * (1 + 1e-12),))
 
 
-def test_eager_on_the_cpu_by_the_variable_and_past_the_cards_share(monkeypatch):
+def test_eager_by_default_on_the_cpu_and_past_the_cards_share(monkeypatch):
     task = _task()
     assert not pr.PreciseReference(task, "cpu").compiled
     monkeypatch.setenv(pr.PRECISE_WAY_VARIABLE, "eager")
     assert not pr.PreciseReference(task, "cuda").compiled
     monkeypatch.delenv(pr.PRECISE_WAY_VARIABLE)
+    assert not pr.PreciseReference(task, "cuda").compiled  # until a GPU run has timed the compiled way
+    monkeypatch.setenv(pr.PRECISE_WAY_VARIABLE, "compiled")
     precise = pr.PreciseReference(task, "cuda", backend=_failing)
     x = torch.randn(4, 4, device="meta", dtype=torch.bfloat16)  # not on the host: counts against the share
     with pytest.raises(Exception):  # the meta reference cannot be computed, but the compile was never tried

@@ -89,3 +89,42 @@ def test_an_evaluation_stops_at_half_its_reps_only_where_they_are_steady():
     assert enough(steady, 40) and not enough(steady[:19], 40)
     assert not enough(noisy, 40) and enough(noisy * 2, 40)  # all 40 where the first 20 spread wider
     assert STEADY_SPREAD < 1.05
+
+
+def _contestant_timing(times, cap=1000, odd=()):
+    """The judge's GPU timing loop (``Evaluation.time_contestant``'s CUDA branch) on this machine, with the
+    contestant's timed batches answered from ``times``; (the samples, each batch's size, reps fetched)."""
+    import random
+    from types import SimpleNamespace
+
+    from autokernel_tui.harness.worker import stages
+    ev = object.__new__(stages.Evaluation)
+    ev.st, ev.rng, ev.host_us = SimpleNamespace(cuda=True, device="cuda"), random.Random(0), {}
+    feed, batches, fetched = iter(times), [], []
+
+    def timed_batch(c, shape, dtype, recipes, warmup, verify, lead=0.0, twins=None):
+        batches.append(len(recipes))
+        assert all(0 <= k < len(recipes) for k in verify)
+        return [next(feed) for _ in recipes]
+
+    ev.timed_batch = timed_batch
+    ev.batch_size = lambda shape, dtype, wanted: max(1, min(wanted, cap))
+    ev.fetch_and_check = lambda c, shape, dtype, recipe, rep: fetched.append(rep)
+    ev.recipe = lambda shape, dtype, *extra: {"dims": {}, "steps": list(extra)}
+    ev.adversarial = lambda shape, dtype, recipes, verify, taken=(): list(odd) if len(batches) == 1 else []
+    c = SimpleNamespace(request=lambda message, stage: ({}, 0.0))
+    samples = stages.Evaluation.time_contestant(ev, c, SimpleNamespace(name="s"), "float16")
+    return samples, batches, fetched
+
+
+def test_the_gpu_timing_loop_stops_at_half_where_steady_and_fetches_one_rep_either_way():
+    steady = [10.0 + 0.01 * (i % 5) for i in range(60)]
+    noisy = [10.0 * (1 + 0.1 * (i % 3)) for i in range(60)]
+    samples, batches, fetched = _contestant_timing(steady)
+    assert len(samples.times_us) == 20 and batches == [3, 17] and len(fetched) == 1
+    samples, batches, fetched = _contestant_timing(noisy)
+    assert len(samples.times_us) == 40 and sum(batches) == 40 and len(fetched) == 1
+    samples, batches, fetched = _contestant_timing(steady, cap=5)  # memory allows 5 sets a batch
+    assert len(samples.times_us) == 20 and batches == [3, 5, 5, 5, 2] and len(fetched) == 1
+    samples, batches, fetched = _contestant_timing(steady, odd=(0, 1))  # two adversarial reps are not times
+    assert len(samples.times_us) == 20 and batches == [3, 17, 2] and len(fetched) == 1

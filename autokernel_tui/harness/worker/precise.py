@@ -1,4 +1,4 @@
-"""The judge's float64 reference on a GPU, compiled (worker side; ``AUTOKERNEL_HARNESS_PRECISE``).
+"""The judge's float64 reference on a GPU, compiled (worker side; ``AUTOKERNEL_HARNESS_PRECISE=compiled``).
 
 Every output the judge checks (each correctness call, each verified timed rep, each fetched rep: about
 a hundred a warm rmsnorm evaluation) is compared with the task's reference run in float64. Eager float64
@@ -9,8 +9,8 @@ The compiled reference is trusted only where it agrees with eager: the first res
 signature (shapes, dtypes, scalars) is computed both ways and compared (same inf and nan, finite values
 within ``AGREEMENT`` of each other, relative to the output's largest); a disagreement, or any failure
 to compile or run, puts the task back on eager for good, and ``note`` says why. ``precise_reference``
-(eager) stays the definition: the CPU, a reference too big for the card, and ``eager`` in the variable
-take it.
+(eager) stays the definition and the default: the CPU, a reference too big for the card, and anything but
+``compiled`` in the variable take it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ import torch
 from autokernel_tui.harness.worker.correctness import _double_bytes, _precise, as_tuple, precise_reference
 from autokernel_tui.harness.worker.errors import one_line
 
-PRECISE_WAY_VARIABLE = "AUTOKERNEL_HARNESS_PRECISE"  # "compiled" (the default on CUDA) or "eager"
+# "eager" (the default) or "compiled" (on CUDA only). Eager stays the default until a GPU run has timed the
+# compiled way and its compile cost on large references (KernelBench's models): this tree's device time ran
+# out before that run.
+PRECISE_WAY_VARIABLE = "AUTOKERNEL_HARNESS_PRECISE"
 AGREEMENT = 1e-9  # float64 results of two evaluation orders differ by ~1e-16 n^0.5 relative; 1e-9 is far looser
 
 
@@ -71,8 +74,8 @@ class PreciseReference:
     def __init__(self, ref_module: Any, device: str, backend: str | Callable = "inductor") -> None:
         self.ref = ref_module
         self.backend = backend
-        way = os.environ.get(PRECISE_WAY_VARIABLE, "compiled")
-        self.note: str = "eager" if way == "eager" or device != "cuda" else "compiled"
+        way = os.environ.get(PRECISE_WAY_VARIABLE, "eager")
+        self.note: str = "compiled" if way == "compiled" and device == "cuda" else "eager"
         self._fn: Callable | None = None
         self._checked: set[tuple] = set()
 
