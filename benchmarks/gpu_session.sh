@@ -33,6 +33,7 @@
 #   fasweep:   flash attention backward's knobs swept at the LLaMA-7B shapes (issue 20): forward recompute, dK/dV, dQ
 #   fingerprint: warm evaluations with the torch way of fingerprinting, then the fused kernels (issue 18)
 #   fresh:     warm evaluations with every rep's inputs built the torch way, then by the fused kernel (issue 18)
+#   precise:   warm evaluations with the judge's float64 reference eager, then compiled (issue 18)
 #   aa:        A/A at K = 8 (the fake server answers with the incumbent): false keeps out of N
 #   anyop:     GPT-2 small (bf16, 8x1024) profiled, `init --from-profile --top 12`, and every generated
 #              task's starter (GEMM template or Inductor's Triton) benched through the sandboxed harness
@@ -47,7 +48,7 @@
 # without it the harness runs under Landlock alone there (run 15 did, unnoticed until its probe).
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | bwdcheck [TASKS] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | sweep TASK SHAPES KNOB=V,.. | fasweep | fingerprint [N] | fresh [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | bwdcheck [TASKS] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | sweep TASK SHAPES KNOB=V,.. | fasweep | fingerprint [N] | fresh [N] | precise [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
 set -u
 part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, agreement, sandboxcost, parallel, aa or kernelbench}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -238,6 +239,16 @@ fresh)
             --tasks rmsnorm --runs 8 --ab-runs "${2:-2}" --detect-runs 0 --pairs "" --json "$R/speed_$way.json"
     done
     step gpu_test 150 python3 -m pytest -m gpu tests/harness/test_gpu.py -k "fused or fresh" -rfE -p no:cacheprovider
+    ;;
+precise)
+    # Issue 18: warm evaluations with the judge's float64 reference eager (the default), then compiled
+    # (AUTOKERNEL_HARNESS_PRECISE=compiled, harness/worker/precise.py), back to back, the same source, A/A N
+    # each; then its GPU test (Inductor's float64 reference agrees with eager's on five starters, two shapes).
+    for way in eager compiled; do
+        step "speed_$way" 200 env AUTOKERNEL_HARNESS_PRECISE=$way python3 benchmarks/harness_speed.py \
+            --tasks rmsnorm --runs 8 --ab-runs "${2:-2}" --detect-runs 0 --pairs "" --json "$R/speed_$way.json"
+    done
+    step gpu_test 150 python3 -m pytest -m gpu tests/harness/test_gpu.py -k "precise or rmsnorm_full" -rfE -p no:cacheprovider
     ;;
 aa)
     # A/A with K=8: the fake server answers with the incumbent (a comment changed): every keep is false.
