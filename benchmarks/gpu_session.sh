@@ -71,6 +71,13 @@ step() {  # step NAME SECONDS CMD...: run with a hard limit, log to $R/NAME.log,
     echo "$name rc=$rc $((SECONDS - t0))s" >> "$R/steps.txt"
     tar czf "$OUT/$tarname.tgz" -C "$R" .  # after every step: a call cut short keeps what it finished
 }
+speed_by_way() {  # speed_by_way VARIABLE N WAY...: warm evaluations (rmsnorm) with VARIABLE=WAY, each way back to back, A/A N
+    local var=$1 n=$2 way; shift 2
+    for way in "$@"; do
+        step "speed_$way" 200 env "$var=$way" python3 benchmarks/harness_speed.py --tasks rmsnorm --runs 8 \
+            --ab-runs "$n" --detect-runs 0 --pairs "" --json "$R/speed_$way.json"
+    done
+}
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
   python3 -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
   uname -r
@@ -234,20 +241,14 @@ fresh)
     # Issue 18: warm evaluations with every rep's fresh inputs built the torch way, then by the fused kernel
     # (AUTOKERNEL_HARNESS_FRESH=kernel, the default), back to back, the same source (the bound's measure), A/A
     # N each; then the GPU tests of the fused harness kernels (both sides build the same inputs on CUDA).
-    for way in torch kernel; do
-        step "speed_$way" 200 env AUTOKERNEL_HARNESS_FRESH=$way python3 benchmarks/harness_speed.py \
-            --tasks rmsnorm --runs 8 --ab-runs "${2:-2}" --detect-runs 0 --pairs "" --json "$R/speed_$way.json"
-    done
+    speed_by_way AUTOKERNEL_HARNESS_FRESH "${2:-2}" torch kernel
     step gpu_test 150 python3 -m pytest -m gpu tests/harness/test_gpu.py -k "fused or fresh" -rfE -p no:cacheprovider
     ;;
 precise)
     # Issue 18: warm evaluations with the judge's float64 reference eager (the default), then compiled
     # (AUTOKERNEL_HARNESS_PRECISE=compiled, harness/worker/precise.py), back to back, the same source, A/A N
     # each; then its GPU test (Inductor's float64 reference agrees with eager's on five starters, two shapes).
-    for way in eager compiled; do
-        step "speed_$way" 200 env AUTOKERNEL_HARNESS_PRECISE=$way python3 benchmarks/harness_speed.py \
-            --tasks rmsnorm --runs 8 --ab-runs "${2:-2}" --detect-runs 0 --pairs "" --json "$R/speed_$way.json"
-    done
+    speed_by_way AUTOKERNEL_HARNESS_PRECISE "${2:-2}" eager compiled
     step gpu_test 150 python3 -m pytest -m gpu tests/harness/test_gpu.py -k "precise or rmsnorm_full" -rfE -p no:cacheprovider
     ;;
 aa)

@@ -133,3 +133,18 @@ def make_backward_task(dest: Path) -> Path:
     (dest / "task.toml").write_text('kind = "backward"\ngrad_inputs = [0, 1]\n' + text)
     (dest / "kernel.py").write_text(BACKWARD_GOOD)
     return dest
+
+
+def sm90_usage(script: str) -> dict:
+    """Run ``script`` (which prints one JSON line of ``hopper_compile._usage`` rows last) in a fresh Python
+    with ``tests/kernels`` as its first argument and Triton's interpreter off: the harness's own kernels
+    compiled for sm_90 on a machine without a GPU."""
+    import json
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", script, str(REPO / "tests" / "kernels")], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

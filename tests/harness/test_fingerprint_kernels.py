@@ -5,11 +5,6 @@ CPU tensors there), on the GPU when there is one; compiled for sm_90 in a subpro
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -118,11 +113,8 @@ print(json.dumps(rows))
 
 
 def test_the_kernels_compile_for_sm90():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    here = os.path.join(os.path.dirname(__file__), "..", "kernels")
-    proc = subprocess.run([sys.executable, "-c", COMPILE, here], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    from .conftest import sm90_usage
+    rows = sm90_usage(COMPILE)
     assert set(rows) == {"dot16", "dot64", "fill", "bound"}
     for name, r in rows.items():
         # 32-40 bytes of stack: libdevice's cosf and sinf keep their large-argument reduction there, a path

@@ -116,13 +116,8 @@ print(json.dumps(rows))
 
 
 def test_the_kernel_compiles_for_sm90_without_spills():
-    import json
-    import os
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    here = os.path.join(os.path.dirname(__file__), "..", "kernels")
-    proc = subprocess.run([sys.executable, "-c", COMPILE, here], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    from .conftest import sm90_usage
+    rows = sm90_usage(COMPILE)
     assert set(rows) == {"bf16", "fp32", "fp64"}
     for name, r in rows.items():
         assert 0 < r["regs"] <= 128 and r["local_bytes"] == 0 and r["stack_bytes"] == 0, f"{name}: {r}"
