@@ -56,9 +56,30 @@ def _dying(pid: int, flags: int) -> bool:
     return False
 
 
+def _gone(pid: int, state: str, flags: int) -> bool:
+    """Runs nothing: a zombie, or killed and on its way out, and so is every thread of it. A leader thread
+    that exits alone shows its process as a zombie (or exiting) while its other threads run on."""
+    if state not in ("Z", "X") and not _dying(pid, flags):
+        return False
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in threads:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", encoding="ascii", errors="replace") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            if fields[0] not in ("Z", "X") and not int(fields[6]) & PF_EXITING:
+                return False
+        except (OSError, ValueError, IndexError):
+            continue
+    return True
+
+
 def descendants(root: int, running: bool = False) -> list[int]:
     """Every live process below ``root`` (read from /proc); ``running``: not those that have exited and
-    wait to be reaped (zombies run nothing), nor those already killed and on their way out (``_dying``)."""
+    wait to be reaped, nor those already killed and on their way out, unless a thread of theirs still runs
+    (``_gone``)."""
     children: dict[int, list[int]] = {}
     gone: set[int] = set()  # still walked through: what a dying process forked may be running
     for entry in os.listdir("/proc"):
@@ -72,7 +93,7 @@ def descendants(root: int, running: bool = False) -> list[int]:
             flags = int(fields[6])
         except (OSError, ValueError, IndexError):
             continue
-        if running and (fields[0] in ("Z", "X") or _dying(int(entry), flags)):
+        if running and _gone(int(entry), fields[0], flags):
             gone.add(int(entry))
         children.setdefault(ppid, []).append(int(entry))
     out, todo = [], [root]
