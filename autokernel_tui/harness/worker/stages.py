@@ -208,9 +208,9 @@ class Evaluation:
             raise Verdict(status, stage, f"{where}: {exc}") from None
 
     def precise(self, inputs: tuple) -> tuple:
-        """The float64 reference of ``inputs`` (compiled and checked on a GPU: ``precise.PreciseReference``);
-        on a GPU, computed in host memory when its float64 inputs alone would outgrow a timed batch's share
-        of the card (``correctness.precise_reference``)."""
+        """The float64 reference of ``inputs`` (compiled and checked on a GPU where chosen:
+        ``precise.PreciseReference``); on a GPU, computed in host memory when its float64 inputs alone would
+        outgrow a timed batch's share of the card (``correctness.precise_reference``)."""
         return self.precise_ref(inputs, memory.budget(self.st.device, "batch") if self.st.cuda else None)
 
     def check_against_reference(self, outs: tuple, inputs: tuple, dtype: str) -> list[Errors]:
