@@ -279,9 +279,12 @@ tunegen)
 tunebwd)
     # Issue 20: the offline tuner on backward starters, 30 experiments each through the sandboxed harness
     # (run 18, H100: flash_attention_bwd 0.28-0.37x SDPA's backward, layernorm_bwd's wide shape 0.43x compile).
+    # A budget longer than one call: STATE=<a carried file> (e.g. .tunestate/fa.json, from the last call's
+    # tarball) goes on where that call stopped; the updated state comes back as tuner_state.json.
     left=$(( ${DEADLINE:-$(( $(date +%s) + 560 ))} - $(date +%s) - 20 ))
+    [ -n "${STATE:-}" ] && [ -f "$STATE" ] && cp "$STATE" "$R/tuner_state.json"
     step tuner 560 python3 benchmarks/tuner_budget.py --tasks $(echo "${2:-flash_attention_bwd,layernorm_bwd}" | tr , ' ') \
-        --budget "${3:-30}" --max-seconds 400 --total-seconds "$left" --json "$R/tuner.json"
+        --budget "${3:-30}" --max-seconds 540 --total-seconds "$left" --json "$R/tuner.json" --state "$R/tuner_state.json"
     ;;
 models)
     m=${2:-resnet}

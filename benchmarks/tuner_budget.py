@@ -16,6 +16,7 @@ the PyTorch baseline and % of roofline, plus the winning knobs; writes all of it
     PYTHONPATH=$PWD python3 benchmarks/tuner_budget.py --json $OUT/tuner_budget.json
     PYTHONPATH=$PWD python3 benchmarks/tuner_budget.py --tasks matmul --budget 30 --max-seconds 150
     python3 benchmarks/tuner_budget.py --smoke      # CPU interpreter, 1 task, 2 experiments
+    ... --budget 30 --state $OUT/tuner_state.json    # again with the same state: goes on where it stopped
 
 The search times one dtype per shape (the harness's quick mode) unless --full;
 before/after are measured the same way, so they compare like with like.
@@ -35,6 +36,7 @@ if __package__ in (None, ""):  # run as a file: the repository's packages before
 from autokernel_tui.agents.base import AgentContext, AgentEvent, NothingToPropose  # noqa: E402
 from autokernel_tui.agents.knobs import parse_knobs  # noqa: E402
 from autokernel_tui.agents.tuner import TunerAgent  # noqa: E402
+from autokernel_tui.harness.report import Report  # noqa: E402
 from autokernel_tui.tasks.spec import load_spec, starters_dir  # noqa: E402
 
 # Baselines (eager + torch.compile) on first use, the first and last evaluations and the final
@@ -49,19 +51,26 @@ def _fmt(value, spec=".1f", unit=""):
 
 
 def tune_task(harness, task_dir: Path, budget: int, max_seconds: float, quick: bool, prescreen: float,
-              seed: int, log, result: dict | None = None, progress=lambda: None) -> dict:
+              seed: int, log, result: dict | None = None, progress=lambda: None, state: dict | None = None) -> dict:
     """Up to ``budget`` experiments in at most ``max_seconds`` from the task's start, the first evaluation and
     the closing measurements included: an experiment starts only where it and the closing evaluation and
     comparison (each estimated by the longest experiment so far) still fit. ``result`` is filled as it goes
-    (``progress()`` after each experiment), so a run cut short keeps its rows."""
+    (``progress()`` after each experiment), so a run cut short keeps its rows.
+
+    ``state`` (``--state``): what a later call needs to go on where this one stopped (the starter's
+    report, every experiment with its kernel.py, the incumbent and its report), kept up to date in place;
+    given one with experiments in it, the run resumes there instead of starting over."""
     spec = load_spec(task_dir)
-    start_src = spec.kernel_path.read_text(encoding="utf-8")
+    state = {} if state is None else state
+    start_src = state.setdefault("start_source", spec.kernel_path.read_text(encoding="utf-8"))
     t0 = time.monotonic()
     deadline = t0 + max_seconds
-    before = harness.evaluate(task_dir, start_src, quick=quick)
+    resumed = bool(state.get("history"))
+    before = Report.from_dict(state["before"]) if resumed else harness.evaluate(task_dir, start_src, quick=quick)
+    state["before"] = before.to_dict()
     result = {} if result is None else result
     result.update({"task": spec.name, "before": before.to_dict(), "experiments": [], "stopped": "",
-                   "prepare_and_first_eval_s": round(time.monotonic() - t0, 1)})
+                   "prepare_and_first_eval_s": round(time.monotonic() - t0, 1), "resumed_at": len(state.get("history", []))})
     if before.status != "PASS" or before.summary is None:
         result["stopped"] = f"the starter itself did not pass: {before.status} {before.reason}"
         return result
@@ -70,11 +79,14 @@ def tune_task(harness, task_dir: Path, budget: int, max_seconds: float, quick: b
     frozen = tuple(k for k in parse_knobs(start_src) if any(k.startswith(DTYPE_PREFIX[d]) for d in untimed))
     result["frozen_knobs"] = list(frozen)
     tuner = TunerAgent(seed=seed, budget=budget, frozen=frozen)
-    inc_src, inc_report = start_src, before
-    history: list[dict] = []
+    inc_src = state.get("incumbent_source", start_src)
+    inc_report = Report.from_dict(state["incumbent_report"]) if resumed else before
+    history: list[dict] = list(state.get("history", []))
     loop_t0 = time.monotonic()
-    longest = time.monotonic() - t0  # an experiment's estimate before any has run: the first evaluation
-    for n in range(1, budget + 1):
+    # an experiment's estimate before any has run here: the longest before a resume, else the first evaluation
+    longest = max((r.get("wall_s") or 0.0 for r in history), default=0.0) or time.monotonic() - t0
+    estimated = not resumed  # the first evaluation (cold) stands in until an experiment has run here
+    for n in range(len(history) + 1, budget + 1):
         if time.monotonic() + 2 * longest >= deadline:  # this experiment, then the closing measurements
             result["stopped"] = f"time limit ({max_seconds:.0f} s) after {n - 1} experiments"
             break
@@ -107,15 +119,17 @@ def tune_task(harness, task_dir: Path, budget: int, max_seconds: float, quick: b
                     row["screen"] = cmp.screen
                     row["reason"] = "" if cmp.faster else f"not confirmed: {cmp.reason}"
         row["wall_s"] = round(time.monotonic() - t1, 2)
-        longest = row["wall_s"] if n == 1 else max(longest, row["wall_s"])
+        longest = row["wall_s"] if estimated else max(longest, row["wall_s"])
+        estimated = False
         history.append(row)
+        if row["status"] == "keep":
+            inc_src, inc_report = prop.source, rep
+        state.update(history=history, incumbent_source=inc_src, incumbent_report=inc_report.to_dict())
         result["experiments"] = [{k: v for k, v in r.items() if k != "source"} for r in history]
         progress()
         log(f"  {spec.name} exp {n:2d} {row['status']:8s} {prop.description:40s} "
             f"vs inc {_fmt(row['speedup_vs_incumbent'], '.3f', 'x')} "
             f"vs base {_fmt(row['speedup_vs_baseline'], '.3f', 'x')} ({row['wall_s']:.1f} s) {row['reason'][:60]}")
-        if row["status"] == "keep":
-            inc_src, inc_report = prop.source, rep
     else:
         result["stopped"] = f"budget of {budget} experiments used"
     after = inc_report if inc_src == start_src else harness.evaluate(task_dir, inc_src, quick=quick)
@@ -185,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--total-seconds", type=float, default=540.0,
                     help="wall-clock limit for the whole script; per-task loop time shrinks to fit it")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--state", type=Path, default=None,
+                    help="keep what a later call needs to go on here (each experiment's kernel.py included), and "
+                         "resume from it when it exists: a budget longer than one device call")
     ap.add_argument("--save-kernels", type=Path, default=None,
                     help="write each task's final kernel.py to DIR/<task>/kernel.py (for kernel_quality --kernel-dir)")
     ap.add_argument("--smoke", action="store_true", help="CPU interpreter, rmsnorm, 2 experiments: the loop works")
@@ -210,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
                "command": " ".join(["benchmarks/tuner_budget.py"] + (argv if argv is not None else sys.argv[1:])),
                "tasks": results}
         task_dirs = _task_dirs(args.tasks)
+        states = json.loads(args.state.read_text()) if args.state and args.state.exists() else {}
         for i, task_dir in enumerate(task_dirs):
             name = task_dir.name
             # Share what is left of --total-seconds among the remaining tasks, keeping PER_TASK_RESERVE_S
@@ -220,12 +238,15 @@ def main(argv: list[str] | None = None) -> int:
 
             def progress() -> None:
                 out["total_s"] = round(time.monotonic() - t0, 1)
+                if args.state:
+                    args.state.parent.mkdir(parents=True, exist_ok=True)
+                    args.state.write_text(json.dumps(states, default=str))
                 if args.json:  # after every experiment, so a run cut short still leaves its rows
                     args.json.parent.mkdir(parents=True, exist_ok=True)
                     args.json.write_text(json.dumps(out, indent=1, default=str))
 
             tune_task(harness, task_dir, args.budget, loop_s, not args.full, args.prescreen, args.seed, log,
-                      results[-1], progress)
+                      results[-1], progress, states.setdefault(name, {}))
             out["total_s"] = round(time.monotonic() - t0, 1)
             if args.save_kernels and "final_source" in results[-1]:
                 dest = args.save_kernels / name / "kernel.py"

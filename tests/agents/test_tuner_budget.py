@@ -39,3 +39,29 @@ def test_the_time_limit_counts_the_first_evaluation_and_leaves_room_to_close(tmp
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (task,) = json.loads(out.read_text())["tasks"]
     assert task["experiments"] == [] and task["stopped"].startswith("time limit") and task["after"]["status"] == "PASS"
+
+
+@pytest.mark.slow
+def test_a_run_cut_short_resumes_from_its_state_where_it_stopped(tmp_path):
+    """A 30-experiment budget on flash attention's backward outlasts one device call: --state carries the run
+    (each experiment's kernel.py, the incumbent and its report) into the next call, which goes on from there
+    without evaluating the starter again and without proposing a configuration twice."""
+    state, out = tmp_path / "state.json", tmp_path / "tuner_budget.json"
+
+    def run(budget):
+        proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "tuner_budget.py"), "--smoke", "--budget",
+                               str(budget), "--state", str(state), "--json", str(out)], capture_output=True,
+                              text=True, timeout=300, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        (task,) = json.loads(out.read_text())["tasks"]
+        return task
+
+    first = run(1)
+    assert len(first["experiments"]) == 1 and first["resumed_at"] == 0
+    saved = json.loads(state.read_text())["rmsnorm"]
+    assert len(saved["history"]) == 1 and "source" in saved["history"][0] and saved["incumbent_source"]
+    second = run(2)
+    assert second["resumed_at"] == 1 and [e["experiment"] for e in second["experiments"]] == [1, 2]
+    assert second["experiments"][0] == first["experiments"][0]  # carried, not run again
+    assert second["experiments"][1]["description"] != second["experiments"][0]["description"]
+    assert second["before"] == first["before"]  # the starter's report from the state, not a new evaluation
