@@ -70,7 +70,8 @@ def tune_task(harness, task_dir: Path, budget: int, max_seconds: float, quick: b
     state["before"] = before.to_dict()
     result = {} if result is None else result
     result.update({"task": spec.name, "before": before.to_dict(), "experiments": [], "stopped": "",
-                   "prepare_and_first_eval_s": round(time.monotonic() - t0, 1), "resumed_at": len(state.get("history", []))})
+                   "prepare_and_first_eval_s": round(time.monotonic() - t0, 1),
+                   "resumed_at": len(state.get("history", []))})
     if before.status != "PASS" or before.summary is None:
         result["stopped"] = f"the starter itself did not pass: {before.status} {before.reason}"
         return result

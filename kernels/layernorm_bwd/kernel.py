@@ -53,7 +53,8 @@ SPLIT_TILE_N = 512  # split path: columns per program (1024 x 4 rows took 198 re
 SPLIT_TILE_M = 4  # split path: rows per step
 SPLIT_NUM_WARPS = 4
 REDUCE_BLOCK_N = 64  # dw reduction: columns per program
-REDUCE_BLOCK_P = 128  # dw reduction: partial rows summed per step (64 -> 128: 1.18x the whole backward, run 20 tuner, H100 fp16)
+# dw reduction: partial rows summed per step (64 -> 128: 1.18x the whole backward, run 20's tuner, H100 fp16)
+REDUCE_BLOCK_P = 128
 REDUCE_NUM_WARPS = 4
 
 # The interpreter (CPU) runs programs one after another at a fixed cost each: few, wide ones.

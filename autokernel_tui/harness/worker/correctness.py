@@ -45,12 +45,14 @@ def _double_bytes(inputs: tuple, host: str) -> int:
                if isinstance(t, torch.Tensor) and t.is_floating_point() and t.device.type != host)
 
 
-def _precise(ref_module: Any, inputs: tuple) -> tuple:
+def _precise(ref_module: Any, inputs: tuple, run: Any = None) -> tuple:
+    """``reference_precise(*inputs)``, else ``reference`` of the inputs upcast to float64; ``run`` (the same
+    function compiled: ``precise.PreciseReference``) called in its place; every output as float64."""
     if hasattr(ref_module, "reference_precise"):
-        out = ref_module.reference_precise(*inputs)
+        out = (run or ref_module.reference_precise)(*inputs)
     else:
         up = tuple(t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs)
-        out = ref_module.reference(*up)
+        out = (run or ref_module.reference)(*up)
     return tuple(o.double() if isinstance(o, torch.Tensor) else o for o in as_tuple(out))
 
 

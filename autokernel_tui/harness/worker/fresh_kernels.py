@@ -5,11 +5,11 @@ element scaled by its own factor in [0.5, 1.5). The torch way draws the factors 
 (4 bytes an element written), then reads them back beside the input and writes the product: 12 bytes
 moved per 2-byte element, in two kernels a chunk. Here the factor is Philox's uniform draw for the
 element's place in its block, made inside the one kernel that reads the input and writes the product
-(4 bytes per 2-byte element). The product is taken in float32 (float64 inputs keep float64) and rounded once into
-the input's type, as the torch way's ``torch.mul`` does.
+(4 bytes per 2-byte element). The product is taken in float32 (float64 inputs keep float64) and rounded
+once into the input's type, as the torch way's ``torch.mul`` does.
 
-The factor is the same function of (seed, element index) (``BLOCK`` fixed) in every process on a device, so the judge
-and a contestant build the same tensors; it is not the torch way's factor, so both sides must take the
+The factor is the same function of (seed, element index) (``BLOCK`` fixed) in every process on a device,
+so the judge and a contestant build the same tensors; it is not the torch way's factor, so both sides must take the
 same way, which the environment variable that reaches them alike decides.
 """
 
@@ -19,9 +19,10 @@ import torch
 import triton
 import triton.language as tl
 
+from autokernel_tui.harness.worker.fingerprint_kernels import FLOAT_TYPES
+
 BLOCK = 4096  # elements per program: four quarters of 1024, 8 a thread each at 4 warps
 NUM_WARPS = 4
-FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # Seeds enter the kernel as one 64-bit type whatever their size (Triton would type a small one as i32
 # and compile a second kernel for it): folded into [2^62, 2^63).
 SEED_BASE = 1 << 62

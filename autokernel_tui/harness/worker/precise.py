@@ -21,8 +21,9 @@ from typing import Any, Callable
 
 import torch
 
-from autokernel_tui.harness.worker.correctness import _double_bytes, _precise, as_tuple, precise_reference
+from autokernel_tui.harness.worker.correctness import _double_bytes, _precise, precise_reference
 from autokernel_tui.harness.worker.errors import one_line
+from autokernel_tui.harness.worker.timing import raise_dynamo_limits
 
 # "eager" (the default) or "compiled" (on CUDA only). Eager stays the default until a GPU run has timed the
 # compiled way and its compile cost on large references (KernelBench's models): this tree's device time ran
@@ -55,17 +56,6 @@ def _agree(a: tuple, b: tuple) -> bool:
         if bool(finite.any()) and float((x[finite] - y[finite]).abs().max()) > AGREEMENT * max(scale, 1e-300):
             return False
     return True
-
-
-def _raise_dynamo_limits() -> None:
-    """One judge serves every shape of every task: dynamo's recompile limits would otherwise send later
-    signatures silently back to eager (as ``timing.compile_reference`` raises them for the baselines)."""
-    import torch._dynamo
-    cfg = torch._dynamo.config
-    for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
-                 "accumulated_recompile_limit"):
-        if hasattr(cfg, name):
-            setattr(cfg, name, max(int(getattr(cfg, name)), 4096))
 
 
 class PreciseReference:
@@ -106,18 +96,14 @@ class PreciseReference:
 
     def _run(self, inputs: tuple) -> tuple:
         if self._fn is None:
-            _raise_dynamo_limits()
+            raise_dynamo_limits()
             target = getattr(self.ref, "reference_precise", None) or self.ref.reference
 
             def precise_for_compile(*args):  # a code object of its own: no cache shared with the baselines'
                 return target(*args)
 
             self._fn = torch.compile(precise_for_compile, backend=self.backend)
-        if hasattr(self.ref, "reference_precise"):
-            up = inputs
-        else:
-            up = tuple(t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs)
-        return tuple(o.double() if isinstance(o, torch.Tensor) else o for o in as_tuple(self._fn(*up)))
+        return _precise(self.ref, inputs, self._fn)
 
     def _give_up(self, note: str) -> None:
         self.note = note

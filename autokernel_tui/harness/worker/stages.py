@@ -426,10 +426,10 @@ class Evaluation:
         fetch_batch = self.rng.randrange(max(1, -(-(half - len(times)) // size)))
         b = 0
         while not enough(times, total):
-            if len(times) >= half:
+            goal = half if len(times) < half else total  # past half: the times were not steady
+            if goal == total:
                 size = self.batch_size(shape, dtype, total - len(times))
-            recipes = [self.recipe(shape, dtype) for _ in range(min(size, (half if len(times) < half else total)
-                                                                    - len(times)))]
+            recipes = [self.recipe(shape, dtype) for _ in range(min(size, goal - len(times)))]
             verify = self.rng.sample(range(len(recipes)), min(VERIFY_PER_BATCH[dev], len(recipes)))
             twins = self.twin(recipes) if b == 0 else None
             odd = self.adversarial(shape, dtype, recipes, verify, twins or ()) if b == 0 else []

@@ -287,18 +287,24 @@ class Compiled:
     seconds: float  # the first call: dynamo, Inductor and any autotuning
 
 
-def compile_reference(reference: Callable, sample: tuple) -> Compiled:
-    """``torch.compile(reference, dynamic=False)`` in the default mode, as the judge compiles a
-    task's reference for "vs torch.compile": a fresh function per call, dynamo's cache and
-    recompile limits raised, and its graph counter checked after a first call on ``sample``, so a
-    silent fallback to eager is reported and never timed as compiled."""
+def raise_dynamo_limits() -> None:
+    """One judge compiles every shape of every task: dynamo's recompile limits would otherwise send later
+    signatures silently back to eager."""
     import torch._dynamo
-    from torch._dynamo.utils import counters
     cfg = torch._dynamo.config
     for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
                  "accumulated_recompile_limit"):
         if hasattr(cfg, name):
             setattr(cfg, name, max(int(getattr(cfg, name)), 4096))
+
+
+def compile_reference(reference: Callable, sample: tuple) -> Compiled:
+    """``torch.compile(reference, dynamic=False)`` in the default mode, as the judge compiles a
+    task's reference for "vs torch.compile": a fresh function per call, dynamo's cache and
+    recompile limits raised, and its graph counter checked after a first call on ``sample``, so a
+    silent fallback to eager is reported and never timed as compiled."""
+    from torch._dynamo.utils import counters
+    raise_dynamo_limits()
 
     def reference_for_compile(*args):
         return reference(*args)

@@ -41,6 +41,14 @@ PF_EXITING = 0x4  # /proc/<pid>/stat's flags: the process is in the kernel's exi
 SIGKILL_BIT = 1 << (signal.SIGKILL - 1)  # in /proc/<pid>/status's pending-signal masks
 
 
+def _stat(path: str) -> tuple[str, int, int]:
+    """(state, parent pid, flags) from a ``/proc/<pid>/stat`` or ``/proc/<pid>/task/<tid>/stat`` file (the
+    command name, in parentheses, may itself hold spaces and parentheses)."""
+    with open(path, encoding="ascii", errors="replace") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return fields[0], int(fields[1]), int(fields[6])
+
+
 def _dying(pid: int, flags: int) -> bool:
     """Killed already: exiting, or a SIGKILL pending (a contestant the pool retired tears its CUDA context
     down for a while after its SIGKILL; seen as a "stray" in run 20's tuner, it failed an honest kernel)."""
@@ -67,12 +75,11 @@ def _gone(pid: int, state: str, flags: int) -> bool:
         return True
     for tid in threads:
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat", encoding="ascii", errors="replace") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-            if fields[0] not in ("Z", "X") and not int(fields[6]) & PF_EXITING:
-                return False
+            state, _, flags = _stat(f"/proc/{pid}/task/{tid}/stat")
         except (OSError, ValueError, IndexError):
             continue
+        if state not in ("Z", "X") and not flags & PF_EXITING:
+            return False
     return True
 
 
@@ -86,14 +93,10 @@ def descendants(root: int, running: bool = False) -> list[int]:
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
-                stat = fh.read()
-            fields = stat.rsplit(")", 1)[1].split()
-            ppid = int(fields[1])
-            flags = int(fields[6])
+            state, ppid, flags = _stat(f"/proc/{entry}/stat")
         except (OSError, ValueError, IndexError):
             continue
-        if running and _gone(int(entry), fields[0], flags):
+        if running and _gone(int(entry), state, flags):
             gone.add(int(entry))
         children.setdefault(ppid, []).append(int(entry))
     out, todo = [], [root]
