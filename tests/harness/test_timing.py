@@ -128,3 +128,22 @@ def test_the_gpu_timing_loop_stops_at_half_where_steady_and_fetches_one_rep_eith
     assert len(samples.times_us) == 20 and batches == [3, 5, 5, 5, 2] and len(fetched) == 1
     samples, batches, fetched = _contestant_timing(steady, odd=(0, 1))  # two adversarial reps are not times
     assert len(samples.times_us) == 20 and batches == [3, 17, 2] and len(fetched) == 1
+
+
+def test_the_time_split_counts_a_nested_part_once(monkeypatch):
+    """A part timed inside another (the float64 reference inside the checks) is left out of the outer
+    part's figure: the split's parts add up to the evaluation's wall time."""
+    from collections import Counter
+
+    from autokernel_tui.harness.worker import stages
+    ev = object.__new__(stages.Evaluation)
+    ev.split, ev._within = Counter(), []
+    clock = iter([0.0, 1.0, 1.25, 2.0, 3.0, 3.5])  # outer 0-2 with inner 1-1.25; outer again 3-3.5
+    monkeypatch.setattr(stages.time, "perf_counter", lambda: next(clock))
+    with ev.timed("judge: checks"):
+        with ev.timed("judge: float64 reference"):
+            pass
+    with ev.timed("judge: checks"):
+        pass
+    assert ev.split == {"judge: checks": 2.25, "judge: float64 reference": 0.25}
+    assert ev._within == []

@@ -145,17 +145,29 @@ class Evaluation:
         self.outside: list[dict[str, Any]] = []  # per timed batch: outside seconds and reported times
         self.as_called_outside: list[dict[str, Any]] = []  # the same per as-called figure
         self.split: Counter[str] = Counter()  # where the evaluation's wall time went, in seconds
+        self._within: list[float] = []  # per open ``timed`` block: seconds counted by blocks inside it
         self._expected: dict[tuple, list[dict[str, Any]]] = {}
         self._rep_bytes: dict[tuple, int] = {}  # per config: one rep's inputs and outputs, bytes
         self.host_us: dict[str, list[float]] = {}  # per config: host time of each timed call (as reported)
 
     @contextlib.contextmanager
     def timed(self, what: str):
+        """Count the block's wall time under ``what``, less any part timed within it under another name:
+        the parts of the split add up to the total."""
         t0 = time.perf_counter()
+        self._within.append(0.0)
         try:
             yield
         finally:
-            self.split[what] += time.perf_counter() - t0
+            elapsed = time.perf_counter() - t0
+            self.split[what] += elapsed - self._within.pop()
+            if self._within:
+                self._within[-1] += elapsed
+
+    def build(self, recipe: dict) -> tuple:
+        """The judge's copy of a recipe's inputs."""
+        with self.timed("judge: inputs built"):
+            return self.builder.build(recipe)
 
     # Recipes -------------------------------------------------------------------------
     def base_seed(self, shape: Shape, dtype: str) -> int:
@@ -188,7 +200,7 @@ class Evaluation:
         plain = f"{shape.name} {dtype}"
         where = plain + (f" '{label}'" if label else "")
         if recipe is not None:
-            inputs = self.builder.build(recipe)
+            inputs = self.build(recipe)
         expected = self.expected(inputs, (shape.name, dtype))
         try:
             reply, _ = c.request({"op": "call", "set": f"{shape.name}:{dtype}", "recipe": recipe, "where": plain,
@@ -211,11 +223,15 @@ class Evaluation:
         """The float64 reference of ``inputs`` (compiled and checked on a GPU where chosen:
         ``precise.PreciseReference``); on a GPU, computed in host memory when its float64 inputs alone would
         outgrow a timed batch's share of the card (``correctness.precise_reference``)."""
-        return self.precise_ref(inputs, memory.budget(self.st.device, "batch") if self.st.cuda else None)
+        with self.timed("judge: float64 reference"):
+            refs = self.precise_ref(inputs, memory.budget(self.st.device, "batch") if self.st.cuda else None)
+            if self.st.cuda:  # its GPU time counted here, not in the check that reads it first
+                torch.cuda.synchronize()
+            return refs
 
     def check_against_reference(self, outs: tuple, inputs: tuple, dtype: str) -> list[Errors]:
         tol = self.spec.tolerances[dtype]
-        with self.timed("judge: reference and checks"):
+        with self.timed("judge: checks"):
             refs = self.precise(inputs)
             return [compare(o, r, tol.atol, tol.rtol, tol.max_rel_l2) for o, r in zip(outs, refs)]
 
@@ -247,7 +263,7 @@ class Evaluation:
             # (written through .data), so a cache keyed on any of them is stale.
             # Only the outputs' fingerprints come back this time (a stale output fails them as surely).
             fresh = self.recipe(shape, dtype)
-            inputs_mod.refill_(inputs, self.builder.build(fresh))
+            inputs_mod.refill_(inputs, self.build(fresh))
             c.request({"op": "refill", "set": f"{shape.name}:{dtype}", "recipe": fresh}, "shapes")
             stale = Verdict("REJECTED", "shapes", f"{shape.name} {dtype}: stale output after the inputs changed in "
                             "place (same address, id and version): caching or replaying outputs across calls")
@@ -293,7 +309,7 @@ class Evaluation:
         """Reps per timed batch: ``wanted``, or fewer where inputs plus outputs would not fit."""
         key = (shape.name, dtype)
         if key not in self._rep_bytes:  # once per config: a perturbed set and a reference call cost a rep
-            sample = self.builder.build(self.recipe(shape, dtype))
+            sample = self.build(self.recipe(shape, dtype))
             outs = self.expected(sample, key)
             self._rep_bytes[key] = inputs_mod.nbytes(sample) + sum(
                 math.prod(o["shape"]) * getattr(torch, o["dtype"]).itemsize for o in outs)
@@ -381,7 +397,7 @@ class Evaluation:
         if not isinstance(claimed, list):
             claimed = []
         for r in verify:
-            inputs_r = inputs[r] if inputs is not None else self.builder.build(recipes[r])
+            inputs_r = inputs[r] if inputs is not None else self.build(recipes[r])
             refs = self.precise(inputs_r)
             out_dtypes = [getattr(torch, m["dtype"]) for m in self.expected(inputs_r, key)]
             got = claimed[r] if r < len(claimed) and isinstance(claimed[r], list) else []
@@ -396,7 +412,7 @@ class Evaluation:
     def fetch_and_check(self, c: ContestantProxy, shape: Shape, dtype: str, recipe: dict, rep: int,
                         seed: int | None = None) -> None:
         """The full outputs of one timed rep, checked elementwise like any other call."""
-        inputs = self.builder.build(recipe)
+        inputs = self.build(recipe)
         expected = self.expected(inputs)
         reply, _ = c.request({"op": "fetch_rep", "rep": rep}, "timing")
         where = f"{shape.name} {dtype} (timed run)"
@@ -467,7 +483,7 @@ class Evaluation:
         row.as_called_us = self.as_called_us(c, shape, dtype, recipes)
         with self.timed("judge: baselines re-timed"):
             prepare, fn = self.baseline_fn()
-            row.baseline_as_called_us = time_as_called(fn, [prepare(self.builder.build(r)) for r in recipes])
+            row.baseline_as_called_us = time_as_called(fn, [prepare(self.build(r)) for r in recipes])
         if memory.short():  # the sets are gone: their blocks back to the driver, for the contestant's process
             memory.release_cached()
 
@@ -479,7 +495,7 @@ class Evaluation:
                        reps: int | None = None) -> Samples:
         """The judge's own timing of a trusted baseline (``baseline_fn()``: eager, torch.compile)."""
         prepare, fn = baseline
-        return time_fresh(fn, lambda: prepare(self.builder.build(self.recipe(shape, dtype))), self.st.flusher,
+        return time_fresh(fn, lambda: prepare(self.build(self.recipe(shape, dtype))), self.st.flusher,
                           reps=reps if self.st.cuda else None, batch_size=lambda n: self.batch_size(shape, dtype, n))
 
     def baseline(self, shape: Shape, dtype: str) -> dict[str, Any]:
@@ -503,7 +519,7 @@ class Evaluation:
         """torch.compile of the reference (``timing.compile_reference``: default mode, dynamo's
         limits raised and its counters checked so a silent eager fallback is caught), timed; for a
         backward task, its forward compiled and the generated backward timed alone."""
-        compiled = compile_reference(*compile_target(self.ref, self.builder.build(self.recipe(shape, dtype))))
+        compiled = compile_reference(*compile_target(self.ref, self.build(self.recipe(shape, dtype))))
         if compiled.fn is None:
             return {"compile_us": None, "compile_note": compiled.note}
         samples = self.time_reference(self.baseline_fn(compiled.fn), shape, dtype)
