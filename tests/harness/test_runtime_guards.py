@@ -363,3 +363,56 @@ def test_a_tensor_subclass_output_of_a_timed_call_is_rejected(contestant, launch
     with pytest.raises(Verdict) as info:
         contestant.time(dict(msg))
     assert info.value.status == "REJECTED" and "not a plain torch.Tensor" in info.value.reason
+
+
+def test_out_of_memory_outside_the_candidates_calls_is_retaken():
+    """Run 21 (H100): a contestant building its inputs for the as-called figure ran out of memory (idle
+    contestants and the judge's caches held the card); said as a plain contestant error, no experiment after
+    the ninth was retaken and every one CRASHed. Said as out of memory, the judge drops its caches and
+    retakes it."""
+    import torch
+    from autokernel_tui.harness.worker.contestant import harness_error
+    from autokernel_tui.harness.worker.judge import _retaken_if_out_of_memory, _says_out_of_memory
+
+    reason = harness_error("time_as_called", torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"))
+    assert reason.startswith("contestant error in time_as_called: out of GPU memory: ")
+    crash = {"ok": True, "report": {"status": "CRASH", "reason": reason}}
+    assert _says_out_of_memory(crash)
+    st, ok = _CardState(), {"ok": True, "report": {"status": "PASS", "reason": ""}}
+    assert _retaken_if_out_of_memory(st, _attempts(crash, ok)) is ok and st.forgotten == 1
+    bug = harness_error("call", KeyError("x"))
+    assert bug == "contestant error in call: KeyError: 'x'" and "out of GPU memory" not in bug
+
+
+class _IdleProxy:
+    def __init__(self, fails: bool = False) -> None:
+        self.asked, self.fails, self.killed, self.deadline, self.scratch = [], fails, False, 0.0, None
+
+    def request(self, message, stage):
+        from autokernel_tui.harness.worker.errors import Verdict
+        self.asked.append(message)
+        if self.fails:
+            raise Verdict("TIMEOUT", stage, "no answer")
+        return {}, 0.0
+
+    def kill(self) -> None:
+        self.killed = True
+
+
+def test_warm_contestants_outside_an_evaluation_give_memory_back_when_the_card_is_short(monkeypatch):
+    from autokernel_tui.harness.worker import memory
+    from autokernel_tui.harness.worker.pool import ContestantPool
+
+    pool = object.__new__(ContestantPool)
+    pool.device = "cuda"
+    idle, busy, stuck = _IdleProxy(), _IdleProxy(), _IdleProxy(fails=True)
+    pool._live, pool._busy = [idle, stuck, busy], [busy]
+    released = []
+    monkeypatch.setattr(memory, "release_cached", lambda: released.append(1))
+    monkeypatch.setattr(memory, "short", lambda: False)
+    pool.trim_idle()  # room on the card: every warm contestant keeps its inputs
+    assert idle.asked == [] and released == []
+    monkeypatch.setattr(memory, "short", lambda: True)
+    pool.trim_idle()
+    assert idle.asked == [{"op": "drop", "sets": True, "idle": True}] and busy.asked == []
+    assert released == [1] and stuck.killed and pool._live == [idle, busy]  # one that cannot answer is retired

@@ -56,6 +56,15 @@ def candidate_error(exc: BaseException, where: str, stage: str) -> Verdict:
     return Verdict("FAIL", stage, f"{where}: kernel_fn raised {msg}")
 
 
+def harness_error(op: object, exc: BaseException) -> str:
+    """The reason for an error outside the candidate's calls. Out of memory says so in the words the judge
+    retakes an evaluation on (its inputs built while idle contestants and the judge's caches held the card:
+    every experiment after the ninth of run 21's flash attention tuner CRASHed so, none retaken)."""
+    if memory.is_out_of_memory(exc):
+        return one_line(f"contestant error in {op}: {OUT_OF_MEMORY}: {describe(exc)} ({memory.state()})", limit=400)
+    return one_line(f"contestant error in {op}: {describe(exc)}", limit=400)
+
+
 class Contestant:
     def __init__(self, sock: socket.socket, device: str) -> None:
         self.sock = sock
@@ -278,10 +287,7 @@ class Contestant:
                 reply = {"ok": False, "status": v.status, "stage": v.stage, "reason": v.reason}
             except BaseException as exc:  # noqa: BLE001 - a harness bug or a candidate's trick: say so, die
                 print("".join(traceback.format_exception(exc)), file=sys.stderr, flush=True)
-                held = f" ({memory.state()})" if memory.is_out_of_memory(exc) else ""
-                reply = {"ok": False, "status": "CRASH", "stage": "",
-                         "reason": one_line(f"contestant error in {message.get('op')}: {describe(exc)}{held}",
-                                            limit=400)}
+                reply = {"ok": False, "status": "CRASH", "stage": "", "reason": harness_error(message.get("op"), exc)}
             sys.stdout.flush()
             sys.stderr.flush()
             reply["id"] = message.get("id")

@@ -156,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         sandbox += "; Landlock unavailable on this kernel: contestants can write wherever the sandbox lets them"
     state = JudgeState(device, pool, sandbox.strip("; "))
     pool.fill_spares()
+    from autokernel_tui.harness.worker import check_kernels
+    check_kernels.warm(torch.device(device))  # the fused check compiled before the first evaluation's clock
     protocol.send(args.resp_fd, {"ok": True, "ready": True, "info": state.info(), "pid": os.getpid()})
     try:
         while True:

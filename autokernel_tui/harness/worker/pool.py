@@ -27,6 +27,7 @@ from autokernel_tui.harness.sandbox import landlock
 from autokernel_tui.harness.worker.errors import Verdict, one_line
 
 SPAWN_TIMEOUT_S = 300.0
+IDLE_DROP_S = 30.0  # a warm contestant asked to give its memory back: the time it has to answer
 MAX_LIVE = 4  # contestants kept warm (a task's candidate and incumbent, twice for A/A), least recent first out
 
 
@@ -171,6 +172,7 @@ class ContestantPool:
         self.n_spares = spares
         self._spares: list[ContestantProxy] = []
         self._live: list[ContestantProxy] = []  # warm contestants, least recently used first
+        self._busy: list[ContestantProxy] = []  # acquired and not yet released: in an evaluation
         self._count = 0
         self.replaced = 0
         ctrl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -224,15 +226,18 @@ class ContestantPool:
         contestants of one source apart (an A/A comparison still runs in two processes)."""
         digest = hashlib.sha256(kernel_source.encode()).hexdigest()[:24]
         key = (digest, str(task_copy), slot)
+        self.trim_idle()
         for proxy in self._live:
             if proxy.key == key and proxy.alive:
                 self._live.remove(proxy)
                 self._live.append(proxy)
+                self._busy.append(proxy)
                 proxy.deadline = time.monotonic() + self.timeout_s
                 return proxy
         self.fill_spares()
         proxy = self._spares.pop(0)
         self._live.append(proxy)
+        self._busy.append(proxy)
         self.fill_spares()  # the next one starts while this one works
         proxy.deadline = time.monotonic() + self.timeout_s
         proxy.wait_ready(self.timeout_s)
@@ -260,6 +265,8 @@ class ContestantPool:
     def release(self, proxy: ContestantProxy, failed: bool = False) -> None:
         """After an evaluation: a failed contestant dies; a good one stays warm (up to MAX_LIVE).
         Either way every process it started is killed."""
+        if proxy in self._busy:
+            self._busy.remove(proxy)
         if failed or not proxy.alive:
             self._retire(proxy)
             if failed:
@@ -275,6 +282,25 @@ class ContestantPool:
             self._ask({"op": "sweep", "keep": [p.pid for p in self._spares + self._live]})
         except (OSError, ValueError):
             pass
+
+    def trim_idle(self) -> None:
+        """Where the card is short of memory, the warm contestants outside any evaluation give their cached
+        inputs and free blocks back. Each trims itself when it goes idle, but only if the card is short then:
+        four of them kept what a big task's batches had grown them to, the judge's float64 attention
+        references beside them, and every flash attention experiment after the ninth ran out of memory
+        (run 21, H100)."""
+        if self.device != "cuda" or not [p for p in self._live if p not in self._busy]:
+            return
+        from autokernel_tui.harness.worker import memory  # torch: the judge's process only
+        if not memory.short():
+            return
+        memory.release_cached()
+        for proxy in [p for p in self._live if p not in self._busy]:
+            proxy.deadline = time.monotonic() + IDLE_DROP_S
+            try:
+                proxy.request({"op": "drop", "sets": True, "idle": True}, "timing")
+            except Verdict:
+                self._retire(proxy)
 
     def strays(self) -> list[int]:
         """Processes below the zygote that are not contestants (a candidate's, left running): killed, and
@@ -294,6 +320,8 @@ class ContestantPool:
         proxy.kill()
         if proxy in self._live:
             self._live.remove(proxy)
+        if proxy in self._busy:
+            self._busy.remove(proxy)
         if proxy.scratch is not None:
             shutil.rmtree(proxy.scratch, ignore_errors=True)
 

@@ -227,6 +227,8 @@ class Evaluation:
             refs = self.precise_ref(inputs, memory.budget(self.st.device, "batch") if self.st.cuda else None)
             if self.st.cuda:  # its GPU time counted here, not in the check that reads it first
                 torch.cuda.synchronize()
+                if memory.short():  # float64 temporaries (attention's scores) back to the card for the contestant
+                    memory.release_cached()
             return refs
 
     def check_against_reference(self, outs: tuple, inputs: tuple, dtype: str) -> list[Errors]:
