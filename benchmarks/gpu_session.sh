@@ -34,6 +34,8 @@
 #   fingerprint: warm evaluations with the torch way of fingerprinting, then the fused kernels (issue 18)
 #   fresh:     warm evaluations with every rep's inputs built the torch way, then by the fused kernel (issue 18)
 #   precise:   warm evaluations with the judge's float64 reference eager, then compiled (issue 18)
+#   check:     the fused output check's tests on the GPU, then warm evaluations with the judge's checks the torch
+#              way, then fused (issue 18)
 #   aa:        A/A at K = 8 (the fake server answers with the incumbent): false keeps out of N
 #   anyop:     GPT-2 small (bf16, 8x1024) profiled, `init --from-profile --top 12`, and every generated
 #              task's starter (GEMM template or Inductor's Triton) benched through the sandboxed harness
@@ -48,7 +50,7 @@
 # without it the harness runs under Landlock alone there (run 15 did, unnoticed until its probe).
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | bwdcheck [TASKS] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | sweep TASK SHAPES KNOB=V,.. | fasweep | fingerprint [N] | fresh [N] | precise [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | bwdcheck [TASKS] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | sweep TASK SHAPES KNOB=V,.. | fasweep | fingerprint [N] | fresh [N] | precise [N] | check [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
 set -u
 part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, agreement, sandboxcost, parallel, aa or kernelbench}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -250,6 +252,13 @@ precise)
     # each; then its GPU test (Inductor's float64 reference agrees with eager's on five starters, two shapes).
     speed_by_way AUTOKERNEL_HARNESS_PRECISE "${2:-2}" eager compiled
     step gpu_test 150 python3 -m pytest -m gpu tests/harness/test_gpu.py -k "precise or rmsnorm_full" -rfE -p no:cacheprovider
+    ;;
+check)
+    # Issue 18: the fused output check's tests on the GPU (the same verdicts and figures as the torch way), then
+    # warm evaluations with the judge's checks the torch way, then fused (AUTOKERNEL_HARNESS_CHECK=kernel, the
+    # default), back to back, the same source, A/A N each.
+    step gpu_test 90 python3 -m pytest tests/harness/test_check_kernels.py -rfE -p no:cacheprovider
+    speed_by_way AUTOKERNEL_HARNESS_CHECK "${2:-1}" torch kernel
     ;;
 aa)
     # A/A with K=8: the fake server answers with the incumbent (a comment changed): every keep is false.
