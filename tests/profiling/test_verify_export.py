@@ -28,7 +28,7 @@ def test_llama_with_rmsnorm_swiglu_rotary_matches_the_original():
     assert r["patched"] == {"rmsnorm": 5, "swiglu": 2, "rotary": 2}
     assert r["correct"] and r["finite"] and r["rel_l2_vs_original"] < 1e-5
     assert r["timing_meaningful"] is False and "not meaningful" in r["timing_method"]
-    assert r["measured_speedup"] > 0 and r["predicted_speedup"] > 0
+    assert r["measured_speedup"] > 0
     fam = {f["family"]: f for f in r["families"]}
     assert fam["rmsnorm"]["before_us"] > 0 and fam["rmsnorm"]["share"] > 0
     # The prediction starts from the measured time; its miss splits exactly into the two
@@ -36,7 +36,10 @@ def test_llama_with_rmsnorm_swiglu_rotary_matches_the_original():
     g = r["prediction_gap"]
     t_b, t_a = (sum(f[k] for f in r["families"]) for k in ("before_us", "after_us"))
     assert g["predicted_after_us"] == pytest.approx(r["before"]["median_us"] - t_b + t_a)
-    assert r["predicted_speedup"] == pytest.approx(r["before"]["median_us"] / g["predicted_after_us"])
+    if g["predicted_after_us"] > 0:
+        assert r["predicted_speedup"] == pytest.approx(r["before"]["median_us"] / g["predicted_after_us"])
+    else:  # the CPU's times mean nothing: on a loaded machine the profiled kernels outlasted the measured forward
+        assert r["predicted_speedup"] is None
     miss = r["after"]["median_us"] - g["predicted_after_us"]
     parts = sum(b - a for a, b in (g["outside_kernels_us"], g["other_kernels_us"]))
     assert miss == pytest.approx(parts, abs=1e-6)
