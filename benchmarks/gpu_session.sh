@@ -277,13 +277,22 @@ anyop)
     done
     ;;
 tunegen)
+    # Ten generated tasks at 20 experiments each outlast a call. The workspace's generated tasks come back as
+    # workspace.tgz and the tuner's state as tuner_state.json: carried into the next call (WS_TGZ=<the tgz>,
+    # STATE=<the json>), the same tasks go on where they stopped, a finished task costing nothing.
     m=${2:-gpt2}; ws=/tmp/tunegen_$m
-    step "profile_$m" 150 python3 -m autokernel_tui profile "$m" --device cuda --dtype bfloat16 \
-        $([ "$m" = gpt2 ] && echo --batch 8 --seq 1024) --json "$R/profile_$m.json" --top 12
-    step "init_$m" 150 python3 -m autokernel_tui init "$ws" --from-profile "$R/profile_$m.json" --top 12
+    if [ -n "${WS_TGZ:-}" ] && [ -f "$WS_TGZ" ]; then
+        mkdir -p "$ws" && tar xzf "$WS_TGZ" -C "$ws"
+    else
+        step "profile_$m" 150 python3 -m autokernel_tui profile "$m" --device cuda --dtype bfloat16 \
+            $([ "$m" = gpt2 ] && echo --batch 8 --seq 1024) --json "$R/profile_$m.json" --top 12
+        step "init_$m" 150 python3 -m autokernel_tui init "$ws" --from-profile "$R/profile_$m.json" --top 12
+    fi
+    tar czf "$R/workspace.tgz" -C "$ws" kernels
+    [ -n "${STATE:-}" ] && [ -f "$STATE" ] && cp "$STATE" "$R/tuner_state.json"
     left=$(( ${DEADLINE:-$(( $(date +%s) + 560 ))} - $(date +%s) - 20 ))
     step tuner 560 python3 benchmarks/tuner_budget.py --tasks "$ws"/kernels/gen_* --budget "${3:-20}" \
-        --max-seconds 120 --total-seconds "$left" --json "$R/tuner.json"
+        --max-seconds 420 --in-turn --total-seconds "$left" --json "$R/tuner.json" --state "$R/tuner_state.json"
     ;;
 tunebwd)
     # Issue 20: the offline tuner on backward starters, 30 experiments each through the sandboxed harness

@@ -50,6 +50,23 @@ def _fmt(value, spec=".1f", unit=""):
     return "-" if value is None else f"{value:{spec}}{unit}"
 
 
+def task_seconds(left_s: float, open_tasks: int, max_seconds: float, in_turn: bool) -> float:
+    """The next task's loop time: an equal share of what is left among the tasks still open (finished ones cost
+    nothing), or with ``in_turn`` all that is left, at most ``max_seconds`` either way; PER_TASK_RESERVE_S of
+    it kept for the baselines' preparation and the closing measurements."""
+    share = left_s / (1 if in_turn else max(1, open_tasks)) - PER_TASK_RESERVE_S
+    return max(0.0, min(max_seconds, share))
+
+
+def finished(state: dict, budget: int) -> bool:
+    """Whether an earlier call with this task's ``state`` finished it for ``budget`` experiments: it had
+    nothing left to propose, or it used a budget at least as large (a time limit leaves it unfinished)."""
+    done = state.get("result")
+    if not done:
+        return False
+    return len(state.get("history", [])) >= budget or not str(done.get("stopped", "")).startswith("budget of")
+
+
 def tune_task(harness, task_dir: Path, budget: int, max_seconds: float, quick: bool, prescreen: float,
               seed: int, log, result: dict | None = None, progress=lambda: None, state: dict | None = None) -> dict:
     """Up to ``budget`` experiments in at most ``max_seconds`` from the task's start, the first evaluation and
@@ -62,13 +79,18 @@ def tune_task(harness, task_dir: Path, budget: int, max_seconds: float, quick: b
     given one with experiments in it, the run resumes there instead of starting over."""
     spec = load_spec(task_dir)
     state = {} if state is None else state
+    result = {} if result is None else result
+    if finished(state, budget):
+        result.update(state["result"], resumed_at=len(state.get("history", [])))
+        log(f"  {spec.name}: finished in an earlier call ({result.get('stopped')}), {result.get('kept', 0)} kept")
+        return result
+    state.pop("result", None)  # a larger budget than the one it finished: it goes on
     start_src = state.setdefault("start_source", spec.kernel_path.read_text(encoding="utf-8"))
     t0 = time.monotonic()
     deadline = t0 + max_seconds
     resumed = bool(state.get("history"))
     before = Report.from_dict(state["before"]) if resumed else harness.evaluate(task_dir, start_src, quick=quick)
     state["before"] = before.to_dict()
-    result = {} if result is None else result
     result.update({"task": spec.name, "before": before.to_dict(), "experiments": [], "stopped": "",
                    "prepare_and_first_eval_s": round(time.monotonic() - t0, 1),
                    "resumed_at": len(state.get("history", []))})
@@ -142,6 +164,8 @@ def tune_task(harness, task_dir: Path, budget: int, max_seconds: float, quick: b
     result.update(after=after.to_dict(), knobs_start=start_knobs, knobs_end=end_knobs, final_source=inc_src,
                   kept=sum(r["status"] == "keep" for r in history), loop_s=round(time.monotonic() - loop_t0, 1),
                   experiments=[{k: v for k, v in r.items() if k != "source"} for r in history])
+    if not result["stopped"].startswith("time limit"):  # a later call with this state skips the task
+        state["result"] = {k: v for k, v in result.items() if k != "resumed_at"}
     return result
 
 
@@ -200,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--total-seconds", type=float, default=540.0,
                     help="wall-clock limit for the whole script; per-task loop time shrinks to fit it")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--in-turn", action="store_true",
+                    help="each task in turn gets up to --max-seconds of what is left, rather than an equal share "
+                         "(with --state over several calls: tasks finish one after another)")
     ap.add_argument("--state", type=Path, default=None,
                     help="keep what a later call needs to go on here (each experiment's kernel.py included), and "
                          "resume from it when it exists: a budget longer than one device call")
@@ -231,10 +258,9 @@ def main(argv: list[str] | None = None) -> int:
         states = json.loads(args.state.read_text()) if args.state and args.state.exists() else {}
         for i, task_dir in enumerate(task_dirs):
             name = task_dir.name
-            # Share what is left of --total-seconds among the remaining tasks, keeping PER_TASK_RESERVE_S
-            # of each share for the baselines' preparation and the final measurements.
-            share = (args.total_seconds - (time.monotonic() - t0)) / (len(task_dirs) - i) - PER_TASK_RESERVE_S
-            loop_s = max(0.0, min(args.max_seconds, share))
+            open_tasks = sum(not finished(states.get(d.name, {}), args.budget) for d in task_dirs[i:])
+            loop_s = task_seconds(args.total_seconds - (time.monotonic() - t0), open_tasks, args.max_seconds,
+                                  args.in_turn)
             results.append({"task": name})
 
             def progress() -> None:
@@ -248,14 +274,11 @@ def main(argv: list[str] | None = None) -> int:
 
             tune_task(harness, task_dir, args.budget, loop_s, not args.full, args.prescreen, args.seed, log,
                       results[-1], progress, states.setdefault(name, {}))
-            out["total_s"] = round(time.monotonic() - t0, 1)
+            progress()  # the task's closing state (finished or not) for a later call
             if args.save_kernels and "final_source" in results[-1]:
                 dest = args.save_kernels / name / "kernel.py"
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 dest.write_text(results[-1]["final_source"], encoding="utf-8")
-            if args.json:  # after every task, so a run cut short still leaves its results
-                args.json.parent.mkdir(parents=True, exist_ok=True)
-                args.json.write_text(json.dumps(out, indent=1, default=str))
     print()
     for res in results:
         print(table(res))

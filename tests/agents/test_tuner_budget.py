@@ -65,3 +65,44 @@ def test_a_run_cut_short_resumes_from_its_state_where_it_stopped(tmp_path):
     assert second["experiments"][0] == first["experiments"][0]  # carried, not run again
     assert second["experiments"][1]["description"] != second["experiments"][0]["description"]
     assert second["before"] == first["before"]  # the starter's report from the state, not a new evaluation
+
+
+@pytest.mark.slow
+def test_a_task_finished_in_an_earlier_call_is_not_run_again(tmp_path):
+    """Issue 19's ten generated tasks outlast a device call: a task whose budget was used in an earlier call
+    keeps its result and costs the next call nothing (no evaluation, no closing comparison), so the time
+    goes to the tasks still open."""
+    state, out = tmp_path / "state.json", tmp_path / "tuner_budget.json"
+
+    def run(budget):
+        proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "tuner_budget.py"), "--smoke", "--budget",
+                               str(budget), "--state", str(state), "--json", str(out)], capture_output=True,
+                              text=True, timeout=300, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        (task,) = json.loads(out.read_text())["tasks"]
+        return task, proc.stdout
+
+    first, _ = run(1)
+    assert first["stopped"] == "budget of 1 experiments used"
+    again, said = run(1)
+    assert "finished in an earlier call" in said
+    assert again["experiments"] == first["experiments"] and again["after"] == first["after"]
+    assert again.get("final_vs_start") == first.get("final_vs_start")
+
+
+def test_each_task_gets_a_share_or_in_turn_all_that_is_left():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import tuner_budget as tb
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    reserve = tb.PER_TASK_RESERVE_S
+    assert tb.task_seconds(500, 4, 420, in_turn=False) == 500 / 4 - reserve  # an equal share of four
+    assert tb.task_seconds(500, 4, 420, in_turn=True) == 420  # in turn: up to its own limit
+    assert tb.task_seconds(300, 4, 420, in_turn=True) == 300 - reserve
+    assert tb.task_seconds(10, 1, 420, in_turn=True) == 0.0  # nothing left: no experiment starts
+    assert tb.task_seconds(500, 0, 420, in_turn=False) == 420  # the rest finished in earlier calls
+    assert tb.finished({}, 20) is False
+    budget_used = {"history": [{}] * 20, "result": {"stopped": "budget of 20 experiments used"}}
+    assert tb.finished(budget_used, 20) and not tb.finished(budget_used, 30)  # a larger budget goes on
+    assert tb.finished({"history": [{}] * 3, "result": {"stopped": "nothing left to try"}}, 30)
