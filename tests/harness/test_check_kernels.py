@@ -63,6 +63,20 @@ def test_a_close_output_fails_on_its_relative_l2_alone(monkeypatch):
     _same(plain, fused)
 
 
+def test_the_bound_is_the_float64_one_to_the_last_bit(monkeypatch):
+    """atol and rtol reach the kernel in float64: an element just inside ``atol + rtol |ref|`` passes and one just
+    outside fails, as in the torch way (a float32 rtol of 0.01 is 0.00999999977648)."""
+    ref = torch.full((ck.BLOCK,), 1.0, dtype=torch.float64, device=DEVICE)
+    out = ref.clone()
+    out[3] = 1.0 + 0.01 * (1 - 1e-9)  # inside the float64 bound, outside a float32 rtol's
+    plain, fused = _both(monkeypatch, out, ref, atol=0.0, rtol=0.01, max_rel_l2=1.0)
+    assert plain.ok and fused.ok
+    out[3] = 1.0 + 0.01 * (1 + 1e-9)  # just outside
+    plain, fused = _both(monkeypatch, out, ref, atol=0.0, rtol=0.01, max_rel_l2=1.0)
+    assert not plain.ok and not fused.ok
+    _same(plain, fused)
+
+
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 def test_nan_and_inf_outputs_fail_with_an_infinite_error(monkeypatch, bad):
     out, ref = _pair(torch.bfloat16, seed=3)
@@ -130,8 +144,8 @@ import hopper_compile
 rows = {}
 for name, ty, low in (("bf16", "*bf16", tl.bfloat16), ("fp16", "*fp16", tl.float16), ("fp32", "*fp32", None),
                       ("fp64", "*fp64", None)):
-    sig = {"OUT": ty, "REF": "*fp64", "PART": "*fp64", "n": "i64", "atol": "fp64", "rtol": "fp64",
-           "LOW": "constexpr", "BLOCK": "constexpr"}
+    sig = {"OUT": ty, "REF": "*fp64", "PART": "*fp64", "TOL": "*fp64", "n": "i64", "LOW": "constexpr",
+           "BLOCK": "constexpr"}
     k = triton_compile(ASTSource(fn=ck._check_partials, signature=sig, constexprs={"LOW": low, "BLOCK": ck.BLOCK}),
                        target=GPUTarget("cuda", 90, 32), options={"num_warps": ck.NUM_WARPS})
     rows[name] = hopper_compile._usage(k.asm["cubin"])

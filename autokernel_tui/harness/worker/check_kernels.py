@@ -35,7 +35,11 @@ BAD, REF_SQ, ERR_SQ, MAX_DIFF, ANY_NAN, ROUND_SQ, NONFINITE = range(7)
 
 
 @triton.jit
-def _check_partials(OUT, REF, PART, n, atol, rtol, LOW: tl.constexpr, BLOCK: tl.constexpr):
+def _check_partials(OUT, REF, PART, TOL, n, LOW: tl.constexpr, BLOCK: tl.constexpr):
+    # atol and rtol from a float64 pair in memory: a Python float argument reaches a kernel as float32, which
+    # would move the bound off the torch way's at its last bits
+    atol = tl.load(TOL)
+    rtol = tl.load(TOL + 1)
     pid = tl.program_id(0).to(tl.int64)
     idx = pid * BLOCK + tl.arange(0, BLOCK)
     live = idx < n
@@ -84,8 +88,9 @@ def sums(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> list
         return [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     blocks = triton.cdiv(n, BLOCK)
     part = torch.empty((blocks, 7), dtype=torch.float64, device=out.device)
-    _check_partials[(blocks,)](out.detach(), ref.detach(), part, n, float(atol), float(rtol),
-                               LOW=LOW_TYPES.get(out.dtype), BLOCK=BLOCK, num_warps=NUM_WARPS)
+    tol = torch.tensor([float(atol), float(rtol)], dtype=torch.float64).to(out.device)
+    _check_partials[(blocks,)](out.detach(), ref.detach(), part, tol, n, LOW=LOW_TYPES.get(out.dtype), BLOCK=BLOCK,
+                               num_warps=NUM_WARPS)
     total = part.sum(0)
     total[MAX_DIFF] = part[:, MAX_DIFF].max()
     total[ANY_NAN] = part[:, ANY_NAN].max()
