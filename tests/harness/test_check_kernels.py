@@ -184,3 +184,24 @@ def kernel_fn(x, weight, eps):
     assert good.status == "PASS", good.reason
     assert all(row.rel_l2_err is not None and row.rel_l2_err < 1e-3 for row in good.shapes)
     assert wrong.status == "FAIL" and ("elements outside" in wrong.reason or "rel_l2" in wrong.reason), wrong.reason
+
+
+def test_a_fused_check_that_fails_gives_way_to_the_torch_way(monkeypatch, capfd):
+    """On a Triton or driver the kernel was never tried on, a failure of the fused check costs no verdict: the
+    torch way decides, from then on in that process, which says so once."""
+    monkeypatch.setenv(ck.CHECK_WAY_VARIABLE, "kernel-anywhere")
+    monkeypatch.setattr(ck, "_given_up", [])
+
+    class Broken:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                raise RuntimeError("PassManager::run failed")
+            return launch
+    monkeypatch.setattr(ck, "_check_partials", Broken())
+    out, ref = _pair(torch.float16, seed=6)
+    out[7] += 3.0
+    first = compare(out, ref, 1e-2, 1e-2, 1e-2)
+    assert not first.ok and first.detail.startswith(f"1 of {N} elements outside")
+    assert not ck.takes(out, ref) and compare(ref.half(), ref, 1e-2, 1e-2, 1e-2).ok
+    said = capfd.readouterr().err
+    assert said.count("the fused output check failed (RuntimeError: PassManager::run failed)") == 1

@@ -18,6 +18,7 @@ which moves a sum of squares over millions of elements by nothing a tolerance ca
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 import triton
@@ -66,10 +67,23 @@ def _check_partials(OUT, REF, PART, TOL, n, LOW: tl.constexpr, BLOCK: tl.constex
     tl.store(row + 6, tl.sum(tl.where(nonfinite, 1.0, zero)))
 
 
+# Why the fused check was given up in this process (its first failure), if it was: the torch way from then on.
+_given_up: list[str] = []
+
+
 def chosen(device: torch.device) -> bool:
-    """Whether checks on ``device`` take the fused kernel (``CHECK_WAY_VARIABLE``)."""
+    """Whether checks on ``device`` take the fused kernel (``CHECK_WAY_VARIABLE``), unless given up here."""
     way = os.environ.get(CHECK_WAY_VARIABLE, "kernel")
-    return way == "kernel-anywhere" or (way == "kernel" and device.type == "cuda")
+    return not _given_up and (way == "kernel-anywhere" or (way == "kernel" and device.type == "cuda"))
+
+
+def give_up(exc: BaseException) -> None:
+    """The fused check failed (a Triton or driver this build was not tried on): the torch way decides from now
+    on in this process, which says so once on stderr (the judge's log)."""
+    if not _given_up:
+        _given_up.append(f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
+        print(f"harness: the fused output check failed ({_given_up[0]}); checking the torch way from now on",
+              file=sys.stderr, flush=True)
 
 
 def takes(out: torch.Tensor, ref: torch.Tensor) -> bool:
