@@ -41,26 +41,27 @@ def test_the_time_limit_counts_the_first_evaluation_and_leaves_room_to_close(tmp
     assert task["experiments"] == [] and task["stopped"].startswith("time limit") and task["after"]["status"] == "PASS"
 
 
+def _smoke_with_state(tmp_path, budget):
+    """One CPU smoke run with ``tmp_path``'s state file: (its task's result, what it printed)."""
+    out = tmp_path / "tuner_budget.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "tuner_budget.py"), "--smoke", "--budget",
+                           str(budget), "--state", str(tmp_path / "state.json"), "--json", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (task,) = json.loads(out.read_text())["tasks"]
+    return task, proc.stdout
+
+
 @pytest.mark.slow
 def test_a_run_cut_short_resumes_from_its_state_where_it_stopped(tmp_path):
     """A 30-experiment budget on flash attention's backward outlasts one device call: --state carries the run
     (each experiment's kernel.py, the incumbent and its report) into the next call, which goes on from there
     without evaluating the starter again and without proposing a configuration twice."""
-    state, out = tmp_path / "state.json", tmp_path / "tuner_budget.json"
-
-    def run(budget):
-        proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "tuner_budget.py"), "--smoke", "--budget",
-                               str(budget), "--state", str(state), "--json", str(out)], capture_output=True,
-                              text=True, timeout=300, cwd=tmp_path)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-        (task,) = json.loads(out.read_text())["tasks"]
-        return task
-
-    first = run(1)
+    first, _ = _smoke_with_state(tmp_path, 1)
     assert len(first["experiments"]) == 1 and first["resumed_at"] == 0
-    saved = json.loads(state.read_text())["rmsnorm"]
+    saved = json.loads((tmp_path / "state.json").read_text())["rmsnorm"]
     assert len(saved["history"]) == 1 and "source" in saved["history"][0] and saved["incumbent_source"]
-    second = run(2)
+    second, _ = _smoke_with_state(tmp_path, 2)
     assert second["resumed_at"] == 1 and [e["experiment"] for e in second["experiments"]] == [1, 2]
     assert second["experiments"][0] == first["experiments"][0]  # carried, not run again
     assert second["experiments"][1]["description"] != second["experiments"][0]["description"]
@@ -72,19 +73,9 @@ def test_a_task_finished_in_an_earlier_call_is_not_run_again(tmp_path):
     """Issue 19's ten generated tasks outlast a device call: a task whose budget was used in an earlier call
     keeps its result and costs the next call nothing (no evaluation, no closing comparison), so the time
     goes to the tasks still open."""
-    state, out = tmp_path / "state.json", tmp_path / "tuner_budget.json"
-
-    def run(budget):
-        proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "tuner_budget.py"), "--smoke", "--budget",
-                               str(budget), "--state", str(state), "--json", str(out)], capture_output=True,
-                              text=True, timeout=300, cwd=tmp_path)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-        (task,) = json.loads(out.read_text())["tasks"]
-        return task, proc.stdout
-
-    first, _ = run(1)
+    first, _ = _smoke_with_state(tmp_path, 1)
     assert first["stopped"] == "budget of 1 experiments used"
-    again, said = run(1)
+    again, said = _smoke_with_state(tmp_path, 1)
     assert "finished in an earlier call" in said
     assert again["experiments"] == first["experiments"] and again["after"] == first["after"]
     assert again.get("final_vs_start") == first.get("final_vs_start")
