@@ -135,14 +135,34 @@ def make_backward_task(dest: Path) -> Path:
     return dest
 
 
-def sm90_usage(script: str) -> dict:
-    """Run ``script`` (which prints one JSON line of ``hopper_compile._usage`` rows last) in a fresh Python
-    with ``tests/kernels`` as its first argument and Triton's interpreter off: the harness's own kernels
-    compiled for sm_90 on a machine without a GPU."""
+SM90_SCRIPT = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, compile as triton_compile
+import hopper_compile
+import {module} as m
+rows = {{}}
+for name, fn, sig, const in ({variants}):
+    sig = {{**sig, **{{k: "constexpr" for k in const}}}}
+    k = triton_compile(ASTSource(fn=fn, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
+                       options={{"num_warps": m.NUM_WARPS}})
+    rows[name] = hopper_compile._usage(k.asm["cubin"])
+print(json.dumps(rows))
+"""
+
+
+def sm90_usage(module: str, variants: str) -> dict:
+    """The harness's own kernels of ``module`` compiled for sm_90 on a machine without a GPU (a fresh Python,
+    Triton's interpreter off, at the module's NUM_WARPS): ``hopper_compile._usage`` of each variant.
+    ``variants``: Python source of (name, kernel, signature, constexprs) tuples, where the module is ``m``
+    and ``triton.language`` is ``tl``."""
     import json
     import os
     import subprocess
     import sys
+    script = SM90_SCRIPT.format(module=module, variants=variants)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", script, str(REPO / "tests" / "kernels")], capture_output=True,
                           text=True, env=env, timeout=300)

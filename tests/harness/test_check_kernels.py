@@ -133,29 +133,17 @@ def test_what_the_kernel_does_not_take(monkeypatch):
     assert ck.takes(out, ref) == (DEVICE.type == "cuda")
 
 
-COMPILE = r"""
-import json, sys
-sys.path.insert(0, sys.argv[1])
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource, compile as triton_compile
-import triton.language as tl
-from autokernel_tui.harness.worker import check_kernels as ck
-import hopper_compile
-rows = {}
-for name, ty, low in (("bf16", "*bf16", tl.bfloat16), ("fp16", "*fp16", tl.float16), ("fp32", "*fp32", None),
-                      ("fp64", "*fp64", None)):
-    sig = {"OUT": ty, "REF": "*fp64", "PART": "*fp64", "TOL": "*fp64", "n": "i64", "LOW": "constexpr",
-           "BLOCK": "constexpr"}
-    k = triton_compile(ASTSource(fn=ck._check_partials, signature=sig, constexprs={"LOW": low, "BLOCK": ck.BLOCK}),
-                       target=GPUTarget("cuda", 90, 32), options={"num_warps": ck.NUM_WARPS})
-    rows[name] = hopper_compile._usage(k.asm["cubin"])
-print(json.dumps(rows))
-"""
+COMPILE = ("autokernel_tui.harness.worker.check_kernels", """
+tuple((name, m._check_partials, {"OUT": ty, "REF": "*fp64", "PART": "*fp64", "TOL": "*fp64", "n": "i64"},
+       {"LOW": low, "BLOCK": m.BLOCK})
+      for name, ty, low in (("bf16", "*bf16", tl.bfloat16), ("fp16", "*fp16", tl.float16), ("fp32", "*fp32", None),
+                            ("fp64", "*fp64", None)))
+""")
 
 
 def test_the_kernel_compiles_for_sm90_without_spills():
     from .conftest import sm90_usage
-    rows = sm90_usage(COMPILE)
+    rows = sm90_usage(*COMPILE)
     assert set(rows) == {"bf16", "fp16", "fp32", "fp64"}
     for name, r in rows.items():
         assert 0 < r["regs"] <= 128 and r["local_bytes"] == 0 and r["stack_bytes"] == 0, f"{name}: {r}"

@@ -98,26 +98,19 @@ def test_a_spare_warms_the_fresh_kernel_only_where_it_is_chosen(monkeypatch):
     assert calls == [torch.device("cpu")]
 
 
-COMPILE = r"""
-import json, sys
-sys.path.insert(0, sys.argv[1])
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource, compile as triton_compile
-from autokernel_tui.harness.worker import fresh_kernels as fr
-import hopper_compile
-rows = {}
-for name, ty, wide in (("bf16", "*bf16", False), ("fp32", "*fp32", False), ("fp64", "*fp64", True)):
-    sig = {"SRC": ty, "DST": ty, "n": "i64", "seed": "i64", "WIDE": "constexpr", "BLOCK": "constexpr"}
-    k = triton_compile(ASTSource(fn=fr._scale_uniform, signature=sig, constexprs={"WIDE": wide, "BLOCK": fr.BLOCK}),
-                       target=GPUTarget("cuda", 90, 32), options={"num_warps": fr.NUM_WARPS})
-    rows[name] = hopper_compile._usage(k.asm["cubin"])
-print(json.dumps(rows))
-"""
+COMPILE = ("autokernel_tui.harness.worker.fresh_kernels", """
+(("bf16", m._scale_uniform, {"SRC": "*bf16", "DST": "*bf16", "n": "i64", "seed": "i64"},
+  {"WIDE": False, "BLOCK": m.BLOCK}),
+ ("fp32", m._scale_uniform, {"SRC": "*fp32", "DST": "*fp32", "n": "i64", "seed": "i64"},
+  {"WIDE": False, "BLOCK": m.BLOCK}),
+ ("fp64", m._scale_uniform, {"SRC": "*fp64", "DST": "*fp64", "n": "i64", "seed": "i64"},
+  {"WIDE": True, "BLOCK": m.BLOCK}))
+""")
 
 
 def test_the_kernel_compiles_for_sm90_without_spills():
     from .conftest import sm90_usage
-    rows = sm90_usage(COMPILE)
+    rows = sm90_usage(*COMPILE)
     assert set(rows) == {"bf16", "fp32", "fp64"}
     for name, r in rows.items():
         assert 0 < r["regs"] <= 128 and r["local_bytes"] == 0 and r["stack_bytes"] == 0, f"{name}: {r}"
