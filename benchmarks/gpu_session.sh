@@ -2,7 +2,9 @@
 # One call of the device tool on the H200 (each part under the tool's 10-minute limit). Logs and JSON land
 # in /tmp/res/<part>/ and come back as one tarball under $OUT; the last lines printed are each log's tail.
 # Earlier runs' parts (runs 1-6 of docs/benchmarks.md) live in this file's history: `git log -p
-# benchmarks/gpu_session.sh` (run 6's last version is at commit 54becbf).
+# benchmarks/gpu_session.sh` (run 6's last version is at commit 54becbf). The parts whose question a run has
+# answered (split, sandboxcost, fingerprint, fresh, precise: runs 10-21) were retired after run 21; their
+# last version is at commit 102ca22.
 #
 #   sandbox:   what confines candidates on this machine (bwrap, Landlock), the GPU-marked harness tests,
 #              the red-team suite on the GPU
@@ -21,8 +23,6 @@
 #   bwdcheck:  the backward starters' gradient checks at full default shapes (all nine, or TASKS)
 #   agreement: two cold `bench` runs per starter (fresh process and cache each) against each other, and
 #              cached baselines against the ones re-timed in the kernel's window (issue 21)
-#   split:     where a warm evaluation's time goes (harness_speed's time split), this tree only, few comparisons
-#   sandboxcost: warm evaluations of this tree with the sandbox off, then on, back to back
 #   parallel:  issue 22 on one GPU: Claude through the SDK against the fake Messages server answering in
 #              30 s with the tuner's proposals, K = 1, 4, 8, the real engine and sandboxed harness pool
 #              (experiments/hour, the harness's busy fraction)
@@ -31,9 +31,6 @@
 #   convsweep: the GEMM template's fp32 tile swept on KernelBench convolutions (carry .kb) beside cuDNN
 #   sweep:     any starter's knobs at chosen shapes (knob_sweep.py): sweep TASK SHAPES KNOB=v1,v2 ...
 #   fasweep:   flash attention backward's knobs swept at the LLaMA-7B shapes (issue 20): forward recompute, dK/dV, dQ
-#   fingerprint: warm evaluations with the torch way of fingerprinting, then the fused kernels (issue 18)
-#   fresh:     warm evaluations with every rep's inputs built the torch way, then by the fused kernel (issue 18)
-#   precise:   warm evaluations with the judge's float64 reference eager, then compiled (issue 18)
 #   check:     the fused output check's tests on the GPU, then warm evaluations with the judge's checks the torch
 #              way, then fused (issue 18)
 #   aa:        A/A at K = 8 (the fake server answers with the incumbent): false keeps out of N
@@ -50,9 +47,9 @@
 # without it the harness runs under Landlock alone there (run 15 did, unnoticed until its probe).
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | bwdcheck [TASKS] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | split | agreement [TASKS] | sandboxcost | parallel [KS [COUNTS]] | convsweep [ONLY] | sweep TASK SHAPES KNOB=V,.. | fasweep | fingerprint [N] | fresh [N] | precise [N] | check [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | bwdcheck [TASKS] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | agreement [TASKS] | parallel [KS [COUNTS]] | convsweep [ONLY] | sweep TASK SHAPES KNOB=V,.. | fasweep | check [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
 set -u
-part=${1:?sandbox, speed, starters, quality, gputests, launch, e2e, train, anyop, models, split, agreement, sandboxcost, parallel, aa or kernelbench}
+part=${1:?a part: see the usage above}
 if [ -d .whl ] && [ ! -d .site ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target .site .whl/*.whl || exit 1
 fi
@@ -172,16 +169,6 @@ agreement)
     step agreement 540 python3 benchmarks/bench_agreement.py --tasks "${2:-rmsnorm,softmax,layernorm}" \
         --json "$R/agreement.json"
     ;;
-split)
-    step speed_split 200 python3 benchmarks/harness_speed.py --tasks rmsnorm --runs 6 --ab-runs 2 \
-        --detect-runs 2 --pairs 0.003:0.03 --json "$R/speed_split.json"
-    ;;
-sandboxcost)  # the same tree with and without confinement, back to back: what the sandbox itself costs
-    for sb in off auto; do
-        step "speed_$sb" 100 python3 benchmarks/harness_speed.py --tasks rmsnorm --runs 6 --ab-runs 0 \
-            --detect-runs 0 --pairs 0.003:0.03 --sandbox "$sb" --json "$R/speed_${sb}_$SECONDS.json"
-    done
-    ;;
 parallel)
     # Claude through the SDK against the fake Messages server (30 s per answer, the tuner's proposals);
     # K and experiment counts as arguments, e.g. `parallel 1,4 3,8` then `parallel 8 12` (two calls).
@@ -226,32 +213,6 @@ fasweep)
         --grid DKDV_STAGES=2,3 --json "$R/sweep_dkdv.json"
     step sweep_dq 190 python3 benchmarks/knob_sweep.py "${fa[@]}" --grid BLOCK_M2=64,128 --grid BLOCK_N2=32,64 \
         --grid DQ_STAGES=2,3 --json "$R/sweep_dq.json"
-    ;;
-fingerprint)
-    # Issue 18: warm evaluations with the fingerprints taken the torch way, then by the fused kernels
-    # (AUTOKERNEL_HARNESS_FINGERPRINT=kernel, the default since run 18), back to back, A/A each;
-    # then the GPU test of the fused way (an honest starter PASSes at full shapes, wrong timed reps caught).
-    # Each warm evaluation a new source (--new-sources): a new contestant and Triton cache, as in a real loop.
-    for way in torch kernel; do
-        step "speed_$way" 240 env AUTOKERNEL_HARNESS_FINGERPRINT=$way python3 benchmarks/harness_speed.py \
-            --tasks rmsnorm --runs 8 --new-sources --ab-runs "${2:-4}" --detect-runs 0 --pairs "" \
-            --json "$R/speed_$way.json"
-    done
-    step gpu_test 240 python3 -m pytest -m gpu tests/harness/test_gpu.py -k fused -rfE -s -p no:cacheprovider
-    ;;
-fresh)
-    # Issue 18: warm evaluations with every rep's fresh inputs built the torch way, then by the fused kernel
-    # (AUTOKERNEL_HARNESS_FRESH=kernel, the default), back to back, the same source (the bound's measure), A/A
-    # N each; then the GPU tests of the fused harness kernels (both sides build the same inputs on CUDA).
-    speed_by_way AUTOKERNEL_HARNESS_FRESH "${2:-2}" torch kernel
-    step gpu_test 150 python3 -m pytest -m gpu tests/harness/test_gpu.py -k "fused or fresh" -rfE -p no:cacheprovider
-    ;;
-precise)
-    # Issue 18: warm evaluations with the judge's float64 reference eager (the default), then compiled
-    # (AUTOKERNEL_HARNESS_PRECISE=compiled, harness/worker/precise.py), back to back, the same source, A/A N
-    # each; then its GPU test (Inductor's float64 reference agrees with eager's on five starters, two shapes).
-    speed_by_way AUTOKERNEL_HARNESS_PRECISE "${2:-2}" eager compiled
-    step gpu_test 150 python3 -m pytest -m gpu tests/harness/test_gpu.py -k "precise or rmsnorm_full" -rfE -p no:cacheprovider
     ;;
 check)
     # Issue 18: the fused output check's tests on the GPU (the same verdicts and figures as the torch way), then
@@ -312,6 +273,10 @@ models)
     cp "/tmp/ws_$m/init-skipped.json" "$R/skipped_$m.json" 2>/dev/null
     step "verify_$m" 300 python3 -m autokernel_tui verify "/tmp/ws_$m" --device cuda --no-select \
         --json "$R/verify_$m.json"
+    ;;
+*)
+    echo "gpu_session.sh: no part '$part' (retired parts are in this file's history: see the top)" >&2
+    exit 2
     ;;
 esac
 tar czf "$OUT/$tarname.tgz" -C "$R" .
