@@ -115,13 +115,13 @@ def sums(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> list
 
 
 def warm(device: torch.device) -> None:
-    """Compile the check for every output type in this process (the judge, before its first evaluation).
-    Best effort: what fails here is compiled when first used."""
+    """Compile the check for every output type in this process (the judge, before its first evaluation); where
+    that fails, the torch way checks from the start (``give_up``)."""
     if not chosen(device):
         return
     try:
         ref = torch.ones(BLOCK, dtype=torch.float64, device=device)
         for dtype in TAKEN:
             sums(ref.to(dtype), ref, 1e-3, 1e-3)
-    except Exception:  # noqa: BLE001 - an optimisation only
-        pass
+    except Exception as exc:  # noqa: BLE001 - an optimisation only
+        give_up(exc)
