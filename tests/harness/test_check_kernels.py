@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from autokernel_tui.harness.worker import check_kernels as ck
+from autokernel_tui.harness.worker import check_kernels as ck, correctness
 from autokernel_tui.harness.worker.correctness import compare
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -23,10 +23,19 @@ def _pair(dtype, seed=0, n=N, scale=1.0):
     return ref.to(dtype), ref
 
 
+@pytest.fixture(autouse=True)
+def _fresh_trust(monkeypatch):
+    """Each test starts as a new judge does: nothing trusted, nothing given up."""
+    monkeypatch.setattr(ck, "_trusted", set())
+    monkeypatch.setattr(ck, "_given_up", [])
+
+
 def _both(monkeypatch, out, ref, atol=1e-2, rtol=1e-2, max_rel_l2=1e-2):
+    """(the torch way's verdict, the fused check's own), the fused one already trusted for every type."""
     monkeypatch.setenv(ck.CHECK_WAY_VARIABLE, "torch")
     plain = compare(out, ref, atol, rtol, max_rel_l2)
     monkeypatch.setenv(ck.CHECK_WAY_VARIABLE, "kernel-anywhere")
+    monkeypatch.setattr(ck, "_trusted", set(ck.TAKEN))
     assert ck.takes(out, ref)
     return plain, compare(out, ref, atol, rtol, max_rel_l2)
 
@@ -174,11 +183,39 @@ def kernel_fn(x, weight, eps):
     assert wrong.status == "FAIL" and ("elements outside" in wrong.reason or "rel_l2" in wrong.reason), wrong.reason
 
 
+def test_the_fused_check_decides_for_a_type_once_it_has_agreed_with_the_torch_way(monkeypatch):
+    monkeypatch.setenv(ck.CHECK_WAY_VARIABLE, "kernel-anywhere")
+    calls = []
+    real = ck.sums
+    monkeypatch.setattr(ck, "sums", lambda *a: calls.append(1) or real(*a))
+    out, ref = _pair(torch.float16, seed=7)
+    first = compare(out, ref, 1e-2, 1e-2, 1e-2)
+    assert first.ok and ck.trusted(torch.float16) and not ck.trusted(torch.float32) and calls == [1]
+    torch_way = []
+    real_torch = correctness._compare_torch
+    monkeypatch.setattr(correctness, "_compare_torch", lambda *a: torch_way.append(1) or real_torch(*a))
+    assert compare(out, ref, 1e-2, 1e-2, 1e-2).ok and torch_way == []  # trusted: the fused check alone
+    compare(out.float(), ref, 1e-2, 1e-2, 1e-2)  # a new type: both ways once more
+    assert torch_way == [1] and ck.trusted(torch.float32)
+
+
+def test_a_fused_check_that_disagrees_gives_way_to_the_torch_way(monkeypatch, capfd):
+    """A kernel wrong without failing (a Triton or driver it was never run on): its first verdict is set beside
+    the torch way's, which decides, and the fused check is given up for good in that process."""
+    monkeypatch.setenv(ck.CHECK_WAY_VARIABLE, "kernel-anywhere")
+    monkeypatch.setattr(ck, "sums", lambda *a: [0.0, 1.0, 0.0, 0.0, 0.0, 0.0])  # "no element outside"
+    out, ref = _pair(torch.float32, seed=8)
+    out[9] += 5.0
+    verdict = compare(out, ref, 1e-2, 1e-2, 1e-2)
+    assert not verdict.ok and verdict.detail.startswith(f"1 of {N} elements outside")  # the torch way's
+    assert not ck.takes(out, ref) and not ck.trusted(torch.float32)
+    assert "the fused output check failed (ValueError: torch.float32 output: fused True" in capfd.readouterr().err
+
+
 def test_a_fused_check_that_fails_gives_way_to_the_torch_way(monkeypatch, capfd):
     """On a Triton or driver the kernel was never tried on, a failure of the fused check costs no verdict: the
     torch way decides, from then on in that process, which says so once."""
     monkeypatch.setenv(ck.CHECK_WAY_VARIABLE, "kernel-anywhere")
-    monkeypatch.setattr(ck, "_given_up", [])
 
     class Broken:
         def __getitem__(self, grid):

@@ -17,8 +17,10 @@ which moves a sum of squares over millions of elements by nothing a tolerance ca
 
 from __future__ import annotations
 
+import math
 import os
 import sys
+from typing import Any
 
 import torch
 import triton
@@ -69,6 +71,9 @@ def _check_partials(OUT, REF, PART, TOL, n, LOW: tl.constexpr, BLOCK: tl.constex
 
 # Why the fused check was given up in this process (its first failure), if it was: the torch way from then on.
 _given_up: list[str] = []
+# Output types on which the fused check has agreed with the torch way in this process: it decides for those.
+_trusted: set[torch.dtype] = set()
+AGREE_REL = 1e-6  # the two ways' largest difference and relative L2 error may differ by this much (sum order)
 
 
 def chosen(device: torch.device) -> bool:
@@ -84,6 +89,25 @@ def give_up(exc: BaseException) -> None:
         _given_up.append(f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
         print(f"harness: the fused output check failed ({_given_up[0]}); checking the torch way from now on",
               file=sys.stderr, flush=True)
+
+
+def trusted(dtype: torch.dtype) -> bool:
+    return dtype in _trusted
+
+
+def vouch(dtype: torch.dtype, fused: Any, plain: Any) -> None:
+    """The first fused check of an output type in this process, beside the torch way's on the same output:
+    the same verdict and figures make it trusted for that type; anything else hands every later check to the
+    torch way (``give_up``). A kernel never run on this Triton or driver could be wrong without failing."""
+    def close(a: float, b: float) -> bool:
+        return (math.isinf(a) and math.isinf(b)) or math.isclose(a, b, rel_tol=AGREE_REL, abs_tol=1e-300)
+    if (fused.ok == plain.ok and close(fused.max_abs_err, plain.max_abs_err)
+            and close(fused.rel_l2_err, plain.rel_l2_err)):
+        _trusted.add(dtype)
+    else:
+        give_up(ValueError(f"{dtype} output: fused {fused.ok} max {fused.max_abs_err:.6g} rel_l2 "
+                           f"{fused.rel_l2_err:.6g}, torch {plain.ok} max {plain.max_abs_err:.6g} rel_l2 "
+                           f"{plain.rel_l2_err:.6g}"))
 
 
 def takes(out: torch.Tensor, ref: torch.Tensor) -> bool:
