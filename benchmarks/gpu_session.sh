@@ -263,7 +263,7 @@ tunebwd)
     left=$(( ${DEADLINE:-$(( $(date +%s) + 560 ))} - $(date +%s) - 20 ))
     [ -n "${STATE:-}" ] && [ -f "$STATE" ] && cp "$STATE" "$R/tuner_state.json"
     step tuner 560 python3 benchmarks/tuner_budget.py --tasks $(echo "${2:-flash_attention_bwd,layernorm_bwd}" | tr , ' ') \
-        --budget "${3:-30}" --max-seconds 540 --total-seconds "$left" --json "$R/tuner.json" --state "$R/tuner_state.json"
+        --budget "${3:-30}" --max-seconds 540 --in-turn --total-seconds "$left" --json "$R/tuner.json" --state "$R/tuner_state.json"
     ;;
 models)
     m=${2:-resnet}
