@@ -100,16 +100,22 @@ def _contestant_timing(times, cap=1000, odd=()):
     from autokernel_tui.harness.worker import stages
     ev = object.__new__(stages.Evaluation)
     ev.st, ev.rng, ev.host_us = SimpleNamespace(cuda=True, device="cuda"), random.Random(0), {}
-    feed, batches, fetched = iter(times), [], []
+    feed, batches, fetched, announced = iter(times), [], [], []
 
-    def timed_batch(c, shape, dtype, recipes, warmup, verify, lead=0.0, twins=None):
+    def timed_batch(c, shape, dtype, recipes, warmup, verify, lead=0.0, twins=None, fetch=None):
         batches.append(len(recipes))
         assert all(0 <= k < len(recipes) for k in verify)
+        assert fetch is None or fetch in verify  # the fetched rep's reference comes from its fingerprint check
+        announced.append(fetch)
         return [next(feed) for _ in recipes]
+
+    def fetch_and_check(c, shape, dtype, recipe, rep):
+        assert announced[-1] == rep  # the batch just timed said it would be this one
+        fetched.append(rep)
 
     ev.timed_batch = timed_batch
     ev.batch_size = lambda shape, dtype, wanted: max(1, min(wanted, cap))
-    ev.fetch_and_check = lambda c, shape, dtype, recipe, rep: fetched.append(rep)
+    ev.fetch_and_check = fetch_and_check
     ev.recipe = lambda shape, dtype, *extra: {"dims": {}, "steps": list(extra)}
     ev.adversarial = lambda shape, dtype, recipes, verify, taken=(): list(odd) if len(batches) == 1 else []
     c = SimpleNamespace(request=lambda message, stage: ({}, 0.0))

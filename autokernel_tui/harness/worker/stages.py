@@ -146,6 +146,9 @@ class Evaluation:
         self.as_called_outside: list[dict[str, Any]] = []  # the same per as-called figure
         self.split: Counter[str] = Counter()  # where the evaluation's wall time went, in seconds
         self._within: list[float] = []  # per open ``timed`` block: seconds counted by blocks inside it
+        # (recipe, inputs, float64 reference) of the rep whose outputs are fetched next (``fetch_and_check``),
+        # kept from its fingerprint check rather than built and computed again
+        self._kept_reference: tuple[dict, tuple, tuple] | None = None
         self._expected: dict[tuple, list[dict[str, Any]]] = {}
         self._rep_bytes: dict[tuple, int] = {}  # per config: one rep's inputs and outputs, bytes
         self.host_us: dict[str, list[float]] = {}  # per config: host time of each timed call (as reported)
@@ -231,10 +234,11 @@ class Evaluation:
                     memory.release_cached()
             return refs
 
-    def check_against_reference(self, outs: tuple, inputs: tuple, dtype: str) -> list[Errors]:
+    def check_against_reference(self, outs: tuple, inputs: tuple, dtype: str,
+                                refs: tuple | None = None) -> list[Errors]:
         tol = self.spec.tolerances[dtype]
         with self.timed("judge: checks"):
-            refs = self.precise(inputs)
+            refs = self.precise(inputs) if refs is None else refs
             return [compare(o, r, tol.atol, tol.rtol, tol.max_rel_l2) for o, r in zip(outs, refs)]
 
     def run_checked(self, c: ContestantProxy, shape: Shape, dtype: str, stage: str, recipe: dict | None,
@@ -359,10 +363,12 @@ class Evaluation:
         return i, j
 
     def timed_batch(self, c: ContestantProxy, shape: Shape, dtype: str, recipes: list[dict], warmup: int,
-                    verify: list[int], lead_us: float = 0.0, twins: tuple[int, int] | None = None) -> list[float]:
+                    verify: list[int], lead_us: float = 0.0, twins: tuple[int, int] | None = None,
+                    fetch: int | None = None) -> list[float]:
         """One batch of timed calls in ``c``; its fingerprints checked at ``verify`` (rep indices), and those of
         ``twins`` (two reps on the same inputs, ``twin``) against each other; the GPU spins ``lead_us`` (at
-        least the default lead) before each call."""
+        least the default lead) before each call. ``fetch``: the rep (one of ``verify``) whose outputs
+        ``fetch_and_check`` asks for next, its inputs and reference kept for it."""
         where = f"{shape.name} {dtype}"
         reply, t_time = c.request({"op": "time", "recipes": recipes, "warmup": warmup, "where": where,
                                    "lead_us": lead_us,
@@ -381,7 +387,7 @@ class Evaluation:
             raise Verdict("REJECTED", "timing", f"{where}: fingerprints missing for the timed calls")
         tol = self.spec.tolerances[dtype]
         with self.timed("judge: fingerprints verified"):
-            self._verify_fingerprints(recipes, verify, claimed, seed, tol, (shape.name, dtype))
+            self._verify_fingerprints(recipes, verify, claimed, seed, tol, (shape.name, dtype), keep=fetch)
         if twins is not None and claimed[twins[0]] != claimed[twins[1]]:
             raise Verdict("FAIL", "determinism", f"{where}: two timed calls on the same inputs gave different "
                           "outputs (fingerprints differ): the kernel is not deterministic")
@@ -391,16 +397,19 @@ class Evaluation:
 
     def _verify_fingerprints(self, recipes: list[dict | None], verify: list[int], claimed: Any, seed: int, tol: Any,
                              key: tuple[str, str], inputs: list[tuple] | None = None,
-                             error: Verdict | None = None) -> None:
+                             error: Verdict | None = None, keep: int | None = None) -> None:
         """Check the claimed fingerprints of reps ``verify`` of config ``key`` (shape name, dtype) against the
         reference on their inputs (built from ``recipes``, or given as ``inputs``); a mismatch raises
-        ``error`` (default: a timed run's)."""
+        ``error`` (default: a timed run's). Rep ``keep``'s inputs and reference are kept for
+        ``fetch_and_check``."""
         where = " ".join(key)
         if not isinstance(claimed, list):
             claimed = []
         for r in verify:
             inputs_r = inputs[r] if inputs is not None else self.build(recipes[r])
             refs = self.precise(inputs_r)
+            if r == keep and recipes is not None:
+                self._kept_reference = (recipes[r], inputs_r, refs)
             out_dtypes = [getattr(torch, m["dtype"]) for m in self.expected(inputs_r, key)]
             got = claimed[r] if r < len(claimed) and isinstance(claimed[r], list) else []
             device = next((t.device for t in inputs_r if isinstance(t, torch.Tensor)), None)  # the fingerprints'
@@ -413,13 +422,15 @@ class Evaluation:
 
     def fetch_and_check(self, c: ContestantProxy, shape: Shape, dtype: str, recipe: dict, rep: int,
                         seed: int | None = None) -> None:
-        """The full outputs of one timed rep, checked elementwise like any other call."""
-        inputs = self.build(recipe)
+        """The full outputs of one timed rep, checked elementwise like any other call (against the reference its
+        fingerprint was checked against, where ``timed_batch`` kept it)."""
+        kept, self._kept_reference = self._kept_reference, None
+        inputs, refs = (kept[1], kept[2]) if kept is not None and kept[0] is recipe else (self.build(recipe), None)
         expected = self.expected(inputs)
         reply, _ = c.request({"op": "fetch_rep", "rep": rep}, "timing")
         where = f"{shape.name} {dtype} (timed run)"
         outs = self.receive(c, reply.get("outputs"), expected, where, "timing")
-        if not all(e.ok for e in self.check_against_reference(outs, inputs, dtype)):
+        if not all(e.ok for e in self.check_against_reference(outs, inputs, dtype, refs)):
             raise Verdict("REJECTED", "timing", f"{shape.name} {dtype}: the output of a timed run is wrong (the "
                           "kernel behaves differently when timed, or replays outputs)")
 
@@ -431,7 +442,7 @@ class Evaluation:
             recipes = [self.recipe(shape, dtype) for _ in range(CPU_REPS)]
             twins = self.twin(recipes)
             odd = self.adversarial(shape, dtype, recipes, [], twins or ())
-            times = self.timed_batch(c, shape, dtype, recipes, 2, list(range(len(recipes))), twins=twins)
+            times = self.timed_batch(c, shape, dtype, recipes, 2, list(range(len(recipes))), twins=twins, fetch=0)
             times = [t for k, t in enumerate(times) if k not in odd]
             self.fetch_and_check(c, shape, dtype, recipes[0], 0)
             return Samples(times, self.host_us.get(f"{shape.name} {dtype}", []))
@@ -451,7 +462,8 @@ class Evaluation:
             verify = self.rng.sample(range(len(recipes)), min(VERIFY_PER_BATCH[dev], len(recipes)))
             twins = self.twin(recipes) if b == 0 else None
             odd = self.adversarial(shape, dtype, recipes, verify, twins or ()) if b == 0 else []
-            got = self.timed_batch(c, shape, dtype, recipes, 0, verify, lead, twins)
+            got = self.timed_batch(c, shape, dtype, recipes, 0, verify, lead, twins,
+                                   fetch=verify[0] if b == fetch_batch else None)
             times += [t for k, t in enumerate(got) if k not in odd]
             if b == fetch_batch:
                 self.fetch_and_check(c, shape, dtype, recipes[verify[0]], verify[0])
