@@ -5,8 +5,9 @@ float32 product (4 more) and reads it back for the float64 sum: about 14 bytes m
 16-bit output, and a whole w drawn again for every rep of an output over the weight cache. Here w is
 Philox's normal draw for each element's place in its block (four per Philox call), made inside the
 kernel that reads the output once (2 bytes an element of a 16-bit output): each product rounded once to
-float32 (float64 outputs keep float64), summed in float64 within a program, the programs' partial sums added by torch in a fixed order, so the
-same output always gives the same number (the determinism check compares two of them exactly).
+float32 (float64 outputs keep float64), summed in float64 within a program, the programs' partial sums
+added by torch in a fixed order, so the same output always gives the same number (the determinism check
+compares two of them exactly).
 
 w is the same function of (seed, element index) wherever it is drawn: ``fill_normal`` writes it out for
 the judge's bound and for the special-value sums, and chunks of it line up because the index is global

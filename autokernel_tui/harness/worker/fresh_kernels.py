@@ -9,8 +9,8 @@ element's place in its block, made inside the one kernel that reads the input an
 once into the input's type, as the torch way's ``torch.mul`` does.
 
 The factor is the same function of (seed, element index) (``BLOCK`` fixed) in every process on a device,
-so the judge and a contestant build the same tensors; it is not the torch way's factor, so both sides must take the
-same way, which the environment variable that reaches them alike decides.
+so the judge and a contestant build the same tensors; it is not the torch way's factor, so both sides must
+take the same way, which the environment variable that reaches them alike decides.
 """
 
 from __future__ import annotations
