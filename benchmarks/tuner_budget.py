@@ -61,10 +61,7 @@ def task_seconds(left_s: float, open_tasks: int, max_seconds: float, in_turn: bo
 def finished(state: dict, budget: int) -> bool:
     """Whether an earlier call with this task's ``state`` finished it for ``budget`` experiments: it had
     nothing left to propose, or it used a budget at least as large (a time limit leaves it unfinished)."""
-    done = state.get("result")
-    if not done:
-        return False
-    return len(state.get("history", [])) >= budget or not str(done.get("stopped", "")).startswith("budget of")
+    return bool(state.get("result")) and (state.get("exhausted", False) or len(state.get("history", [])) >= budget)
 
 
 def tune_task(harness, task_dir: Path, budget: int, max_seconds: float, quick: bool, prescreen: float,
@@ -119,6 +116,7 @@ def tune_task(harness, task_dir: Path, budget: int, max_seconds: float, quick: b
             prop = tuner.propose(ctx, lambda e: None)
         except NothingToPropose as exc:
             result["stopped"] = str(exc)
+            state["exhausted"] = True
             break
         t1 = time.monotonic()
         rep = harness.evaluate(task_dir, prop.source, quick=quick)

@@ -96,4 +96,5 @@ def test_each_task_gets_a_share_or_in_turn_all_that_is_left():
     assert tb.finished({}, 20) is False
     budget_used = {"history": [{}] * 20, "result": {"stopped": "budget of 20 experiments used"}}
     assert tb.finished(budget_used, 20) and not tb.finished(budget_used, 30)  # a larger budget goes on
-    assert tb.finished({"history": [{}] * 3, "result": {"stopped": "nothing left to try"}}, 30)
+    assert tb.finished({"history": [{}] * 3, "result": {"stopped": "nothing left to try"}, "exhausted": True}, 30)
+    assert not tb.finished({"history": [{}] * 3, "exhausted": True}, 30)  # no result yet: cut short before it
