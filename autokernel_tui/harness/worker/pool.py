@@ -289,13 +289,14 @@ class ContestantPool:
         four of them kept what a big task's batches had grown them to, the judge's float64 attention
         references beside them, and every flash attention experiment after the ninth ran out of memory
         (run 21, H100)."""
-        if self.device != "cuda" or not [p for p in self._live if p not in self._busy]:
+        idle = [p for p in self._live if p not in self._busy]
+        if self.device != "cuda" or not idle:
             return
         from autokernel_tui.harness.worker import memory  # torch: the judge's process only
         if not memory.short():
             return
         memory.release_cached()
-        for proxy in [p for p in self._live if p not in self._busy]:
+        for proxy in idle:
             proxy.deadline = time.monotonic() + IDLE_DROP_S
             try:
                 proxy.request({"op": "drop", "sets": True, "idle": True}, "timing")
