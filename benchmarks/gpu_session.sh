@@ -31,6 +31,7 @@
 #   convsweep: the GEMM template's fp32 tile swept on KernelBench convolutions (carry .kb) beside cuDNN
 #   sweep:     any starter's knobs at chosen shapes (knob_sweep.py): sweep TASK SHAPES KNOB=v1,v2 ...
 #   fasweep:   flash attention backward's knobs swept at the LLaMA-7B shapes (issue 20): forward recompute, dK/dV, dQ
+#   trees:     warm evaluations of carried trees (DIR,DIR) and this one, interleaved: which tree made it slower
 #   check:     the fused output check's tests on the GPU, then warm evaluations with the judge's checks the torch
 #              way, then fused (issue 18)
 #   aa:        A/A at K = 8 (the fake server answers with the incumbent): false keeps out of N
@@ -47,7 +48,7 @@
 # without it the harness runs under Landlock alone there (run 15 did, unnoticed until its probe).
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | bwdcheck [TASKS] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | agreement [TASKS] | parallel [KS [COUNTS]] | convsweep [ONLY] | sweep TASK SHAPES KNOB=V,.. | fasweep | check [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | bwdcheck [TASKS] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | agreement [TASKS] | parallel [KS [COUNTS]] | convsweep [ONLY] | sweep TASK SHAPES KNOB=V,.. | fasweep | trees DIRS [ROUNDS] | check [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
 set -u
 part=${1:?a part: see the usage above}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -160,7 +161,21 @@ launch)
         step bwd_check 360 python3 benchmarks/starters_check.py --tasks "$bwd" --json "$R/bwd_check.json"
     fi
     ;;
-bwdcheck)
+bwdtrees)
+    # Which tree made a warm evaluation slower, machine drift apart: each carried tree (a folder made by
+    # `git archive REV | tar x -C DIR`) and this one, rmsnorm's 8 warm evaluations each, interleaved over ROUNDS
+    # rounds (run 22, H100: this tree read 1.55 s where run 21's tree read 1.11 s on another machine).
+    dirs=($(echo "${2:?trees DIR[,DIR...] [ROUNDS]}" | tr , ' ') .)
+    for r in $(seq "${3:-2}"); do
+        for d in "${dirs[@]}"; do
+            label=$(basename "$(cd "$d" && pwd)"); [ "$d" = . ] && label=this
+            step "warm_${label}_$r" 120 env PYTHONPATH="$PWD/$d:$PWD/.site" python3 "$d/benchmarks/harness_speed.py" \
+                --tasks rmsnorm --runs 8 --ab-runs 0 --detect-runs 0 --pairs "" --json "$R/warm_${label}_$r.json"
+        done
+    done
+    grep -H '^rmsnorm ' "$R"/warm_*.log
+    ;;
+check)
     # Backward starters' gradient checks at full default shapes, every dtype: all nine, or TASKS
     bwd=${2:-$(cd kernels && ls -d *_bwd | paste -sd, -)}
     step bwd_check 360 python3 benchmarks/starters_check.py --tasks "$bwd" --json "$R/bwd_check.json"
