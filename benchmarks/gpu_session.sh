@@ -81,6 +81,7 @@ speed_by_way() {  # speed_by_way VARIABLE N WAY...: warm evaluations (rmsnorm) w
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
   python3 -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
   uname -r
+  python3 benchmarks/host_probe.py  # a slow or shared host weighs on the sandboxed tree's round trips (run 22)
   git log -1 --format='commit %H %s' 2>/dev/null  # the copy's git metadata can lag its files:
   echo "files differing from that commit: $(git status --short 2>/dev/null | wc -l)"
   python3 -c "from autokernel_tui.harness.sandbox import bwrap; w = bwrap.probe(); print('sandbox: bwrap works' if w is None else 'sandbox: NO BWRAP (' + w + '): Landlock alone')"

@@ -299,3 +299,14 @@ def test_backward_tasks_are_held_to_issue_20s_bars():
                                                          row("flash_attention_bwd", "odd", 1, 30.0, 0.5)])
     assert [(t["target"], t["goal"], t["status"], t["shown"]) for t in attn] == [
         ("% of SDPA's backward at LLaMA-7B shapes (worst)", 70.0, "met", "72.0")]
+
+
+def test_host_probe_says_what_host_a_run_had(tmp_path):
+    out = tmp_path / "host.json"
+    proc = _run("host_probe.py", "--json", str(out), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    p = json.loads(out.read_text())
+    assert p["cpus"] >= 1 and len(p["loadavg"]) == 3
+    assert 0 <= p["steal_share"] <= p["busy_share"] + p["steal_share"] <= 1
+    assert p["python_loop_ms"] > 0 and 0 < p["round_trip_us"] <= p["round_trip_p90_us"]
+    assert proc.stdout.startswith(f"host: {p['cpus']} CPUs, load ") and "socket round trip" in proc.stdout
