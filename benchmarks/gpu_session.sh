@@ -162,21 +162,7 @@ launch)
         step bwd_check 360 python3 benchmarks/starters_check.py --tasks "$bwd" --json "$R/bwd_check.json"
     fi
     ;;
-bwdtrees)
-    # Which tree made a warm evaluation slower, machine drift apart: each carried tree (a folder made by
-    # `git archive REV | tar x -C DIR`) and this one, rmsnorm's 8 warm evaluations each, interleaved over ROUNDS
-    # rounds (run 22, H100: this tree read 1.55 s where run 21's tree read 1.11 s on another machine).
-    dirs=($(echo "${2:?trees DIR[,DIR...] [ROUNDS]}" | tr , ' ') .)
-    for r in $(seq "${3:-2}"); do
-        for d in "${dirs[@]}"; do
-            label=$(basename "$(cd "$d" && pwd)"); [ "$d" = . ] && label=this
-            step "warm_${label}_$r" 120 env PYTHONPATH="$PWD/$d:$PWD/.site" python3 "$d/benchmarks/harness_speed.py" \
-                --tasks rmsnorm --runs 8 --ab-runs 0 --detect-runs 0 --pairs "" --json "$R/warm_${label}_$r.json"
-        done
-    done
-    grep -H '^rmsnorm ' "$R"/warm_*.log
-    ;;
-check)
+bwdcheck)
     # Backward starters' gradient checks at full default shapes, every dtype: all nine, or TASKS
     bwd=${2:-$(cd kernels && ls -d *_bwd | paste -sd, -)}
     step bwd_check 360 python3 benchmarks/starters_check.py --tasks "$bwd" --json "$R/bwd_check.json"
@@ -229,6 +215,20 @@ fasweep)
         --grid DKDV_STAGES=2,3 --json "$R/sweep_dkdv.json"
     step sweep_dq 190 python3 benchmarks/knob_sweep.py "${fa[@]}" --grid BLOCK_M2=64,128 --grid BLOCK_N2=32,64 \
         --grid DQ_STAGES=2,3 --json "$R/sweep_dq.json"
+    ;;
+trees)
+    # Which tree made a warm evaluation slower, machine drift apart: each carried tree (a folder made by
+    # `git archive REV | tar x -C DIR`) and this one, rmsnorm's 8 warm evaluations each, interleaved over ROUNDS
+    # rounds (run 22, H100: this tree read 1.55 s where run 21's tree read 1.11 s on another machine).
+    dirs=($(echo "${2:?trees DIR[,DIR...] [ROUNDS]}" | tr , ' ') .)
+    for r in $(seq "${3:-2}"); do
+        for d in "${dirs[@]}"; do
+            label=$(basename "$(cd "$d" && pwd)"); [ "$d" = . ] && label=this
+            step "warm_${label}_$r" 120 env PYTHONPATH="$PWD/$d:$PWD/.site" python3 "$d/benchmarks/harness_speed.py" \
+                --tasks rmsnorm --runs 8 --ab-runs 0 --detect-runs 0 --pairs "" --json "$R/warm_${label}_$r.json"
+        done
+    done
+    grep -H '^rmsnorm ' "$R"/warm_*.log
     ;;
 check)
     # Issue 18: the fused output check's tests on the GPU (the same verdicts and figures as the torch way), then

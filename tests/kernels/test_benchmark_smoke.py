@@ -310,3 +310,15 @@ def test_host_probe_says_what_host_a_run_had(tmp_path):
     assert 0 <= p["steal_share"] <= p["busy_share"] + p["steal_share"] <= 1
     assert p["python_loop_ms"] > 0 and 0 < p["round_trip_us"] <= p["round_trip_p90_us"]
     assert proc.stdout.startswith(f"host: {p['cpus']} CPUs, load ") and "socket round trip" in proc.stdout
+
+
+def test_gpu_session_parts_are_the_ones_its_usage_names_once_each():
+    """A part's case label written wrong (or twice: bash takes the first) runs another part's steps under its
+    name, unseen until a device call comes back with the wrong logs."""
+    import re
+    text = (REPO / "benchmarks" / "gpu_session.sh").read_text()
+    usage = next(line for line in text.splitlines() if "gpu_session.sh sandbox |" in line)
+    named = [part.split()[0] for part in usage.split("gpu_session.sh", 1)[1].split(" | ")]
+    labels = re.findall(r"^([a-z0-9]+)\)$", text, flags=re.M)
+    assert len(labels) == len(set(labels)), labels
+    assert sorted(labels) == sorted(named)
