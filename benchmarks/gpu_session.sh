@@ -229,6 +229,7 @@ trees)
         done
     done
     grep -H '^rmsnorm ' "$R"/warm_*.log
+    python3 benchmarks/trees_table.py "$R" | tee "$R/trees_table.md"  # each tree against .old, round by round
     ;;
 check)
     # Issue 18: the fused output check's tests on the GPU (the same verdicts and figures as the torch way), then

@@ -322,3 +322,25 @@ def test_gpu_session_parts_are_the_ones_its_usage_names_once_each():
     labels = re.findall(r"^([a-z0-9]+)\)$", text, flags=re.M)
     assert len(labels) == len(set(labels)), labels
     assert sorted(labels) == sorted(named)
+
+
+def test_trees_table_divides_each_round_by_the_baselines_same_round(tmp_path):
+    from benchmarks import trees_table
+
+    def result(wall, split=None):
+        res = {"task": "rmsnorm", "eval_wall_ex_jit_s": {"median": wall}, "summary": {"latency_us": 55.0}}
+        return {"results": [{**res, "eval_split_s": split} if split else res]}
+
+    # Round 2's machine is twice as slow for every tree: ratios taken round by round stay 1.2 and 1.5.
+    for tree, walls in {".old": (1.0, 2.0), ".mid": (1.2, 2.4), "this": (1.5, 3.0)}.items():
+        for r, w in enumerate(walls, 1):
+            split = None if tree == ".old" else {"contestant: time": w / 3, "total": w}
+            (tmp_path / f"warm_{tree}_{r}.json").write_text(json.dumps(result(w, split)))
+    (tmp_path / "warm_this_x.json").write_text("{}")  # not a round: left out
+    rows = {row["tree"]: row for row in trees_table.summary(trees_table.load(tmp_path), ".old")}
+    assert rows["this"]["ratio"] == pytest.approx(1.5) and rows[".mid"]["ratio"] == pytest.approx(1.2)
+    assert rows["this"]["per_round"] == [1.5, 3.0] and rows[".old"]["rounds"] == 2
+    text = trees_table.render(trees_table.load(tmp_path), ".old")
+    assert "| this | 2 | 2.25 | 1.50, 3.00 | 1.500 | 55.0 |" in text
+    assert text.splitlines()[-1].startswith("| total | 1.800 | 2.250 |")  # the split's columns: .mid, this
+    assert trees_table.main([str(tmp_path / "nothing")]) == 1
