@@ -2,7 +2,8 @@
 raw times a GPU run of benchmarks/harness_speed.py recorded (its JSON's "samples").
 
 The harness calls a candidate faster when the low end of its speedup's 95% interval clears the keep
-margin, in a first comparison and in a confirming one with the roles swapped. This script recomputes
+margin in a confirming comparison with the roles swapped, run after a first comparison that said faster
+or was undecided (its median above the margin, its interval's low end not). This script recomputes
 that interval from the same raw times with each method below and counts, per method, the A/A
 comparisons it would have kept (should be none) and the planted changes it would have found:
 
@@ -10,8 +11,9 @@ comparisons it would have kept (should be none) and the planted changes it would
   paired        a shape's reps resampled as pairs (rep j of both sides: the same inputs, one batch pair)
   paired-batch  pairs resampled within their batch (each batch keeps its weight in every resample)
 
-A confirming comparison ran only where the harness's own method kept the first: where another method
-would keep a first comparison that has no recorded second, it is counted "unconfirmed", apart. CPU only:
+A confirming comparison ran only where the harness's own method passed the first (before 2026-12-07: only
+where it kept it): where another method would pass a first comparison that has no recorded second, it is
+counted "unconfirmed", apart. CPU only:
 
     python3 benchmarks/ci_methods.py benchmarks/results/<run>/speed/speed_after.json
 """
@@ -41,9 +43,9 @@ def interval(rows: list[dict], method: str, seed: int) -> tuple[float, float, fl
 
 
 def verdict(samples: list[dict], first: tuple[float, float, float], method: str, margin: float) -> str:
-    """"kept", "not kept" or "unconfirmed" (kept first, no confirming comparison on record); ``first``:
-    the first comparison's interval by ``method``."""
-    if first[1] <= margin:
+    """"kept", "not kept" or "unconfirmed" (first passed, no confirming comparison on record); ``first``:
+    the first comparison's (speedup, low, high) by ``method``, passed when faster or undecided."""
+    if first[1] <= margin and first[0] <= margin:
         return "not kept"
     if len(samples) < 2:
         return "unconfirmed"

@@ -211,7 +211,7 @@ def measure_task(harness: Harness, task_dir: Path, runs: int, ab_runs: int, dete
     def compared(label: str, i: int, n: int, fast: str, slow: str):
         c = harness.compare(task_dir, fast, slow, quick=quick)
         log(f"  {task_dir.name} {label} {i + 1}/{n}: {c.status} speedup {c.speedup:.3f} "
-            f"[{c.ci_low:.3f}, {c.ci_high:.3f}] kept {c.faster} (first comparison said faster: {c.screen is not None})"
+            f"[{c.ci_low:.3f}, {c.ci_high:.3f}] kept {c.faster} (first comparison said faster: {_first_faster(c)})"
             + ("" if c.status == "PASS" else f": {c.reason}"))  # run 18's one FAIL said no more than its status
         return c
 
@@ -250,10 +250,15 @@ def _samples(c) -> list | None:
             for comp in found]
 
 
+def _first_faster(c) -> bool:
+    """Whether the first comparison called it faster. c.screen is set whenever a confirming comparison ran:
+    after a first one that said faster, or one that was undecided (median above the margin, CI low end not)."""
+    return c.screen is not None and c.screen.get("faster", True)
+
+
 def record_aa(result: dict, aa: list, harness: Harness) -> None:
-    # c.screen is set when the first comparison called it faster and a confirming one ran.
     result["aa"] = {"n": len(aa), "false_keeps": sum(c.faster for c in aa),
-                    "first_pass_keeps": sum(c.screen is not None for c in aa),
+                    "first_pass_keeps": sum(_first_faster(c) for c in aa),
                     "speedups": [c.speedup for c in aa], "ci": [(c.ci_low, c.ci_high) for c in aa],
                     "statuses": [c.status for c in aa], "reasons": [c.reason for c in aa],
                     "keep_margin": harness.keep_margin,
@@ -264,7 +269,7 @@ def record_aa(result: dict, aa: list, harness: Harness) -> None:
 
 def record_variant(result: dict, det: list, fast: float, slow: float, replace: bool, planted: str = "copy") -> None:
     entry = {"n": len(det), "detected": sum(c.faster for c in det),
-             "first_pass_detected": sum(c.screen is not None for c in det),
+             "first_pass_detected": sum(_first_faster(c) for c in det),
              "pair": [fast, slow], "label": f"+{fast:.1%} vs +{slow:.1%}",
              "speedups": [c.speedup for c in det], "ci": [(c.ci_low, c.ci_high) for c in det],
              "statuses": [c.status for c in det], "reasons": [c.reason for c in det],

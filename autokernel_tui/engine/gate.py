@@ -58,7 +58,7 @@ def decide(policy: str, report: Report, comparison: Comparison | None, threshold
     if report.status != "PASS":
         return Verdict("discard", f"{report.status}: {report.reason or 'no reason given'}")
     if comparison is None or not comparison.faster:
-        if comparison is not None and comparison.screen:  # called faster once, then not by the confirming one
+        if comparison is not None and comparison.screen:  # faster or undecided once, then not by the confirming one
             return Verdict("discard", f"not confirmed: {comparison.reason}")
         sp = comparison.speedup if comparison is not None else None
         return Verdict("discard", "not faster than the incumbent" + (f" ({sp:.3f}x)" if sp else ""))

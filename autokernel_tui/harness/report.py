@@ -130,8 +130,9 @@ class Comparison:
     status: str = "PASS"  # PASS, or why the comparison could not be made (FAIL/CRASH/TIMEOUT/REJECTED)
     reason: str = ""
     per_shape: list[dict[str, Any]] = field(default_factory=list)
-    # The first comparison's speedup and CI when this one is its confirmation (roles swapped).
-    screen: dict[str, float] | None = None
+    # The first comparison's speedup and CI, and whether it called the candidate faster (else it was
+    # undecided: its median above the margin, its CI's low end not), when this one is its confirmation.
+    screen: dict[str, Any] | None = None
     # The judge's clock against the reported times (GPU): the median per-call difference between the
     # two sides' unexplained time, its tolerance, and how many batch pairs it rests on.
     cross_check: dict[str, Any] | None = None

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+from autokernel_tui.engine.gate import decide
 from autokernel_tui.harness.report import Comparison, Report
 from autokernel_tui.harness.runner import Harness
 
@@ -54,6 +55,9 @@ class _Scripted(Harness):
         return self.results.pop(0)
 
 
+PASS_REPORT = Report(status="PASS", stage="timing", task="rmsnorm")
+
+
 def _one(speedup, lo, hi, status="PASS"):
     return Comparison(speedup, lo, hi, lo > 1.01 and status == "PASS", 40, "m", status=status)
 
@@ -62,13 +66,33 @@ def test_a_refuted_faster_is_not_faster_and_says_why(tiny_task):
     with _Scripted([_one(1.017, 1.011, 1.022), _one(0.984, 0.978, 0.992)]) as h:
         cmp = h.compare(tiny_task, GOOD, GOOD)
     assert h.calls == [False, True] and not cmp.faster and cmp.speedup == 0.984
-    assert cmp.screen == {"speedup": 1.017, "ci_low": 1.011, "ci_high": 1.022}
+    assert cmp.screen == {"speedup": 1.017, "ci_low": 1.011, "ci_high": 1.022, "faster": True}
     assert "1.017x [1.011, 1.022]" in cmp.reason and "0.984x [0.978, 0.992]" in cmp.reason
     with _Scripted([_one(1.017, 1.011, 1.022), _one(1.0, 0.0, 0.0, status="CRASH")]) as h:
         assert not h.compare(tiny_task, GOOD, GOOD).faster  # a confirmation that crashed confirms nothing
     with _Scripted([_one(1.017, 1.011, 1.022)]) as h:
         h.confirm_keeps = False
         assert h.compare(tiny_task, GOOD, GOOD).faster and h.calls == [False]
+
+
+def test_an_undecided_first_comparison_is_settled_by_the_confirming_one(tiny_task):
+    # Run 22's miss: a planted 3.3% change read 1.032x [0.996, 1.038], its median past the margin, its
+    # interval's low end not. The roles-swapped comparison decides, either way, and says so when it refutes.
+    with _Scripted([_one(1.032, 0.996, 1.038), _one(1.039, 1.035, 1.044)]) as h:
+        cmp = h.compare(tiny_task, GOOD, GOOD)
+    assert h.calls == [False, True] and cmp.faster and cmp.speedup == 1.039
+    assert cmp.screen == {"speedup": 1.032, "ci_low": 0.996, "ci_high": 1.038, "faster": False}
+    with _Scripted([_one(1.032, 0.996, 1.038), _one(1.004, 0.998, 1.009)]) as h:
+        cmp = h.compare(tiny_task, GOOD, GOOD)
+    assert not cmp.faster and cmp.reason.startswith("undecided in the first comparison (1.032x [0.996, 1.038])")
+    assert decide("manual", PASS_REPORT, cmp, 1.05).reason.startswith("not confirmed: undecided")
+    # A median at or below the margin is no screen passed: no second comparison, whatever its interval.
+    for first in (_one(1.010, 0.990, 1.030), _one(1.003, 0.999, 1.007), _one(1.5, 1.4, 1.6, status="FAIL")):
+        with _Scripted([first]) as h:
+            assert not h.compare(tiny_task, GOOD, GOOD).faster and h.calls == [False]
+    with _Scripted([_one(1.032, 0.996, 1.038)]) as h:
+        h.confirm_keeps = False  # no confirmation: an undecided comparison is simply not faster
+        assert not h.compare(tiny_task, GOOD, GOOD).faster and h.calls == [False]
 
 
 def test_compare_refuses_a_broken_candidate(harness, tiny_task):
