@@ -45,7 +45,7 @@ def interval(rows: list[dict], method: str, seed: int) -> tuple[float, float, fl
 def verdict(samples: list[dict], first: tuple[float, float, float], method: str, margin: float) -> str:
     """"kept", "not kept" or "unconfirmed" (first passed, no confirming comparison on record); ``first``:
     the first comparison's (speedup, low, high) by ``method``, passed when faster or undecided."""
-    if first[1] <= margin and first[0] <= margin:
+    if not stats.screen_passed(first[0], first[1], margin):
         return "not kept"
     if len(samples) < 2:
         return "unconfirmed"

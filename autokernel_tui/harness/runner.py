@@ -424,8 +424,8 @@ class Harness:
         """
         confirm = self.confirm_keeps if confirm is None else confirm
         first = self._compare_once(Path(task_dir).resolve(), candidate_source, incumbent_source, quick, False)
-        undecided = first.status == "PASS" and not first.faster and first.speedup > self.keep_margin
-        if not (confirm and (first.faster or undecided)):
+        if not (confirm and first.status == "PASS"
+                and stats.screen_passed(first.speedup, first.ci_low, self.keep_margin)):
             return first
         second = self._compare_once(Path(task_dir).resolve(), candidate_source, incumbent_source, quick, True)
         second.screen = {"speedup": first.speedup, "ci_low": first.ci_low, "ci_high": first.ci_high,

@@ -80,3 +80,9 @@ def paired_bootstrap_speedup(pairs: Sequence[tuple[Sequence[float], Sequence[flo
         return median([inc[j] for j in idx]) / median([cand[j] for j in idx])
 
     return _bootstrap(pairs, resample, n_boot, seed, level)
+
+
+def screen_passed(speedup: float, ci_low: float, margin: float) -> bool:
+    """Whether a first comparison calls for the roles-swapped confirming one: it said faster (its CI's low
+    end past the keep margin) or it was undecided (its median past the margin, its CI's low end not)."""
+    return ci_low > margin or speedup > margin
