@@ -75,7 +75,7 @@ def load_reference(task_dir: Path, tag: str):
 
     module = load_module(Path(task_dir) / "reference.py", tag)
     spec = load_spec(task_dir)
-    return BackwardReference(module, spec.grad_inputs) if spec.kind == "backward" else module
+    return BackwardReference(module, spec.grad_inputs, spec.saved) if spec.kind == "backward" else module
 
 
 def task_dirs(root: Path | None = None, only: list[str] | None = None) -> list[Path]:

@@ -63,7 +63,7 @@ def patch(model, families=None, custom_ops=False, train=True):
     fns = _patch.load_kernels({{f: _HERE / rel for f, rel in KERNELS.items()}})
     backwards = _patch.load_backwards({{
         f: {{"kernel": b["kernel"] and _HERE / b["kernel"], "positions": tuple(b["positions"]),
-            "reference": b["reference"] and _HERE / b["reference"]}}
+            "saved": b.get("saved", False), "reference": b["reference"] and _HERE / b["reference"]}}
         for f, b in BACKWARDS.items()}}) if train else None
     return _patch.patch_model(model, fns, families, custom_ops=custom_ops, backwards=backwards)
 
@@ -146,8 +146,8 @@ def export_package(out: Path, kernels: dict[str, Path], source: str = "") -> Pat
             files[family] = rel
         manifest["kernels"][family] = copy(path, rel)
     for family, plan in backward_plans({f: kernels[f] for f in files}).items():
-        entry = {"kernel": None, "positions": list(plan["positions"]), "reference": None}
-        record = manifest["backwards"][family] = {"positions": entry["positions"]}
+        entry = {"kernel": None, "positions": list(plan["positions"]), "saved": plan["saved"], "reference": None}
+        record = manifest["backwards"][family] = {"positions": entry["positions"], "saved": plan["saved"]}
         for part, suffix in (("kernel", "bwd"), ("reference", "reference")):
             if plan[part]:
                 entry[part] = f"kernels/{family}_{suffix}.py"

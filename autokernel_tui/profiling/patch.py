@@ -113,34 +113,44 @@ def _load_module(path: Path, prefix: str):
 
 def load_backwards(plans: dict[str, dict]) -> dict[str, "Backward"]:
     """{family: Backward} from files: each plan names ``kernel`` (a backward task's kernel.py, or None),
-    ``positions`` (the forward inputs its gradients are for) and ``reference`` (the forward task's
-    reference.py, for autograd through it where there is no backward kernel). ``verify`` and an exported
-    package build a trainable model by this one function."""
+    ``positions`` (the forward inputs its gradients are for), ``saved`` (true where that kernel takes what
+    the forward saved, computed by the reference's ``saved_for_backward``) and ``reference`` (the forward
+    task's reference.py, for autograd through it where there is no backward kernel). ``verify`` and an
+    exported package build a trainable model by this one function."""
     out = {}
     for family, plan in plans.items():
         kernel = load_kernel(plan["kernel"]) if plan.get("kernel") else None
-        reference = getattr(_load_module(Path(plan["reference"]), "reference"), "reference", None) \
-            if plan.get("reference") else None
+        module = _load_module(Path(plan["reference"]), "reference") if plan.get("reference") else None
+        reference = getattr(module, "reference", None)
+        saved = getattr(module, "saved_for_backward", None) if plan.get("saved") else None
+        if kernel is not None and plan.get("saved") and saved is None:
+            kernel = None  # its kernel needs what the forward saved and nothing here computes it: autograd
         if kernel is not None or reference is not None:
-            out[family] = Backward(reference=reference, kernel=kernel, positions=tuple(plan.get("positions", ())))
+            out[family] = Backward(reference=reference, kernel=kernel, positions=tuple(plan.get("positions", ())),
+                                   saved=saved)
     return out
 
 
 class Backward:
     """How a family's kernel is differentiated: its own backward kernel
-    (``bwd(*inputs, grad_out)`` returning the gradients of ``positions``), else autograd through the
-    task's reference, its forward recomputed in PyTorch."""
+    (``bwd(*inputs, *saved, grad_out)`` returning the gradients of ``positions``; ``saved``, where its task
+    names them, computed from the inputs by the reference's ``saved_for_backward``), else autograd through
+    the task's reference, its forward recomputed in PyTorch."""
 
     def __init__(self, reference: Callable | None = None, kernel: Callable | None = None,
-                 positions: tuple[int, ...] = ()) -> None:
+                 positions: tuple[int, ...] = (), saved: Callable | None = None) -> None:
         if kernel is None and reference is None:
             raise PatchError("a trainable kernel needs a backward kernel or the task's reference")
-        self.reference, self.kernel, self.positions = reference, kernel, positions
+        self.reference, self.kernel, self.positions, self.saved = reference, kernel, positions, saved
 
     def grads(self, inputs: tuple, needs: list[bool], grad_out: torch.Tensor) -> list:
         out = [None] * len(inputs)
         if self.kernel is not None:
-            got = self.kernel(*inputs, grad_out.contiguous())
+            saved = ()
+            if self.saved is not None:
+                with torch.no_grad():
+                    saved = tuple(self.saved(*inputs))
+            got = self.kernel(*inputs, *saved, grad_out.contiguous())
             got = got if isinstance(got, (tuple, list)) else (got,)
             for pos, g in zip(self.positions, got):
                 if needs[pos]:

@@ -809,17 +809,18 @@ def format_result(r: dict) -> str:
 
 def backward_plans(kernels: dict[str, Path]) -> dict[str, dict]:
     """{family: plan} for ``patch.load_backwards``: a backward task's kernel where one lies beside a
-    forward kernel (``<task>_bwd/`` with ``kind = "backward"``, its grad_inputs), and the forward task's
+    forward kernel (``<task>_bwd/`` with ``kind = "backward"``, its grad_inputs and whether it takes what the
+    forward saved), and the forward task's
     reference.py (autograd through it where there is no backward kernel)."""
     out = {}
     for family, path in kernels.items():
         path = Path(path)
         bwd_dir = path.parent.parent / f"{path.parent.name}_bwd"
-        plan = {"kernel": None, "positions": (), "reference": None}
+        plan = {"kernel": None, "positions": (), "saved": False, "reference": None}
         if (bwd_dir / taskspec.SPEC_FILE).is_file():
             spec = taskspec.load_spec(bwd_dir)
             if spec.kind == "backward":
-                plan.update(kernel=bwd_dir / taskspec.KERNEL_FILE, positions=spec.grad_inputs)
+                plan.update(kernel=bwd_dir / taskspec.KERNEL_FILE, positions=spec.grad_inputs, saved=bool(spec.saved))
         if (path.parent / "reference.py").is_file():
             plan["reference"] = path.parent / "reference.py"
         if plan["kernel"] or plan["reference"]:

@@ -73,6 +73,10 @@ class TaskSpec:
     # at ``grad_inputs`` (positions in the inputs), checked against autograd of the reference.
     kind: str = "forward"
     grad_inputs: tuple[int, ...] = ()
+    # A backward task's tensors its forward saved (e.g. attention's output and row logsumexp, as
+    # FlashAttention's forward keeps them): the reference's ``saved_for_backward(*inputs)`` computes
+    # them, and kernel_fn takes them between the inputs and the grad_outs.
+    saved: tuple[str, ...] = ()
 
     @property
     def kernel_path(self) -> Path:
@@ -133,6 +137,10 @@ def parse_spec(data: dict[str, Any], path: Path | None = None) -> TaskSpec:
     if not isinstance(grad_inputs, list) or not all(isinstance(i, int) and i >= 0 for i in grad_inputs) \
             or (kind == "backward") != bool(grad_inputs):
         raise TaskFormatError(f"{where}: a backward task names grad_inputs = [input positions] (and only it)")
+    saved = data.get("saved", [])
+    if not isinstance(saved, list) or not all(isinstance(n, str) and n for n in saved) \
+            or (saved and kind != "backward"):
+        raise TaskFormatError(f"{where}: saved = [names of what the forward saves] belongs to a backward task")
     knobs = data.get("knobs", {})
     if not isinstance(knobs, dict) or any(not isinstance(v, list) or not v for v in knobs.values()):
         raise TaskFormatError(f"{where}: [knobs] maps each knob name to a non-empty list of values")
@@ -152,6 +160,7 @@ def parse_spec(data: dict[str, Any], path: Path | None = None) -> TaskSpec:
         path=path,
         kind=kind,
         grad_inputs=tuple(grad_inputs),
+        saved=tuple(saved),
     )
 
 

@@ -49,6 +49,37 @@ def naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1) @ v
 
 
+def saved_for_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple:
+    """What a training forward keeps for the backward, as FlashAttention's does: O (the output, in the
+    inputs' dtype, contiguous [B, H, S, D]) and each query row's logsumexp of its scaled, masked scores
+    (float32, natural log, [B, H, S]). The flash_attention_bwd task hands both to kernel_fn."""
+    group = q.shape[1] // k.shape[1]
+    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and q.shape[-1] <= 256:
+        # torch's FlashAttention forward: exact to the dtype's rounding, float32 logsumexp, milliseconds
+        # at LLaMA-7B sizes (the harness calls this for every rep's fresh inputs)
+        kk, vv = (k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)) if group > 1 else (k, v)
+        try:
+            out = torch.ops.aten._scaled_dot_product_flash_attention(q, kk, vv, 0.0, True)
+            return out[0].contiguous(), out[1].float().contiguous()
+        except (RuntimeError, NotImplementedError):  # a build or card without it: the float32 way below
+            pass
+    # Elsewhere (the CPU, float32): in float32, one batch element at a time
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    outs, lses = [], []
+    for i in range(q.shape[0]):
+        qi = q[i].float()
+        ki = k[i].float().repeat_interleave(group, dim=0)
+        vi = v[i].float().repeat_interleave(group, dim=0)
+        scores = (qi @ ki.transpose(-1, -2)) * scale
+        s = scores.shape[-1]
+        causal = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+        lse = torch.logsumexp(scores, dim=-1)
+        outs.append((torch.exp(scores - lse[..., None]) @ vi).to(q.dtype))
+        lses.append(lse)
+    return torch.stack(outs).contiguous(), torch.stack(lses).contiguous()
+
+
 def flops(shape: dict) -> int:
     b, h, s, d = shape["B"], shape["H"], shape["S"], shape["D"]
     # Two matmuls (QK^T and PV) over the causal half: S(S+1)/2 query-key pairs.
@@ -62,19 +93,19 @@ def bytes_moved(shape: dict, dtype: torch.dtype) -> int:
 
 
 def backward_flops(shape: dict) -> int:
-    # The backward as flash_attention_bwd runs it (q, k, v, dO in; dq, dk, dv out), over the causal
-    # half: QK^T once for the row logsumexp (the forward's PV is not needed: Delta = rowsum(P * dP)),
-    # then the backward's five matmuls, QK^T again, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q.
-    # A kernel that recomputes O, or QK^T and dP once more for a separate dQ pass, does more.
+    # The backward as flash_attention_bwd runs it (q, k, v, O, logsumexp, dO in; dq, dk, dv out: the
+    # forward's O and logsumexp saved, as a training step's forward keeps them), over the causal half:
+    # FlashAttention-2's five matmuls, QK^T again, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q. A
+    # kernel that computes QK^T and dP once more for a separate dQ pass does more.
     b, h, s, d = shape["B"], shape["H"], shape["S"], shape["D"]
-    return 12 * b * h * d * (s * (s + 1) // 2)
+    return 10 * b * h * d * (s * (s + 1) // 2)
 
 
 def backward_bytes_moved(shape: dict, dtype: torch.dtype) -> int:
     size = torch.finfo(dtype).bits // 8
     b, h, kvh, s, d = shape["B"], shape["H"], shape["KVH"], shape["S"], shape["D"]
-    # Read q, dO, k, v once; write dq, dk, dv (O, logsumexp, Delta are the kernel's own, not counted).
-    return (3 * b * h * s * d + 4 * b * kvh * s * d) * size
+    # Read q, O, dO, k, v and the float32 logsumexp once; write dq, dk, dv (Delta is the kernel's own).
+    return (4 * b * h * s * d + 4 * b * kvh * s * d) * size + 4 * b * h * s
 
 
 def _mixed_scales(inputs, g):

@@ -1,22 +1,17 @@
 """Causal flash attention backward (FA-2) in Triton: the one file an agent edits.
 
-kernel_fn(q[B,H,S,D], k[B,KVH,S,D], v[B,KVH,S,D], grad_out[B,H,S,D]) -> (dq, dk, dv), softmax scale
-1/sqrt(D), query head h reads key/value head h // (H // KVH).
+kernel_fn(q[B,H,S,D], k[B,KVH,S,D], v[B,KVH,S,D], o[B,H,S,D], lse[B,H,S], grad_out[B,H,S,D]) -> (dq, dk, dv),
+softmax scale 1/sqrt(D), query head h reads key/value head h // (H // KVH). ``o`` and ``lse`` are what the
+forward saved: its output (contiguous) and each query row's logsumexp of its scaled, masked scores (float32,
+natural log), as FlashAttention's forward keeps them for its backward. Two launches:
 
-The task format is backward-only: the forward's O and logsumexp are not inputs, so four launches:
-
-1. _attn_fwd: the forward again (one program per BLOCK_M query rows x (batch, head)), writing O
-   (input dtype) and the row logsumexp LSE (fp32, base 2, in units of log2(e)/sqrt(D)). Its time is
-   counted in this task's: an honest cost of the backward-only format (a training step's backward
-   gets O and LSE from its forward for free).
-2. _preprocess: Delta = rowsum(dO * O) (fp32), one program per BLOCK_M query rows x (batch, head).
-3. _dkdv: one program per BLOCK_N1 keys x (batch, key/value head). K and V stay in registers;
-   for every query head of the GQA group it loops over the query blocks at and after the causal
-   diagonal (masked ones first, then an unmasked fast loop), recomputing P = exp2(QK^T - LSE), and
-   accumulates dV += P^T dO and dK += dS^T Q in fp32 registers, dS = P * (dO V^T - Delta).
-   One program owns each dK/dV row: no atomics, deterministic.
-4. _dq: one program per BLOCK_M2 query rows x (batch, head): loops over the key blocks before the
-   diagonal (unmasked) then the diagonal ones (masked), dQ += dS K, all in fp32 registers.
+1. _dq: one program per BLOCK_M2 query rows x (batch, head). Delta = rowsum(dO * O) for its rows (fp32,
+   stored for _dkdv), then over the key blocks before the diagonal (unmasked) and the diagonal ones
+   (masked), P = exp2(QK^T - LSE) recomputed, dS = P * (dO V^T - Delta), dQ += dS K in fp32 registers.
+2. _dkdv: one program per BLOCK_N1 keys x (batch, key/value head). K and V stay in registers; for
+   every query head of the GQA group it loops over the query blocks at and after the causal diagonal
+   (masked ones first, then an unmasked fast loop), recomputing P^T, and accumulates dV += P^T dO and
+   dK += dS^T Q in fp32 registers. One program owns each dK/dV row: no atomics, deterministic.
 
 Only the blocks that straddle the diagonal (or the sequence end) pay for a causal mask. Launch
 parameters (grids, widening, strides order) are decided once per (shape, dtype, device) and cached.
@@ -34,10 +29,6 @@ import triton
 import triton.language as tl
 
 # Tunable knobs: module-level constants the offline tuner rewrites.
-BLOCK_M = 64  # forward recompute and preprocess: query rows per program
-BLOCK_N = 64  # forward recompute: keys per inner step
-FWD_WARPS = 4
-FWD_STAGES = 2
 BLOCK_M1 = 64  # dK/dV kernel: query rows per inner step
 BLOCK_N1 = 64  # dK/dV kernel: keys per program (its dK, dV rows)
 DKDV_WARPS = 4  # head dim up to 64
@@ -46,7 +37,7 @@ DKDV_WARPS = 4  # head dim up to 64
 DKDV_WARPS_D128 = 4
 DKDV_STAGES = 2
 BLOCK_M2 = 64  # dQ kernel: query rows per program
-BLOCK_N2 = 32  # dQ kernel: keys per inner step
+BLOCK_N2 = 64  # dQ kernel: keys per inner step (H100, runs 21 and 23: 64 over 32, 1.04x, kept by the tuner)
 DQ_WARPS = 4
 DQ_STAGES = 2
 
@@ -79,93 +70,7 @@ def _widen(x, FIX_BF16: tl.constexpr):
 
 
 # ----------------------------------------------------------------------------------------------
-# 1. forward recompute: O and LSE
-# ----------------------------------------------------------------------------------------------
-
-@triton.jit
-def _fwd_step(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, lo, hi, S, qk_scale,
-              BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr, FIX_BF16: tl.constexpr, STAGES: tl.constexpr):
-    offs_n = tl.arange(0, BLOCK_N)
-    for start_n in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
-        n = start_n + offs_n
-        k_ptrs = k_base + n[None, :] * stride_ks + offs_d[:, None]
-        v_ptrs = v_base + n[:, None] * stride_vs + offs_d[None, :]
-        if DIAGONAL:
-            k = tl.load(k_ptrs, mask=n[None, :] < S, other=0.0)
-            v = tl.load(v_ptrs, mask=n[:, None] < S, other=0.0)
-        else:
-            k = tl.load(k_ptrs)
-            v = tl.load(v_ptrs)
-        qk = tl.dot(q, _widen(k, FIX_BF16)) * qk_scale
-        if DIAGONAL:
-            qk = tl.where(offs_m[:, None] >= n[None, :], qk, float("-inf"))  # each row sees its own key
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.exp2(qk - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = tl.dot(_to16(p, v.dtype, FIX_BF16), _widen(v, FIX_BF16), acc * alpha[:, None])
-        m_i = m_new
-    return acc, l_i, m_i
-
-
-@triton.jit
-def _attn_fwd(Q, K, V, O, LSE, qk_scale, H, GROUP, S,
-              stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
-              stride_vb, stride_vh, stride_vs,
-              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              FIX_BF16: tl.constexpr, STAGES: tl.constexpr):
-    # The head dim's stride is 1 for q, k, v (kernel_fn makes it so); O is contiguous [B, H, S, D].
-    start_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = bh % H
-    kvh = (h // GROUP).to(tl.int64)
-    h = h.to(tl.int64)
-    m0 = start_m * BLOCK_M
-    offs_m = m0 + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM)
-    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :],
-                mask=offs_m[:, None] < S, other=0.0)
-    q = _widen(q, FIX_BF16)
-    k_base = K + b * stride_kb + kvh * stride_kh
-    v_base = V + b * stride_vb + kvh * stride_vh
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    diag_lo = (m0 // BLOCK_N) * BLOCK_N  # keys before it precede every row here: no mask
-    acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
-                              0, diag_lo, S, qk_scale, BLOCK_N, False, FIX_BF16, STAGES)
-    acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
-                              diag_lo, tl.minimum(m0 + BLOCK_M, S), S, qk_scale, BLOCK_N, True, FIX_BF16, STAGES)
-    row = bh.to(tl.int64) * S + offs_m  # O, LSE rows of this (batch, head)
-    tl.store(O + row[:, None] * HEAD_DIM + offs_d[None, :], _to16(acc / l_i[:, None], O.dtype.element_ty, FIX_BF16),
-             mask=offs_m[:, None] < S)
-    tl.store(LSE + row, m_i + tl.log2(l_i), mask=offs_m < S)
-
-
-# ----------------------------------------------------------------------------------------------
-# 2. Delta = rowsum(dO * O)
-# ----------------------------------------------------------------------------------------------
-
-@triton.jit
-def _preprocess(O, DO, DELTA, H, S, stride_db, stride_dh, stride_ds,
-                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
-    start_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
-    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM)
-    mask = offs_m[:, None] < S
-    row = bh.to(tl.int64) * S + offs_m
-    o = tl.load(O + row[:, None] * HEAD_DIM + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
-    do = tl.load(DO + b * stride_db + h * stride_dh + offs_m[:, None] * stride_ds + offs_d[None, :],
-                 mask=mask, other=0.0).to(tl.float32)
-    tl.store(DELTA + row, tl.sum(o * do, axis=1), mask=offs_m < S)
-
-
-# ----------------------------------------------------------------------------------------------
-# 3. dK, dV: one program per key block, over the query heads of its group
+# dK, dV: one program per key block, over the query heads of its group
 # ----------------------------------------------------------------------------------------------
 
 @triton.jit
@@ -179,7 +84,7 @@ def _dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, s
         in_seq = offs_m < S
         q_t = tl.load(q_base + offs_m[None, :] * stride_qs + offs_d[:, None], mask=in_seq[None, :], other=0.0)
         do = tl.load(do_base + offs_m[:, None] * stride_ds + offs_d[None, :], mask=in_seq[:, None], other=0.0)
-        lse = tl.load(lse_base + offs_m, mask=in_seq, other=float("inf"))
+        lse = tl.load(lse_base + offs_m, mask=in_seq, other=float("inf")) * 1.4426950408889634  # to base 2
         delta = tl.load(delta_base + offs_m, mask=in_seq, other=0.0)
         q_t = _widen(q_t, FIX_BF16)
         do = _widen(do, FIX_BF16)
@@ -235,7 +140,7 @@ def _dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, qk_scale, sm_scale, H, KVH, GROUP, S,
 
 
 # ----------------------------------------------------------------------------------------------
-# 4. dQ: one program per query block, over the key blocks up to the diagonal
+# dQ (and Delta): one program per query block, over the key blocks up to the diagonal
 # ----------------------------------------------------------------------------------------------
 
 @triton.jit
@@ -263,9 +168,9 @@ def _dq_step(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_vs, offs_m
 
 
 @triton.jit
-def _dq(Q, K, V, DO, LSE, DELTA, DQ, qk_scale, sm_scale, H, GROUP, S,
+def _dq(Q, K, V, O, DO, LSE, DELTA, DQ, qk_scale, sm_scale, H, GROUP, S,
         stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
-        stride_vb, stride_vh, stride_vs, stride_db, stride_dh, stride_ds,
+        stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os, stride_db, stride_dh, stride_ds,
         HEAD_DIM: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
         FIX_BF16: tl.constexpr, STAGES: tl.constexpr):
     start_m = tl.program_id(0)
@@ -282,9 +187,13 @@ def _dq(Q, K, V, DO, LSE, DELTA, DQ, qk_scale, sm_scale, H, GROUP, S,
                 mask=in_seq[:, None], other=0.0)
     do = tl.load(DO + b * stride_db + h * stride_dh + offs_m[:, None] * stride_ds + offs_d[None, :],
                  mask=in_seq[:, None], other=0.0)
+    o = tl.load(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :],
+                mask=in_seq[:, None], other=0.0)
     row = bh.to(tl.int64) * S + offs_m
-    lse = tl.load(LSE + row, mask=in_seq, other=float("inf"))  # rows past S: P = 0, never stored
-    delta = tl.load(DELTA + row, mask=in_seq, other=0.0)
+    # LSE (natural log) in base 2, as exp2 of the scaled logits wants it; rows past S: P = 0, never stored
+    lse = tl.load(LSE + row, mask=in_seq, other=float("inf")) * 1.4426950408889634
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)  # rowsum(dO * O), for _dkdv too
+    tl.store(DELTA + row, delta, mask=in_seq)
     q = _widen(q, FIX_BF16)
     do = _widen(do, FIX_BF16)
     k_base = K + b * stride_kb + kvh * stride_kh
@@ -301,8 +210,9 @@ def _dq(Q, K, V, DO, LSE, DELTA, DQ, qk_scale, sm_scale, H, GROUP, S,
 
 # ----------------------------------------------------------------------------------------------
 
-def _launch_params(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor) -> dict:
-    key = (tuple(q.shape), tuple(k.shape), q.stride(), k.stride(), v.stride(), do.stride(), q.dtype, q.device)
+def _launch_params(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, do: torch.Tensor) -> dict:
+    key = (tuple(q.shape), tuple(k.shape), q.stride(), k.stride(), v.stride(), o.stride(), do.stride(), q.dtype,
+           q.device)
     params = _LAUNCH.get(key)
     if params is None:
         b, h, s, d = q.shape
@@ -311,7 +221,6 @@ def _launch_params(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
         params = _LAUNCH[key] = dict(
             sm_scale=sm_scale, qk_scale=sm_scale * _LOG2E, group=h // kvh,
             fix_bf16=_INTERPRETED and q.dtype == torch.bfloat16,
-            fwd_grid=(triton.cdiv(s, BLOCK_M), b * h),
             dkdv_grid=(triton.cdiv(s, BLOCK_N1), b * kvh),
             dq_grid=(triton.cdiv(s, BLOCK_M2), b * h),
             dkdv_warps=DKDV_WARPS_D128 if d > 64 else DKDV_WARPS,
@@ -319,20 +228,22 @@ def _launch_params(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     return params
 
 
-def kernel_fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_out: torch.Tensor) -> tuple:
+def kernel_fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+              grad_out: torch.Tensor) -> tuple:
     b, h, s, d = q.shape
     kvh = k.shape[1]
-    if k.shape != (b, kvh, s, d) or v.shape != k.shape or grad_out.shape != q.shape or h % kvh:
-        raise ValueError(f"flash_attention_bwd: need q[B,H,S,D], k/v[B,KVH,S,D] with KVH | H and grad_out "
-                         f"like q; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}, {tuple(grad_out.shape)}")
+    if k.shape != (b, kvh, s, d) or v.shape != k.shape or o.shape != q.shape or grad_out.shape != q.shape \
+            or lse.shape != (b, h, s) or h % kvh:
+        raise ValueError(f"flash_attention_bwd: need q[B,H,S,D], k/v[B,KVH,S,D] with KVH | H, o and grad_out like "
+                         f"q, lse[B,H,S]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}, "
+                         f"{tuple(o.shape)}, {tuple(lse.shape)}, {tuple(grad_out.shape)}")
     if d not in (16, 32, 64, 128):
         raise ValueError(f"flash_attention_bwd: head dim {d} is not supported (16, 32, 64, 128)")
     # The head dim is read as contiguous (stride 1); other strides are honoured ([B, S, H, D] views).
-    q, k, v, grad_out = (t if t.stride(3) == 1 else t.contiguous() for t in (q, k, v, grad_out))
-    p = _launch_params(q, k, v, grad_out)
+    q, k, v, o, grad_out = (t if t.stride(3) == 1 else t.contiguous() for t in (q, k, v, o, grad_out))
+    lse = lse if lse.is_contiguous() and lse.dtype == torch.float32 else lse.float().contiguous()
+    p = _launch_params(q, k, v, o, grad_out)
     dev = q.device
-    o = torch.empty((b, h, s, d), dtype=q.dtype, device=dev)
-    lse = torch.empty((b, h, s), dtype=torch.float32, device=dev)
     delta = torch.empty((b, h, s), dtype=torch.float32, device=dev)
     dq = torch.empty((b, h, s, d), dtype=q.dtype, device=dev)
     dk = torch.empty((b, kvh, s, d), dtype=k.dtype, device=dev)
@@ -340,16 +251,14 @@ def kernel_fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_out: torch
     qs = (q.stride(0), q.stride(1), q.stride(2))
     ks = (k.stride(0), k.stride(1), k.stride(2))
     vs = (v.stride(0), v.stride(1), v.stride(2))
+    os_ = (o.stride(0), o.stride(1), o.stride(2))
     ds = (grad_out.stride(0), grad_out.stride(1), grad_out.stride(2))
     fix = p["fix_bf16"]
-    _attn_fwd[p["fwd_grid"]](q, k, v, o, lse, p["qk_scale"], h, p["group"], s, *qs, *ks, *vs,
-                             HEAD_DIM=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, FIX_BF16=fix, STAGES=FWD_STAGES,
-                             num_warps=FWD_WARPS)
-    _preprocess[p["fwd_grid"]](o, grad_out, delta, h, s, *ds, HEAD_DIM=d, BLOCK_M=BLOCK_M, num_warps=FWD_WARPS)
+    # dQ first: it writes Delta, which every dK/dV program reads for all the query rows it meets
+    _dq[p["dq_grid"]](q, k, v, o, grad_out, lse, delta, dq, p["qk_scale"], p["sm_scale"], h, p["group"], s,
+                      *qs, *ks, *vs, *os_, *ds, HEAD_DIM=d, BLOCK_M2=BLOCK_M2, BLOCK_N2=BLOCK_N2, FIX_BF16=fix,
+                      STAGES=DQ_STAGES, num_warps=DQ_WARPS)
     _dkdv[p["dkdv_grid"]](q, k, v, grad_out, lse, delta, dk, dv, p["qk_scale"], p["sm_scale"], h, kvh, p["group"], s,
                           *qs, *ks, *vs, *ds, HEAD_DIM=d, BLOCK_M1=BLOCK_M1, BLOCK_N1=BLOCK_N1, FIX_BF16=fix,
                           STAGES=DKDV_STAGES, num_warps=p["dkdv_warps"])
-    _dq[p["dq_grid"]](q, k, v, grad_out, lse, delta, dq, p["qk_scale"], p["sm_scale"], h, p["group"], s,
-                      *qs, *ks, *vs, *ds, HEAD_DIM=d, BLOCK_M2=BLOCK_M2, BLOCK_N2=BLOCK_N2, FIX_BF16=fix,
-                      STAGES=DQ_STAGES, num_warps=DQ_WARPS)
     return dq, dk, dv

@@ -36,10 +36,10 @@ def _copy(tmp_path: Path, task: Path, replace: tuple = (), **knobs) -> Path:
 
 @pytest.mark.parametrize("knobs,dims", [
     # Several query and key blocks in every kernel; the dK/dV key block wider than its query step.
-    (dict(BLOCK_M=32, BLOCK_N=16, BLOCK_M1=16, BLOCK_N1=32, BLOCK_M2=32, BLOCK_N2=16),
+    (dict(BLOCK_M1=16, BLOCK_N1=32, BLOCK_M2=32, BLOCK_N2=16),
      {"B": 1, "H": 4, "KVH": 1, "S": 70, "D": 64}),
     # The query step wider than the key block (the masked range starts before the key block).
-    (dict(BLOCK_M=16, BLOCK_N=32, BLOCK_M1=32, BLOCK_N1=16, BLOCK_M2=16, BLOCK_N2=32),
+    (dict(BLOCK_M1=32, BLOCK_N1=16, BLOCK_M2=16, BLOCK_N2=32),
      {"B": 2, "H": 2, "KVH": 2, "S": 45, "D": 128}),
 ])
 def test_attention_tile_configurations(tmp_path, knobs, dims):

@@ -135,6 +135,12 @@ class InputBuilder:
                 inputs = tuple(transform(inputs, torch.Generator().manual_seed(int(step[2]))))
             else:
                 raise ValueError(f"unknown recipe step {step[0]!r}")
+        # A backward task's saved tensors (a forward's output, its logsumexp) belong to the forward inputs
+        # beside them: computed again after fresh contents (a transform, last, computes them itself)
+        steps = recipe.get("steps", ())
+        refresh = getattr(self.ref, "refresh", None)
+        if refresh is not None and steps and steps[-1][0] == "perturb":
+            inputs = refresh(inputs)
         return inputs
 
 

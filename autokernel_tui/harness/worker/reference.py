@@ -12,6 +12,11 @@ times:
   returns the gradients of the ``grad_inputs``; an op whose reference returns a tuple gets one
   ``grad_out`` per output, in order (``kernel_fn(*inputs, *grad_outs)``: add_rmsnorm's
   ``(y, new_residual)`` takes ``grad_y, grad_new_residual``);
+* a task that names ``saved`` in task.toml (what its forward keeps for the backward, e.g. attention's
+  output and row logsumexp) gets them between the forward inputs and the grad_outs
+  (``kernel_fn(*inputs, *saved, *grad_outs)``), computed by the reference's ``saved_for_backward``
+  from the forward inputs, and computed again whenever those change (an adversarial transform, a
+  rep's fresh contents: ``refresh``), so they always belong to the inputs beside them;
 * ``reference`` is autograd of the forward reference (``reference_precise``: in float64);
 * ``backward_only(forward)`` gives what the baselines time: the backward alone of eager autograd,
   or of ``torch.compile``'s generated backward, on a graph whose forward ran before the clock.
@@ -39,7 +44,8 @@ def load_reference(task_dir: Path) -> Any:
     module = load_module(Path(task_dir) / "reference.py", "reference")
     data = tomllib.loads((Path(task_dir) / "task.toml").read_text(encoding="utf-8"))
     if data.get("kind", "forward") == "backward":
-        return BackwardReference(module, tuple(int(i) for i in data.get("grad_inputs", ())))
+        return BackwardReference(module, tuple(int(i) for i in data.get("grad_inputs", ())),
+                                 tuple(data.get("saved", ())))
     return module
 
 
@@ -70,11 +76,14 @@ def _leaf(t: Any, requires: bool, double: bool = False) -> Any:
 class BackwardReference:
     """A backward task's reference (see the module docstring)."""
 
-    def __init__(self, module: ModuleType, grad_inputs: tuple[int, ...]) -> None:
+    def __init__(self, module: ModuleType, grad_inputs: tuple[int, ...], saved: tuple[str, ...] = ()) -> None:
         if not grad_inputs:
             raise ValueError("a backward task names its grad_inputs in task.toml")
+        if saved and not callable(getattr(module, "saved_for_backward", None)):
+            raise ValueError(f"the task names saved = {list(saved)}, its reference.py has no saved_for_backward")
         self.module = module
         self.grad_inputs = grad_inputs
+        self.n_saved = len(saved)
         self.n_grad_outs = 1  # the reference's output count, known once make_inputs has run
         # The forward's transforms, or BACKWARD_ADVERSARIAL where the reference defines it (inputs
         # that test a forward well can make its gradient ill-conditioned: a saturated softmax).
@@ -85,15 +94,37 @@ class BackwardReference:
 
     def _keep_grad_out(self, transform: Callable) -> Callable:
         def apply(inputs: tuple, gen: torch.Generator) -> tuple:
-            fwd, grads = self.split(inputs)
-            return (*transform(fwd, gen), *grads)
+            fwd, _, grads = self.parts(inputs)
+            fwd = tuple(transform(fwd, gen))
+            return (*fwd, *self._saved(fwd), *grads)
         return apply
+
+    def parts(self, inputs: tuple) -> tuple[tuple, tuple, tuple]:
+        """(the forward inputs, what the forward saved, the grad_outs) of a backward task's inputs."""
+        inputs = tuple(inputs)
+        k = len(inputs) - self.n_grad_outs
+        return inputs[:k - self.n_saved], inputs[k - self.n_saved:k], inputs[k:]
 
     def split(self, inputs: tuple) -> tuple[tuple, tuple]:
         """(the forward inputs, the grad_outs) of a backward task's inputs."""
-        inputs = tuple(inputs)
-        k = len(inputs) - self.n_grad_outs
-        return inputs[:k], inputs[k:]
+        fwd, _, grads = self.parts(inputs)
+        return fwd, grads
+
+    def _saved(self, fwd: tuple) -> tuple:
+        if not self.n_saved:
+            return ()
+        with torch.no_grad():
+            saved = tuple(self.module.saved_for_backward(*fwd))
+        if len(saved) != self.n_saved:
+            raise ValueError(f"saved_for_backward returned {len(saved)} tensors, task.toml names {self.n_saved}")
+        return saved
+
+    def refresh(self, inputs: tuple) -> tuple:
+        """``inputs`` with what the forward saved computed again from its (changed) forward inputs."""
+        if not self.n_saved:
+            return tuple(inputs)
+        fwd, _, grads = self.parts(inputs)
+        return (*fwd, *self._saved(fwd), *grads)
 
     def make_inputs(self, shape: dict, dtype: torch.dtype, device: str, seed: int) -> tuple:
         fwd = tuple(self.module.make_inputs(shape, dtype, device, seed))
@@ -103,7 +134,7 @@ class BackwardReference:
         g = torch.Generator(device=device).manual_seed(seed ^ 0x5EED)
         grad_outs = tuple(torch.randn(o.shape, generator=g, device=device, dtype=torch.float32).to(o.dtype)
                           for o in outs)
-        return (*fwd, *grad_outs)
+        return (*fwd, *self._saved(fwd), *grad_outs)
 
     def _grads(self, fn: Callable, inputs: tuple, double: bool) -> tuple:
         fwd, grad_outs = self.split(inputs)
