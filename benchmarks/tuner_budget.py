@@ -77,12 +77,18 @@ def tune_task(harness, task_dir: Path, budget: int, max_seconds: float, quick: b
     spec = load_spec(task_dir)
     state = {} if state is None else state
     result = {} if result is None else result
+    starter = spec.kernel_path.read_text(encoding="utf-8")
+    if state.get("start_source", starter) != starter:
+        # The task's starter changed since the state was saved (its format, say: flash_attention_bwd took O and
+        # the logsumexp after run 23): its experiments were of another kernel, so it starts over
+        log(f"  {spec.name}: the starter changed since the state was saved: starting over")
+        state.clear()
     if finished(state, budget):
         result.update(state["result"], resumed_at=len(state.get("history", [])))
         log(f"  {spec.name}: finished in an earlier call ({result.get('stopped')}), {result.get('kept', 0)} kept")
         return result
     state.pop("result", None)  # a larger budget than the one it finished: it goes on
-    start_src = state.setdefault("start_source", spec.kernel_path.read_text(encoding="utf-8"))
+    start_src = state.setdefault("start_source", starter)
     t0 = time.monotonic()
     deadline = t0 + max_seconds
     resumed = bool(state.get("history"))

@@ -69,6 +69,20 @@ def test_a_run_cut_short_resumes_from_its_state_where_it_stopped(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_state_of_another_starter_starts_over(tmp_path):
+    """A state saved before the task's starter changed (flash_attention_bwd's format, after run 23) holds
+    experiments of another kernel: the run starts over instead of resuming them."""
+    first, _ = _smoke_with_state(tmp_path, 1)
+    path = tmp_path / "state.json"
+    state = json.loads(path.read_text())
+    state["rmsnorm"]["start_source"] += "\n# an older starter\n"
+    path.write_text(json.dumps(state))
+    again, said = _smoke_with_state(tmp_path, 1)
+    assert "the starter changed since the state was saved: starting over" in said
+    assert again["resumed_at"] == 0 and len(again["experiments"]) == 1
+
+
+@pytest.mark.slow
 def test_a_task_finished_in_an_earlier_call_is_not_run_again(tmp_path):
     """Issue 19's ten generated tasks outlast a device call: a task whose budget was used in an earlier call
     keeps its result and costs the next call nothing (no evaluation, no closing comparison), so the time
