@@ -143,11 +143,14 @@ class Backward:
             raise PatchError("a trainable kernel needs a backward kernel or the task's reference")
         self.reference, self.kernel, self.positions, self.saved = reference, kernel, positions, saved
 
-    def grads(self, inputs: tuple, needs: list[bool], grad_out: torch.Tensor) -> list:
+    def grads(self, inputs: tuple, needs: list[bool], grad_out: torch.Tensor, saved: tuple | None = None) -> list:
+        """The gradients of ``inputs`` where ``needs``; ``saved``: what the forward kernel kept for the
+        backward kernel (else computed here by the reference, where the backward kernel takes any)."""
         out = [None] * len(inputs)
         if self.kernel is not None:
-            saved = ()
-            if self.saved is not None:
+            if self.saved is None:
+                saved = ()
+            elif saved is None:
                 with torch.no_grad():
                     saved = tuple(self.saved(*inputs))
             got = self.kernel(*inputs, *saved, grad_out.contiguous())
@@ -167,28 +170,41 @@ class Backward:
 
 
 class _KernelFunction(torch.autograd.Function):
-    """A kernel in autograd: the Triton forward, and the family's Backward."""
+    """A kernel in autograd: the Triton forward, and the family's Backward. ``forward_saved``: the forward
+    kernel's variant that also returns what the backward kernel takes (``kernel_fn_saved(*inputs) -> (output,
+    saved tuple)``), or None."""
 
     @staticmethod
-    def forward(ctx, fn, backward, *inputs):
+    def forward(ctx, fn, backward, forward_saved, *inputs):
         ctx.backward, ctx.layout = backward, [isinstance(t, torch.Tensor) for t in inputs]
         ctx.others = [None if isinstance(t, torch.Tensor) else t for t in inputs]
-        ctx.save_for_backward(*[t for t in inputs if isinstance(t, torch.Tensor)])
-        return fn(*inputs)
+        out, saved = forward_saved(*inputs) if forward_saved is not None else (fn(*inputs), ())
+        ctx.n_saved = len(saved) if forward_saved is not None else None
+        ctx.save_for_backward(*[t for t in inputs if isinstance(t, torch.Tensor)], *saved)
+        return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        saved = iter(ctx.saved_tensors)
-        inputs = tuple(next(saved) if is_t else other for is_t, other in zip(ctx.layout, ctx.others))
-        needs = list(ctx.needs_input_grad[2:])
-        return (None, None, *ctx.backward.grads(inputs, needs, grad_out))
+        tensors = ctx.saved_tensors
+        kept = None if ctx.n_saved is None else tuple(tensors[len(tensors) - ctx.n_saved:])
+        it = iter(tensors)
+        inputs = tuple(next(it) if is_t else other for is_t, other in zip(ctx.layout, ctx.others))
+        needs = list(ctx.needs_input_grad[3:])
+        return (None, None, None, *ctx.backward.grads(inputs, needs, grad_out, kept))
 
 
 def trainable(fn: Callable, backward: Backward) -> Callable:
-    """``fn`` that autograd can differentiate (plain ``fn`` when no gradient is being recorded)."""
+    """``fn`` that autograd can differentiate (plain ``fn`` when no gradient is being recorded). Where the
+    backward kernel takes what the forward saved and ``fn``'s kernel.py also defines ``kernel_fn_saved``
+    (flash attention's: the output and its logsumexp in one pass), the forward runs that instead, so the
+    backward does not compute them again."""
+    forward_saved = None
+    if backward.kernel is not None and backward.saved is not None:
+        forward_saved = getattr(sys.modules.get(getattr(fn, "__module__", "") or ""), "kernel_fn_saved", None)
+
     def call(*inputs):
         if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
-            return _KernelFunction.apply(fn, backward, *inputs)
+            return _KernelFunction.apply(fn, backward, forward_saved, *inputs)
         return fn(*inputs)
     return call
 

@@ -116,13 +116,13 @@ def _attend_tma(acc, l_i, m_i, q, k_desc, v_desc, kv_row0, offs_m, lo, hi, qk_sc
 
 
 @triton.jit
-def _flash_fwd(Q, K, V, O, qk_scale, H, GROUP, S, N_M_BLOCKS, BH,
+def _flash_fwd(Q, K, V, O, LSE, qk_scale, H, GROUP, S, N_M_BLOCKS, BH,
                stride_qb, stride_qh, stride_qs, stride_qd,
                stride_kb, stride_kh, stride_ks, stride_kd,
                stride_vb, stride_vh, stride_vs, stride_vd,
                stride_ob, stride_oh, stride_os, stride_od,
                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDEN: tl.constexpr,
-               HEAD_GROUP: tl.constexpr):
+               HEAD_GROUP: tl.constexpr, STORE_LSE: tl.constexpr):
     start_m, bh = _schedule(tl.program_id(0), BH, N_M_BLOCKS, HEAD_GROUP)
     b = (bh // H).to(tl.int64)
     h = bh % H
@@ -152,13 +152,14 @@ def _flash_fwd(Q, K, V, O, qk_scale, H, GROUP, S, N_M_BLOCKS, BH,
     out = acc / l_i[:, None]
     o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=offs_m[:, None] < S)
+    _store_lse(LSE, bh, S, offs_m, m_i, l_i, STORE_LSE)
 
 
 @triton.jit
-def _flash_fwd_tma(q_desc, k_desc, v_desc, O, qk_scale, H, KVH, GROUP, S, N_M_BLOCKS, BH,
+def _flash_fwd_tma(q_desc, k_desc, v_desc, O, LSE, qk_scale, H, KVH, GROUP, S, N_M_BLOCKS, BH,
                    stride_ob, stride_oh, stride_os, stride_od,
                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDEN: tl.constexpr,
-                   HEAD_GROUP: tl.constexpr):
+                   HEAD_GROUP: tl.constexpr, STORE_LSE: tl.constexpr):
     # Same schedule as _flash_fwd, with Q/K/V tiles fetched by TMA from [rows, HEAD_DIM] views.
     start_m, bh = _schedule(tl.program_id(0), BH, N_M_BLOCKS, HEAD_GROUP)
     b = bh // H
@@ -184,6 +185,15 @@ def _flash_fwd_tma(q_desc, k_desc, v_desc, O, qk_scale, H, KVH, GROUP, S, N_M_BL
     o_ptrs = (O + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
               + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od)
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=offs_m[:, None] < S)  # masked: never the next head's rows
+    _store_lse(LSE, bh, S, offs_m, m_i, l_i, STORE_LSE)
+
+
+@triton.jit
+def _store_lse(LSE, bh, S, offs_m, m_i, l_i, STORE_LSE: tl.constexpr):
+    # kernel_fn_saved: each row's logsumexp of its scaled scores, natural log (m_i, l_i are base 2), for the
+    # backward (flash_attention_bwd's lse input), float32 [B, H, S]
+    if STORE_LSE:
+        tl.store(LSE + bh.to(tl.int64) * S + offs_m, (m_i + tl.log2(l_i)) * 0.6931471805599453, mask=offs_m < S)
 
 
 def _tma_ok(*tensors) -> bool:
@@ -217,7 +227,7 @@ def _knobs() -> tuple:
     )
 
 
-def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, made_under: tuple):
+def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, made_under: tuple, store_lse: bool = False):
     b, h, s, d = q.shape
     kvh = k.shape[1]
     if k.shape != (b, kvh, s, d) or v.shape != k.shape or h % kvh:
@@ -232,7 +242,7 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, made_under: tuple):
     grid = (n_m_blocks * b * h,)
     launch_extra = {"maxnreg": MAX_REGS} if MAX_REGS and not _INTERPRETED else {}
     meta = dict(HEAD_DIM=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, WIDEN=widen, HEAD_GROUP=HEAD_GROUP,
-                num_warps=NUM_WARPS, num_stages=stages, **launch_extra)
+                STORE_LSE=store_lse, num_warps=NUM_WARPS, num_stages=stages, **launch_extra)
     o_strides = (h * s * d, s * d, d, 1)  # o is allocated contiguous
     if USE_TMA and _tma_ok(q, k, v):
         return _Plan(made_under, _flash_fwd_tma[grid], grid, (qk_scale, h, kvh, h // kvh, s, n_m_blocks, b * h,
@@ -244,17 +254,29 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, made_under: tuple):
 
 
 def kernel_fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return _forward(q, k, v, False)[0]
+
+
+def kernel_fn_saved(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple:
+    """(the output, what the backward takes of this forward): (O, (O, lse)), flash_attention_bwd's saved o and
+    lse, in one pass. A patched model that trains calls this in place of kernel_fn."""
+    o, lse = _forward(q, k, v, True)
+    return o, (o, lse)
+
+
+def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, store_lse: bool) -> tuple:
     key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype,
-           (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16 == 0)
+           (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16 == 0, store_lse)
     knobs = _knobs()
     p = _PLANS.get(key)
     if p is None or p.made_under != knobs:
-        p = _PLANS[key] = _plan(q, k, v, knobs)
+        p = _PLANS[key] = _plan(q, k, v, knobs, store_lse)
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device) if store_lse else o
     if p.tma:
         # descriptors over the [B*H*S, D] / [B*KVH*S, D] views: the contiguous tensors themselves
         p.launch(TensorDescriptor(q, *p.desc_q), TensorDescriptor(k, *p.desc_kv), TensorDescriptor(v, *p.desc_kv),
-                 o, *p.args, **p.meta)
+                 o, lse, *p.args, **p.meta)
     else:
-        p.launch(q, k, v, o, *p.args, **p.meta)
-    return o
+        p.launch(q, k, v, o, lse, *p.args, **p.meta)
+    return (o, lse) if store_lse else (o,)

@@ -91,3 +91,18 @@ def test_unsupported_shapes_are_refused(q_shape, kv_shape, message):
     k = torch.zeros(kv_shape, dtype=torch.float16)
     with pytest.raises(ValueError, match=message):
         ker.kernel_fn(q, k, k)
+
+
+@pytest.mark.parametrize("dtype,tma", [(torch.float16, 1), (torch.bfloat16, 0), (torch.float32, 1)])
+def test_the_saved_variant_returns_the_output_and_the_backwards_logsumexp(tmp_path, dtype, tma):
+    # kernel_fn_saved: what a training forward keeps for flash_attention_bwd (o, lse), in one pass: the
+    # same output as kernel_fn, and the logsumexp the reference's saved_for_backward computes
+    ker = sc.load_module(with_knobs(tmp_path, USE_TMA=tma, BLOCK_M=32, BLOCK_N=16) / "kernel.py", f"fa-saved-{tma}")
+    ref = sc.load_module(TASK / "reference.py", "fa-saved-ref")
+    q, k, v = ref.make_inputs({"B": 2, "H": 4, "KVH": 2, "S": 45, "D": 64}, dtype, "cpu", 3)
+    o, (saved_o, lse) = ker.kernel_fn_saved(q, k, v)
+    assert saved_o is o and torch.equal(o, ker.kernel_fn(q, k, v))
+    want_o, want_lse = ref.saved_for_backward(q, k, v)
+    assert lse.dtype == torch.float32 and lse.shape == (2, 4, 45)
+    torch.testing.assert_close(lse, want_lse, atol=2e-2 if dtype != torch.float32 else 1e-4, rtol=0)
+    torch.testing.assert_close(o.float(), want_o.float(), atol=3e-2, rtol=0)

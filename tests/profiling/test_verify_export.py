@@ -524,3 +524,37 @@ def test_a_set_of_kernels_is_predicted_from_the_time_each_saves_alone():
     assert abs(predict_set(100.0, alone) - 100.0 / 95.0) < 1e-9
     assert predict_set(100.0, [{"base_median_us": 100.0}]) is None  # a kernel that did not run
     assert predict_set(100.0, [{"base_median_us": 300.0, "median_us": 100.0}]) is None  # nothing left: no ratio
+
+
+def test_attention_trains_on_the_forwards_saved_tensors_without_computing_them_again():
+    # flash_attention_bwd takes O and the logsumexp: a patched model's forward keeps them (kernel_fn_saved), so
+    # the backward neither runs the forward again nor calls the reference's saved_for_backward
+    import torch
+
+    from autokernel_tui.profiling import patch
+    from autokernel_tui.profiling.verify import backward_plans
+
+    fwd_path = starters_dir() / "flash_attention" / "kernel.py"
+    (family, plan), = backward_plans({"flash_attention": fwd_path}).items()
+    assert plan["saved"] is True
+    backward = patch.load_backwards({family: plan})[family]
+    calls = []
+    reference_saved = backward.saved
+    backward.saved = lambda *a: calls.append(1) or reference_saved(*a)
+    fn = patch.trainable(patch.load_kernel(fwd_path), backward)
+    ref = patch._load_module(Path(plan["reference"]), "reference")
+    q, k, v = (t.requires_grad_() for t in ref.make_inputs({"B": 1, "H": 2, "KVH": 1, "S": 24, "D": 32},
+                                                           torch.float32, "cpu", 0))
+    out = fn(q, k, v)
+    grad = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), grad)
+    want = torch.autograd.grad(ref.reference(q, k, v), (q, k, v), grad)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-3)
+    assert calls == []
+    # a forward kernel without the saved variant: the backward computes them by the reference
+    plain = patch.trainable(lambda *a: ref.reference(*a).detach(), backward)
+    got = torch.autograd.grad(plain(q, k, v), (q, k, v), grad)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-3)
+    assert calls == [1]
