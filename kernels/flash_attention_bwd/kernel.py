@@ -241,7 +241,9 @@ def kernel_fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor
         raise ValueError(f"flash_attention_bwd: head dim {d} is not supported (16, 32, 64, 128)")
     # The head dim is read as contiguous (stride 1); other strides are honoured ([B, S, H, D] views).
     q, k, v, o, grad_out = (t if t.stride(3) == 1 else t.contiguous() for t in (q, k, v, o, grad_out))
-    lse = lse if lse.is_contiguous() and lse.dtype == torch.float32 else lse.float().contiguous()
+    if lse.dtype != torch.float32:
+        raise ValueError(f"flash_attention_bwd: lse is the forward's float32 logsumexp, got {lse.dtype}")
+    lse = lse if lse.is_contiguous() else lse.contiguous()
     p = _launch_params(q, k, v, o, grad_out)
     dev = q.device
     delta = torch.empty((b, h, s), dtype=torch.float32, device=dev)
