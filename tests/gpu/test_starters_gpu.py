@@ -37,3 +37,26 @@ def test_starter_on_gpu(task_dir, dtype, shape, adversarial):
     torch.cuda.empty_cache()
     assert row["kernel"]["passed"], f"kernel: {row['kernel']['why']}"
     assert row["baseline"]["passed"], f"eager baseline fails its own tolerance: {row['baseline']['why']}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dims", [{"B": 2, "H": 8, "KVH": 2, "S": 1000, "D": 128}, {"B": 2, "H": 4, "KVH": 4, "S": 512, "D": 64}],
+                         ids=["gqa-d128-odd", "mha-d64"])
+def test_attention_saved_tensors_on_gpu(dtype, dims):
+    # What flash_attention_bwd is given: the reference's saved_for_backward through torch's FlashAttention
+    # forward on the GPU against the float32 way, and the forward starter's kernel_fn_saved (what a model that
+    # trains keeps) against both
+    import torch
+
+    ref = sc.load_module(REPO / "kernels" / "flash_attention" / "reference.py", "gpu-saved")
+    ker = sc.load_module(REPO / "kernels" / "flash_attention" / "kernel.py", "gpu-saved-kernel")
+    q, k, v = ref.make_inputs(dims, getattr(torch, dtype), "cuda", 0)
+    o, lse = ref.saved_for_backward(q, k, v)
+    o32, lse32 = ref.saved_for_backward(q.cpu().float(), k.cpu().float(), v.cpu().float())
+    assert o.dtype == q.dtype and o.is_contiguous() and lse.dtype == torch.float32 and lse.shape == q.shape[:3]
+    torch.testing.assert_close(lse.cpu(), lse32, atol=1e-2, rtol=0)
+    torch.testing.assert_close(o.float().cpu(), o32, atol=2e-2, rtol=0)
+    ko, (_, klse) = ker.kernel_fn_saved(q, k, v)
+    torch.testing.assert_close(klse, lse, atol=1e-2, rtol=0)
+    torch.testing.assert_close(ko.float(), o.float(), atol=2e-2, rtol=0)
