@@ -13,7 +13,8 @@ natural log), as FlashAttention's forward keeps them for its backward. Two launc
    (masked ones first, then an unmasked fast loop), recomputing P^T, and accumulates dV += P^T dO and
    dK += dS^T Q in fp32 registers. One program owns each dK/dV row: no atomics, deterministic.
 
-Only the blocks that straddle the diagonal (or the sequence end) pay for a causal mask. Launch
+Only the blocks that straddle the diagonal (or the sequence end) pay for a causal mask. Both grids start
+the longest programs first (every head's), so the last wave is short ones. Launch
 parameters (grids, widening, strides order) are decided once per (shape, dtype, device) and cached.
 
 Left for the agent: TMA loads, a fused dQ without atomics (fp32 atomic adds land in any order:
@@ -104,8 +105,10 @@ def _dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, qk_scale, sm_scale, H, KVH, GROUP, S,
           stride_vb, stride_vh, stride_vs, stride_db, stride_dh, stride_ds,
           HEAD_DIM: tl.constexpr, BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
           FIX_BF16: tl.constexpr, STAGES: tl.constexpr):
-    start_n = tl.program_id(0)
-    bkv = tl.program_id(1)
+    # Heads along the grid's first axis, key blocks along the second: the GPU starts programs in that order,
+    # so every head's first key blocks (the longest: every later query block) go out before any short one
+    bkv = tl.program_id(0)
+    start_n = tl.program_id(1)
     b = (bkv // KVH).to(tl.int64)
     kvh = (bkv % KVH).to(tl.int64)
     n0 = start_n * BLOCK_N1
@@ -173,8 +176,10 @@ def _dq(Q, K, V, O, DO, LSE, DELTA, DQ, qk_scale, sm_scale, H, GROUP, S,
         stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os, stride_db, stride_dh, stride_ds,
         HEAD_DIM: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
         FIX_BF16: tl.constexpr, STAGES: tl.constexpr):
-    start_m = tl.program_id(0)
-    bh = tl.program_id(1)
+    # Query blocks last to first (the last meet the most keys), every head's at once: the grid ends on the
+    # shortest programs instead of one head's longest
+    bh = tl.program_id(0)
+    start_m = tl.num_programs(1) - 1 - tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = bh % H
     kvh = (h // GROUP).to(tl.int64)
@@ -221,8 +226,8 @@ def _launch_params(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.T
         params = _LAUNCH[key] = dict(
             sm_scale=sm_scale, qk_scale=sm_scale * _LOG2E, group=h // kvh,
             fix_bf16=_INTERPRETED and q.dtype == torch.bfloat16,
-            dkdv_grid=(triton.cdiv(s, BLOCK_N1), b * kvh),
-            dq_grid=(triton.cdiv(s, BLOCK_M2), b * h),
+            dkdv_grid=(b * kvh, triton.cdiv(s, BLOCK_N1)),
+            dq_grid=(b * h, triton.cdiv(s, BLOCK_M2)),
             dkdv_warps=DKDV_WARPS_D128 if d > 64 else DKDV_WARPS,
         )
     return params
