@@ -43,6 +43,10 @@ import triton.language as tl
 # Tunable knobs: module-level constants the offline tuner rewrites.
 ROW_BLOCK_ELEMS = 2048  # rows path: elements a program holds per step (rows x padded row width)
 NUM_WARPS = 4  # rows path: warps per ROW_BLOCK_ELEMS; a row wider than that gets proportionally more
+# Rows path: 2 or more prefetches each program's next row block by async copies while it computes this one
+# (compiled for sm_90: the x and dy loads become LDGSTS, 123 -> 105 registers at 8192-wide rows, rmsnorm_bwd).
+# Not yet timed: 1 (no prefetch) stays the default until a GPU sweep says otherwise.
+ROWS_STAGES = 1
 MAX_FUSED_N = 16384  # widest row the rows path holds in registers
 PROGRAMS_PER_SM = 4  # main-kernel programs per SM: more overlap, but more dw partial rows to reduce
 LOOP_BLOCK_N = 4096  # chunk width of the looped path
@@ -63,7 +67,8 @@ CPU_SMS = 4  # a few main-kernel programs, so the tests still cover several row 
 
 @triton.jit
 def _layernorm_bwd_rows(X, W, DY, DX, DWP, DBP, M, N, stride_x, stride_dy, stride_dx, eps, BLOCKS_PER_PROG,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      STAGES: tl.constexpr):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     cmask = cols < N
@@ -71,7 +76,7 @@ def _layernorm_bwd_rows(X, W, DY, DX, DWP, DBP, M, N, stride_x, stride_dy, strid
     acc_w = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)  # this program's dw and db, summed once at the end
     acc_b = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     first = pid * BLOCKS_PER_PROG
-    for blk in range(first, first + BLOCKS_PER_PROG):
+    for blk in tl.range(first, first + BLOCKS_PER_PROG, num_stages=STAGES):  # STAGES > 1: the next block prefetched
         rows = (blk * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
         mask = (rows < M)[:, None] & cmask[None, :]
         x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -276,7 +281,7 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     elif path == "looped":
         _layernorm_bwd_looped[(programs,)](*args, BLOCK_N=block_n, REVERSED=LOOP_PASS2_REVERSED, num_warps=warps)
     else:
-        _layernorm_bwd_rows[(programs,)](*args, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)
+        _layernorm_bwd_rows[(programs,)](*args, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=ROWS_STAGES, num_warps=warps)
     _column_sums[(triton.cdiv(n, reduce_n),)](partials[0], dw, partials[1], db, programs, n, BLOCK_P=REDUCE_BLOCK_P,
                                               BLOCK_N=reduce_n, num_warps=REDUCE_NUM_WARPS)
     return dx.view(x.shape), dw, db

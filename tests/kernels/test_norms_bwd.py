@@ -37,11 +37,14 @@ def _check(task: str, ker, dims: dict, dtype: str = "float32", adversarial: str 
     return sc.check_call(ker.kernel_fn, ref, inputs, load_spec(REPO / "kernels" / task).tolerances[dtype])
 
 
+@pytest.mark.parametrize("stages", [1, 2])
 @pytest.mark.parametrize("task", TASKS)
-def test_weight_grad_over_many_row_blocks_with_a_remainder(task):
+def test_weight_grad_over_many_row_blocks_with_a_remainder(task, stages):
     # 37 rows in blocks of 2 (19 blocks, the last half empty), 3 blocks per program: 7 programs, the
-    # last with one block; each program's partial row summed by the column-sum kernel in 2 steps.
-    ker = _kernel(task, ROW_BLOCK_ELEMS=128, CPU_SMS=2, PROGRAMS_PER_SM=4, REDUCE_BLOCK_P=4, REDUCE_BLOCK_N=32)
+    # last with one block; each program's partial row summed by the column-sum kernel in 2 steps. With
+    # ROWS_STAGES = 2 the loop prefetches each next block (on a GPU; the interpreter runs it in order).
+    ker = _kernel(task, ROW_BLOCK_ELEMS=128, CPU_SMS=2, PROGRAMS_PER_SM=4, REDUCE_BLOCK_P=4, REDUCE_BLOCK_N=32,
+                  ROWS_STAGES=stages)
     assert ker._plan(37, 64, torch.device("cpu"))[:5] == ("rows", 7, 3, 2, 64)
     verdict = _check(task, ker, {"M": 37, "N": 64})
     assert verdict["passed"], verdict["why"]
