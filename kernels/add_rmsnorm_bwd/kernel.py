@@ -40,10 +40,11 @@ import triton.language as tl
 # Tunable knobs: module-level constants the offline tuner rewrites.
 ROW_BLOCK_ELEMS = 2048  # rows path: elements a program holds per step (rows x padded row width)
 NUM_WARPS = 4  # rows path: warps per ROW_BLOCK_ELEMS; a row wider than that gets proportionally more
-# Rows path: 2 or more prefetches each program's next row block by async copies while it computes this one
-# (compiled for sm_90: the x and dy loads become LDGSTS, 123 -> 105 registers at 8192-wide rows, rmsnorm_bwd).
-# Not yet timed: 1 (no prefetch) stays the default until a GPU sweep says otherwise.
-ROWS_STAGES = 1
+# Rows path: each program's next row block prefetched by async copies while it computes this one, in up to
+# ROWS_STAGES - 1 shared-memory copies (as many as fit: _rows_stages; fp32 at 5120-wide rows ran out of
+# shared memory at 3 before the cap). H100, run 24 (knob_sweep at llama7b-layer, odd, llama7b-b4): 3 over 1
+# took 16-bit odd 89 -> 77 us, the others within 2% (fp32 llama7b-layer 125 -> 128 us, 2.5% slower).
+ROWS_STAGES = 3
 MAX_FUSED_N = 16384  # widest row the rows path holds in registers
 PROGRAMS_PER_SM = 4  # main-kernel programs per SM: more overlap, but more dw partial rows to reduce
 LOOP_BLOCK_N = 4096  # chunk width of the looped path
@@ -59,6 +60,7 @@ REDUCE_NUM_WARPS = 4
 
 # The interpreter (CPU) runs programs one after another at a fixed cost each: few, wide ones.
 CPU_SMS = 4  # a few main-kernel programs, so the tests still cover several row blocks
+_ROWS_SMEM_BYTES = 200 * 1024  # Hopper's 227 KB per block, less room for the reductions' scratch
 
 
 @triton.jit
@@ -199,6 +201,13 @@ def _num_sms(device: torch.device) -> int:
     return CPU_SMS
 
 
+def _rows_stages(block_m: int, block_n: int, elem: int) -> int:
+    """The rows path's pipeline depth: ROWS_STAGES, less where its copies would not fit in shared memory
+    (Triton keeps stages - 1 copies of each prefetched tile: the four row tiles)."""
+    copy = block_m * block_n * elem * 4
+    return max(1, min(ROWS_STAGES, 1 + _ROWS_SMEM_BYTES // copy))
+
+
 def _plan(m: int, n: int, device: torch.device) -> tuple:
     """(path, programs, per_program, block_m, block_n, warps, reduce_block_n), path "rows", "looped" or
     "split": per_program counts row blocks (rows), rows (looped) or a row group's rows (split, whose
@@ -250,7 +259,8 @@ def kernel_fn(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps
     elif path == "looped":
         _add_rmsnorm_bwd_looped[(programs,)](*args, BLOCK_N=block_n, REVERSED=LOOP_PASS2_REVERSED, num_warps=warps)
     else:
-        _add_rmsnorm_bwd_rows[(programs,)](*args, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=ROWS_STAGES, num_warps=warps)
+        stages = _rows_stages(block_m, block_n, x.element_size())
+        _add_rmsnorm_bwd_rows[(programs,)](*args, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, num_warps=warps)
     _column_sum[(triton.cdiv(n, reduce_n),)](dwp, dw, programs, n, BLOCK_P=REDUCE_BLOCK_P, BLOCK_N=reduce_n,
                                              num_warps=REDUCE_NUM_WARPS)
     grad = dx.view(x.shape)

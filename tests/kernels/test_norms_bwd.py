@@ -135,3 +135,16 @@ def test_a_workspace_gets_the_linked_reference_as_a_file(tmp_path):
     ref = dest / "reference.py"
     assert (REPO / "kernels" / "layernorm_bwd" / "reference.py").is_symlink() and not ref.is_symlink()
     assert ref.read_bytes() == (REPO / "kernels" / "layernorm" / "reference.py").read_bytes()
+
+
+def test_the_rows_pipeline_depth_fits_shared_memory():
+    # Run 24 (H100): add_rmsnorm_bwd's fp32 rows of 5120 (8192 padded) ran out of shared memory at 3 stages;
+    # Triton keeps stages - 1 copies of each prefetched tile, so the depth is capped by what fits.
+    for task, loads in (("rmsnorm_bwd", 2), ("layernorm_bwd", 2), ("add_rmsnorm_bwd", 4)):
+        ker = _kernel(task, ROWS_STAGES=3)
+        assert ker._rows_stages(1, 8192, 2) == 3  # 16-bit 8192-wide rows: two copies fit
+        copy = 8192 * 4 * loads
+        assert ker._rows_stages(1, 8192, 4) == min(3, 1 + ker._ROWS_SMEM_BYTES // copy)
+        assert (ker._rows_stages(1, 8192, 4) - 1) * copy <= ker._ROWS_SMEM_BYTES
+        assert ker._rows_stages(64, 16384, 4) == 1  # nothing fits twice: no prefetch
+    assert _kernel("add_rmsnorm_bwd", ROWS_STAGES=3)._rows_stages(1, 8192, 4) == 2
