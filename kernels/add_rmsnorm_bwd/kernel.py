@@ -54,6 +54,7 @@ WIDE_SPLIT = 1  # rows wider than MAX_FUSED_N: the split path (1) or the looped 
 SPLIT_TILE_N = 512  # split path: columns per program
 SPLIT_TILE_M = 4  # split path: rows per step
 SPLIT_NUM_WARPS = 4
+SPLIT_STAGES = 1  # split path: 2+ prefetches each next row tile by async copies (as ROWS_STAGES); not yet timed
 REDUCE_BLOCK_N = 64  # dw reduction: columns per program
 REDUCE_BLOCK_P = 64  # dw reduction: partial rows summed per step
 REDUCE_NUM_WARPS = 4
@@ -152,7 +153,8 @@ def _add_rmsnorm_bwd_row_stats(X, R, W, DY, STATS, N, stride_x, stride_r, stride
 
 @triton.jit
 def _add_rmsnorm_bwd_split_tiles(X, R, W, DY, DH, DX, STATS, DWP, M, N, stride_x, stride_r, stride_dy, stride_dh,
-                                 stride_dx, ROWS_PER_GROUP, TILE_M: tl.constexpr, TILE_N: tl.constexpr):
+                                 stride_dx, ROWS_PER_GROUP, TILE_M: tl.constexpr, TILE_N: tl.constexpr,
+                                 STAGES: tl.constexpr):
     """The split path's second kernel: program (t, g) writes dh of column tile t for row group g's rows,
     TILE_M at a time, and that group's dw partial sum for the tile (in registers, a fixed order)."""
     cols = tl.program_id(0) * TILE_N + tl.arange(0, TILE_N)
@@ -162,7 +164,7 @@ def _add_rmsnorm_bwd_split_tiles(X, R, W, DY, DH, DX, STATS, DWP, M, N, stride_x
     acc = tl.zeros([TILE_M, TILE_N], dtype=tl.float32)
     row0 = group * ROWS_PER_GROUP
     row_end = tl.minimum(row0 + ROWS_PER_GROUP, M)
-    for r in range(row0, row_end, TILE_M):
+    for r in tl.range(row0, row_end, TILE_M, num_stages=STAGES):
         rows = (r + tl.arange(0, TILE_M)).to(tl.int64)
         rmask = rows < row_end
         mask = rmask[:, None] & cmask[None, :]
@@ -255,7 +257,7 @@ def kernel_fn(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps
                                          BLOCK_N=LOOP_BLOCK_N, num_warps=LOOP_NUM_WARPS)
         _add_rmsnorm_bwd_split_tiles[(triton.cdiv(n, block_n), programs)](
             x2, r2, weight, dy, dh_in, dx, stats, dwp, m, n, x2.stride(0), r2.stride(0), dy.stride(0),
-            dh_in.stride(0), dx.stride(0), per, TILE_M=block_m, TILE_N=block_n, num_warps=warps)
+            dh_in.stride(0), dx.stride(0), per, TILE_M=block_m, TILE_N=block_n, STAGES=SPLIT_STAGES, num_warps=warps)
     elif path == "looped":
         _add_rmsnorm_bwd_looped[(programs,)](*args, BLOCK_N=block_n, REVERSED=LOOP_PASS2_REVERSED, num_warps=warps)
     else:

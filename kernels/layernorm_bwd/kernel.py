@@ -57,6 +57,7 @@ WIDE_SPLIT = 1  # rows wider than MAX_FUSED_N: the split path (1) or the looped 
 SPLIT_TILE_N = 512  # split path: columns per program (1024 x 4 rows took 198 registers at 4 warps, sm_90)
 SPLIT_TILE_M = 4  # split path: rows per step
 SPLIT_NUM_WARPS = 4
+SPLIT_STAGES = 1  # split path: 2+ prefetches each next row tile by async copies (as ROWS_STAGES); not yet timed
 REDUCE_BLOCK_N = 64  # dw reduction: columns per program
 # dw reduction: partial rows summed per step (64 -> 128: 1.18x the whole backward, run 20's tuner, H100 fp16)
 REDUCE_BLOCK_P = 128
@@ -174,7 +175,7 @@ def _layernorm_bwd_row_stats(X, W, DY, STATS, N, stride_x, stride_dy, eps, BLOCK
 
 @triton.jit
 def _layernorm_bwd_split_tiles(X, W, DY, DX, STATS, DWP, DBP, M, N, stride_x, stride_dy, stride_dx, ROWS_PER_GROUP,
-                               TILE_M: tl.constexpr, TILE_N: tl.constexpr):
+                               TILE_M: tl.constexpr, TILE_N: tl.constexpr, STAGES: tl.constexpr):
     """The split path's second kernel: program (t, g) writes dx of column tile t for row group g's
     rows, TILE_M at a time, and that group's dw, db partial sums for the tile (in registers, summed
     in a fixed order: deterministic)."""
@@ -186,7 +187,7 @@ def _layernorm_bwd_split_tiles(X, W, DY, DX, STATS, DWP, DBP, M, N, stride_x, st
     acc_b = tl.zeros([TILE_M, TILE_N], dtype=tl.float32)
     row0 = group * ROWS_PER_GROUP
     row_end = tl.minimum(row0 + ROWS_PER_GROUP, M)
-    for r in range(row0, row_end, TILE_M):
+    for r in tl.range(row0, row_end, TILE_M, num_stages=STAGES):
         rows = (r + tl.arange(0, TILE_M)).to(tl.int64)
         rmask = rows < row_end
         mask = rmask[:, None] & cmask[None, :]
@@ -286,7 +287,7 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
                                        num_warps=LOOP_NUM_WARPS)
         _layernorm_bwd_split_tiles[(triton.cdiv(n, block_n), programs)](
             x2, weight, dy, dx, stats, partials[0], partials[1], m, n, x2.stride(0), dy.stride(0), dx.stride(0), per,
-            TILE_M=block_m, TILE_N=block_n, num_warps=warps)
+            TILE_M=block_m, TILE_N=block_n, STAGES=SPLIT_STAGES, num_warps=warps)
     elif path == "looped":
         _layernorm_bwd_looped[(programs,)](*args, BLOCK_N=block_n, REVERSED=LOOP_PASS2_REVERSED, num_warps=warps)
     else:

@@ -52,6 +52,7 @@ WIDE_SPLIT = 1  # rows wider than MAX_FUSED_N: the split path (1) or the looped 
 SPLIT_TILE_N = 512  # split path: columns per program
 SPLIT_TILE_M = 4  # split path: rows per step
 SPLIT_NUM_WARPS = 4
+SPLIT_STAGES = 1  # split path: 2+ prefetches each next row tile by async copies (as ROWS_STAGES); not yet timed
 REDUCE_BLOCK_N = 64  # dw reduction: columns per program
 REDUCE_BLOCK_P = 64  # dw reduction: partial rows summed per step
 REDUCE_NUM_WARPS = 4
@@ -144,7 +145,7 @@ def _rmsnorm_bwd_row_stats(X, W, DY, STATS, N, stride_x, stride_dy, eps, BLOCK_N
 
 @triton.jit
 def _rmsnorm_bwd_split_tiles(X, W, DY, DX, STATS, DWP, M, N, stride_x, stride_dy, stride_dx, ROWS_PER_GROUP,
-                             TILE_M: tl.constexpr, TILE_N: tl.constexpr):
+                             TILE_M: tl.constexpr, TILE_N: tl.constexpr, STAGES: tl.constexpr):
     """The split path's second kernel: program (t, g) writes dx of column tile t for row group g's rows,
     TILE_M at a time, and that group's dw partial sum for the tile (in registers, a fixed order)."""
     cols = tl.program_id(0) * TILE_N + tl.arange(0, TILE_N)
@@ -154,7 +155,7 @@ def _rmsnorm_bwd_split_tiles(X, W, DY, DX, STATS, DWP, M, N, stride_x, stride_dy
     acc = tl.zeros([TILE_M, TILE_N], dtype=tl.float32)
     row0 = group * ROWS_PER_GROUP
     row_end = tl.minimum(row0 + ROWS_PER_GROUP, M)
-    for r in range(row0, row_end, TILE_M):
+    for r in tl.range(row0, row_end, TILE_M, num_stages=STAGES):
         rows = (r + tl.arange(0, TILE_M)).to(tl.int64)
         rmask = rows < row_end
         mask = rmask[:, None] & cmask[None, :]
@@ -242,7 +243,7 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, eps: float, grad_out: torch
                                      num_warps=LOOP_NUM_WARPS)
         _rmsnorm_bwd_split_tiles[(triton.cdiv(n, block_n), programs)](
             x2, weight, dy, dx, stats, dwp, m, n, x2.stride(0), dy.stride(0), dx.stride(0), per,
-            TILE_M=block_m, TILE_N=block_n, num_warps=warps)
+            TILE_M=block_m, TILE_N=block_n, STAGES=SPLIT_STAGES, num_warps=warps)
     elif path == "looped":
         _rmsnorm_bwd_looped[(programs,)](x2, weight, dy, dx, dwp, m, n, x2.stride(0), dy.stride(0), dx.stride(0),
                                          eps, per, BLOCK_N=block_n, REVERSED=LOOP_PASS2_REVERSED, num_warps=warps)

@@ -77,7 +77,7 @@ def test_the_split_path_tiles_columns_and_groups_rows(task):
     # its second step masked). dw and db summed over the groups' partial rows.
     for sms, plan in ((2, ("split", 1, 12, 2, 32)), (8, ("split", 3, 4, 2, 32))):
         ker = _kernel(task, MAX_FUSED_N=64, LOOP_BLOCK_N=32, CPU_SMS=sms, PROGRAMS_PER_SM=2,
-                      SPLIT_TILE_N=32, SPLIT_TILE_M=2)
+                      SPLIT_TILE_N=32, SPLIT_TILE_M=2, SPLIT_STAGES=sms // 4 + 1)  # the prefetching loop too
         assert ker._plan(11, 100, torch.device("cpu"))[:5] == plan
         for adversarial in (None, "large"):
             verdict = _check(task, ker, {"M": 11, "N": 100}, adversarial=adversarial)
