@@ -809,9 +809,9 @@ def format_result(r: dict) -> str:
 
 def backward_plans(kernels: dict[str, Path]) -> dict[str, dict]:
     """{family: plan} for ``patch.load_backwards``: a backward task's kernel where one lies beside a
-    forward kernel (``<task>_bwd/`` with ``kind = "backward"``, its grad_inputs and whether it takes what the
-    forward saved), and the forward task's
-    reference.py (autograd through it where there is no backward kernel)."""
+    forward kernel (``<task>_bwd/`` with ``kind = "backward"``, its grad_inputs and whether it takes what
+    the forward saved), and the forward task's reference.py (autograd through it where there is no
+    backward kernel)."""
     out = {}
     for family, path in kernels.items():
         path = Path(path)
