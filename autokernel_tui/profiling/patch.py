@@ -198,15 +198,20 @@ def trainable(fn: Callable, backward: Backward) -> Callable:
     backward kernel takes what the forward saved and ``fn``'s kernel.py also defines ``kernel_fn_saved``
     (flash attention's: the output and its logsumexp in one pass), the forward runs that instead, so the
     backward does not compute them again."""
-    forward_saved = None
-    if backward.kernel is not None and backward.saved is not None:
-        forward_saved = getattr(sys.modules.get(getattr(fn, "__module__", "") or ""), "kernel_fn_saved", None)
+    forward_saved = _forward_saved(fn, backward)
 
     def call(*inputs):
         if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
             return _KernelFunction.apply(fn, backward, forward_saved, *inputs)
         return fn(*inputs)
     return call
+
+def _forward_saved(fn: Callable, backward: Backward | None) -> Callable | None:
+    """``kernel_fn_saved`` of ``fn``'s kernel.py where ``backward``'s kernel takes what the forward saved."""
+    if backward is None or backward.kernel is None or backward.saved is None:
+        return None
+    return getattr(sys.modules.get(getattr(fn, "__module__", "") or ""), "kernel_fn_saved", None)
+
 
 # family -> (kernel_fn's parameters with their types, the shape of its output from its inputs)
 _T, _F, _S = torch.Tensor, float, str
@@ -226,6 +231,13 @@ OP_SIGNATURES: dict[str, tuple[tuple[tuple[str, type], ...], Callable[..., torch
     # (its weight_layout case), so a kernel that passed reads the weight in place, as cuBLAS does.
     "matmul": ((("a", _T), ("b", _T)), lambda a, b: a.new_empty(a.shape[0], b.shape[1])),
 }
+# family -> what its forward saves for its backward kernel, in order: OUTPUT (the forward's output itself),
+# or a fake of another tensor from the inputs (for a compiled graph). Attention: its output, and its float32
+# row logsumexp.
+OUTPUT = "output"
+SAVED_FAKES: dict[str, tuple[str | Callable[..., torch.Tensor], ...]] = {
+    "flash_attention": (OUTPUT, lambda q, k, v: q.new_empty(q.shape[:3], dtype=torch.float32)),
+}
 _OPS: dict[str, Callable] = {}
 
 
@@ -238,6 +250,10 @@ def as_custom_op(family: str, fn: Callable, backward: Backward | None = None) ->
     name = (f"autokernel::{family}_"
             f"{hashlib.sha256(repr((family, id(fn), fn.__module__, id(backward))).encode()).hexdigest()[:12]}")
     if name in _OPS:
+        return _OPS[name]
+    forward_saved = _forward_saved(fn, backward)
+    if forward_saved is not None and family in SAVED_FAKES:
+        _OPS[name] = _saved_custom_op(name, family, forward_saved, backward)
         return _OPS[name]
     def op_impl(*args):
         out = fn(*args)
@@ -276,15 +292,57 @@ def as_custom_op(family: str, fn: Callable, backward: Backward | None = None) ->
     return op
 
 
-def _backward_op(forward_name: str, params, backward: Backward) -> Callable:
-    """The family's backward kernel as a custom op: the forward's parameters and grad_out in, one
-    packed gradient per tensor parameter out (an empty one where there is none: integer inputs)."""
+def _saved_custom_op(name: str, family: str, forward_saved: Callable, backward: Backward) -> Callable:
+    """A differentiable kernel whose forward keeps what its backward kernel takes (``kernel_fn_saved``): an op
+    returning [output, *saved], its autograd handing the saved tensors to the backward kernel's op, and the
+    output alone to the model. Compiled, the backward then does not compute the forward again."""
+    params, fake = OP_SIGNATURES[family]
+    kinds = SAVED_FAKES[family]
+
+    def impl(*args):  # the output, then the saved tensors that are not the output (an op's returns never alias)
+        out, saved = forward_saved(*args)
+        return [out if out.is_contiguous() else out.contiguous(), *(t for t, k in zip(saved, kinds) if k != OUTPUT)]
+
+    impl.__signature__ = inspect.Signature(
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=t) for n, t in params],
+        return_annotation=list[torch.Tensor])
+    op = torch.library.custom_op(f"{name}_saved", impl, mutates_args=())
+    op.register_fake(lambda *args: [fake(*args), *(k(*args) for k in kinds if k != OUTPUT)])
+    bwd_op = _backward_op(name, params, backward, n_saved=len(kinds))
+
+    def setup_context(ctx, inputs, output):
+        ctx.layout = [isinstance(t, torch.Tensor) for t in inputs]
+        ctx.others = [None if isinstance(t, torch.Tensor) else t for t in inputs]
+        others = iter(output[1:])
+        saved = [output[0] if k == OUTPUT else next(others) for k in kinds]
+        ctx.save_for_backward(*[t for t in inputs if isinstance(t, torch.Tensor)], *saved)
+
+    def op_backward(ctx, grads):
+        kept = ctx.saved_tensors
+        it = iter(kept)
+        args = tuple(next(it) if is_t else other for is_t, other in zip(ctx.layout, ctx.others))
+        got = iter(bwd_op(*args, *kept[sum(ctx.layout):], grads[0]))
+        return tuple((g if t.is_floating_point() else None) if is_t else None
+                     for is_t, t, g in ((is_t, t, next(got) if is_t else None) for is_t, t in zip(ctx.layout, args)))
+
+    op.register_autograd(op_backward, setup_context=setup_context)
+
+    def call(*args):
+        return op(*args)[0]
+    return call
+
+
+def _backward_op(forward_name: str, params, backward: Backward, n_saved: int = 0) -> Callable:
+    """The family's backward kernel as a custom op: the forward's parameters, the ``n_saved`` tensors its
+    forward kept (``_saved_custom_op``) and grad_out in, one packed gradient per tensor parameter out (an
+    empty one where there is none: integer inputs)."""
     tensors = [i for i, (_, t) in enumerate(params) if t is torch.Tensor]
 
     def bwd_impl(*args):
         *inputs, grad_out = args
+        inputs, saved = inputs[:len(params)], tuple(inputs[len(params):])
         needs = [i in tensors and inputs[i].is_floating_point() for i in range(len(inputs))]
-        grads = backward.grads(tuple(inputs), needs, grad_out)
+        grads = backward.grads(tuple(inputs), needs, grad_out, saved if n_saved else None)
         out = []
         for i in tensors:
             g = grads[i]
@@ -293,6 +351,8 @@ def _backward_op(forward_name: str, params, backward: Backward) -> Callable:
 
     bwd_impl.__signature__ = inspect.Signature(
         [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=t) for n, t in params]
+        + [inspect.Parameter(f"saved{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)
+           for i in range(n_saved)]
         + [inspect.Parameter("grad_out", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)],
         return_annotation=list[torch.Tensor])
     op = torch.library.custom_op(f"{forward_name}_bwd", bwd_impl, mutates_args=())

@@ -558,3 +558,33 @@ def test_attention_trains_on_the_forwards_saved_tensors_without_computing_them_a
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-3)
     assert calls == [1]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_compiled_attention_trains_on_the_forwards_saved_tensors(backend):
+    # The custom-op path (a compiled model): the forward op returns the output with what it saved, the backward
+    # kernel's op takes them, and nothing computes the forward again (saved_for_backward is never called)
+    import torch
+
+    from autokernel_tui.profiling import patch
+    from autokernel_tui.profiling.verify import backward_plans
+
+    fwd_path = starters_dir() / "flash_attention" / "kernel.py"
+    (family, plan), = backward_plans({"flash_attention": fwd_path}).items()
+    backward = patch.load_backwards({family: plan})[family]
+    calls = []
+    reference_saved = backward.saved
+    backward.saved = lambda *a: calls.append(1) or reference_saved(*a)
+    op = patch.as_custom_op(family, patch.load_kernel(fwd_path), backward)
+    ref = patch._load_module(Path(plan["reference"]), "reference")
+    q, k, v = (t.requires_grad_() for t in ref.make_inputs({"B": 1, "H": 2, "KVH": 1, "S": 24, "D": 32},
+                                                           torch.float32, "cpu", 1))
+    compiled = torch.compile(lambda q, k, v: op(q, k, v) * 1.5, backend=backend, fullgraph=True)
+    out = compiled(q, k, v)
+    grad = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), grad)
+    want = torch.autograd.grad(ref.reference(q, k, v) * 1.5, (q, k, v), grad)
+    torch.testing.assert_close(out, ref.reference(q, k, v) * 1.5, atol=1e-4, rtol=1e-4)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-3)
+    assert calls == []
