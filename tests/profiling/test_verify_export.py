@@ -588,3 +588,17 @@ def test_a_compiled_attention_trains_on_the_forwards_saved_tensors(backend):
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-3)
     assert calls == []
+
+
+def test_a_model_compiled_by_inductor_trains_on_attentions_saved_tensors():
+    # The compiled path end to end (Inductor, the CPU's C++ backend): attention's forward op returns its
+    # logsumexp beside the output, and the step's loss and every gradient match the model's own
+    from autokernel_tui.profiling.verify import format_training, verify
+
+    r = verify("llama-tiny", kernel_paths(starters_dir(), ["flash_attention"]), batch=1, seq=8, dtype="float32",
+               device="cpu", train=True, layers=1, iters=1, modes=("eager", "compile+kernels"))
+    from autokernel_tui.profiling import patch
+
+    assert r["backward"] == {"flash_attention": "its own backward kernel"}
+    assert r["modes"]["compile+kernels"]["correct"] is True, format_training(r)
+    assert any("_saved_custom_op" in getattr(op, "__qualname__", "") for op in patch._OPS.values())
