@@ -176,21 +176,48 @@ class _KernelFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, fn, backward, forward_saved, *inputs):
-        ctx.backward, ctx.layout = backward, [isinstance(t, torch.Tensor) for t in inputs]
-        ctx.others = [None if isinstance(t, torch.Tensor) else t for t in inputs]
+        ctx.backward, ctx.forward_kept = backward, forward_saved is not None
         out, saved = forward_saved(*inputs) if forward_saved is not None else (fn(*inputs), ())
-        ctx.n_saved = len(saved) if forward_saved is not None else None
-        ctx.save_for_backward(*[t for t in inputs if isinstance(t, torch.Tensor)], *saved)
+        _keep_inputs(ctx, inputs, *saved)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        tensors = ctx.saved_tensors
-        kept = None if ctx.n_saved is None else tuple(tensors[len(tensors) - ctx.n_saved:])
-        it = iter(tensors)
-        inputs = tuple(next(it) if is_t else other for is_t, other in zip(ctx.layout, ctx.others))
+        inputs, saved = _kept_inputs(ctx)
         needs = list(ctx.needs_input_grad[3:])
-        return (None, None, None, *ctx.backward.grads(inputs, needs, grad_out, kept))
+        return (None, None, None, *ctx.backward.grads(inputs, needs, grad_out, saved if ctx.forward_kept else None))
+
+
+def _keep_inputs(ctx, inputs: tuple, *extra: torch.Tensor) -> None:
+    """Keeps a kernel's ``inputs`` for its backward (tensors by save_for_backward, the rest as they are), and
+    ``extra`` tensors after them (what its forward saved)."""
+    ctx.layout = [isinstance(t, torch.Tensor) for t in inputs]
+    ctx.others = [None if isinstance(t, torch.Tensor) else t for t in inputs]
+    ctx.save_for_backward(*[t for t in inputs if isinstance(t, torch.Tensor)], *extra)
+
+
+def _kept_inputs(ctx) -> tuple[tuple, tuple]:
+    """(the inputs ``_keep_inputs`` kept, the extra tensors kept after them)."""
+    kept = ctx.saved_tensors
+    it = iter(kept)
+    inputs = tuple(next(it) if is_t else other for is_t, other in zip(ctx.layout, ctx.others))
+    return inputs, tuple(kept[sum(ctx.layout):])
+
+
+def _per_input(layout: list[bool], args: tuple, packed) -> tuple:
+    """A backward op's packed gradients (one per tensor parameter) as autograd takes them, one per input:
+    None for a non-tensor and for an integer tensor."""
+    got = iter(packed)
+    return tuple((g if t.is_floating_point() else None) if is_t else None
+                 for is_t, t, g in ((is_t, t, next(got) if is_t else None) for is_t, t in zip(layout, args)))
+
+
+def _signature(params, extra: tuple[str, ...] = (), returns=torch.Tensor) -> inspect.Signature:
+    """A custom op's schema as a signature: ``params`` (name, type), then ``extra`` tensor parameters."""
+    return inspect.Signature(
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=t) for n, t in params]
+        + [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor) for n in extra],
+        return_annotation=returns)
 
 
 def trainable(fn: Callable, backward: Backward) -> Callable:
@@ -205,6 +232,7 @@ def trainable(fn: Callable, backward: Backward) -> Callable:
             return _KernelFunction.apply(fn, backward, forward_saved, *inputs)
         return fn(*inputs)
     return call
+
 
 def _forward_saved(fn: Callable, backward: Backward | None) -> Callable | None:
     """``kernel_fn_saved`` of ``fn``'s kernel.py where ``backward``'s kernel takes what the forward saved."""
@@ -259,9 +287,7 @@ def as_custom_op(family: str, fn: Callable, backward: Backward | None = None) ->
         out = fn(*args)
         return out if out.is_contiguous() else out.contiguous()
 
-    op_impl.__signature__ = inspect.Signature(
-        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=t) for n, t in params],
-        return_annotation=torch.Tensor)
+    op_impl.__signature__ = _signature(params)
     op = torch.library.custom_op(name, op_impl, mutates_args=())
     op.register_fake(fake)
     if backward is not None:
@@ -271,18 +297,12 @@ def as_custom_op(family: str, fn: Callable, backward: Backward | None = None) ->
         bwd_op = _backward_op(name, params, backward) if backward.kernel is not None else None
 
         def setup_context(ctx, inputs, output):
-            ctx.layout = [isinstance(t, torch.Tensor) for t in inputs]
-            ctx.others = [None if isinstance(t, torch.Tensor) else t for t in inputs]
-            ctx.save_for_backward(*[t for t in inputs if isinstance(t, torch.Tensor)])
+            _keep_inputs(ctx, inputs)
 
         def op_backward(ctx, grad_out):
-            saved = iter(ctx.saved_tensors)
-            args = tuple(next(saved) if is_t else other for is_t, other in zip(ctx.layout, ctx.others))
+            args, _ = _kept_inputs(ctx)
             if bwd_op is not None:
-                got = iter(bwd_op(*args, grad_out))
-                return tuple((g if t.is_floating_point() else None) if is_t else None
-                             for is_t, t, g in ((is_t, t, next(got) if is_t else None)
-                                                for is_t, t in zip(ctx.layout, args)))
+                return _per_input(ctx.layout, args, bwd_op(*args, grad_out))
             needs = [is_t and t.requires_grad or is_t for is_t, t in zip(ctx.layout, args)]
             grads = backward.grads(args, [bool(n) for n in needs], grad_out)
             return tuple(g if is_t else None for g, is_t in zip(grads, ctx.layout))
@@ -303,27 +323,18 @@ def _saved_custom_op(name: str, family: str, forward_saved: Callable, backward: 
         out, saved = forward_saved(*args)
         return [out if out.is_contiguous() else out.contiguous(), *(t for t, k in zip(saved, kinds) if k != OUTPUT)]
 
-    impl.__signature__ = inspect.Signature(
-        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=t) for n, t in params],
-        return_annotation=list[torch.Tensor])
+    impl.__signature__ = _signature(params, returns=list[torch.Tensor])
     op = torch.library.custom_op(f"{name}_saved", impl, mutates_args=())
     op.register_fake(lambda *args: [fake(*args), *(k(*args) for k in kinds if k != OUTPUT)])
     bwd_op = _backward_op(name, params, backward, n_saved=len(kinds))
 
     def setup_context(ctx, inputs, output):
-        ctx.layout = [isinstance(t, torch.Tensor) for t in inputs]
-        ctx.others = [None if isinstance(t, torch.Tensor) else t for t in inputs]
         others = iter(output[1:])
-        saved = [output[0] if k == OUTPUT else next(others) for k in kinds]
-        ctx.save_for_backward(*[t for t in inputs if isinstance(t, torch.Tensor)], *saved)
+        _keep_inputs(ctx, inputs, *[output[0] if k == OUTPUT else next(others) for k in kinds])
 
     def op_backward(ctx, grads):
-        kept = ctx.saved_tensors
-        it = iter(kept)
-        args = tuple(next(it) if is_t else other for is_t, other in zip(ctx.layout, ctx.others))
-        got = iter(bwd_op(*args, *kept[sum(ctx.layout):], grads[0]))
-        return tuple((g if t.is_floating_point() else None) if is_t else None
-                     for is_t, t, g in ((is_t, t, next(got) if is_t else None) for is_t, t in zip(ctx.layout, args)))
+        args, saved = _kept_inputs(ctx)
+        return _per_input(ctx.layout, args, bwd_op(*args, *saved, grads[0]))
 
     op.register_autograd(op_backward, setup_context=setup_context)
 
@@ -349,12 +360,8 @@ def _backward_op(forward_name: str, params, backward: Backward, n_saved: int = 0
             out.append(inputs[i].new_empty(0) if g is None else (g if g.is_contiguous() else g.contiguous()))
         return out
 
-    bwd_impl.__signature__ = inspect.Signature(
-        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=t) for n, t in params]
-        + [inspect.Parameter(f"saved{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)
-           for i in range(n_saved)]
-        + [inspect.Parameter("grad_out", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)],
-        return_annotation=list[torch.Tensor])
+    bwd_impl.__signature__ = _signature(params, (*(f"saved{i}" for i in range(n_saved)), "grad_out"),
+                                        returns=list[torch.Tensor])
     op = torch.library.custom_op(f"{forward_name}_bwd", bwd_impl, mutates_args=())
 
     def fake(*args):

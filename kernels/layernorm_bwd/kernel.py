@@ -70,8 +70,7 @@ _ROWS_SMEM_BYTES = 200 * 1024  # Hopper's 227 KB per block, less room for the re
 
 @triton.jit
 def _layernorm_bwd_rows(X, W, DY, DX, DWP, DBP, M, N, stride_x, stride_dy, stride_dx, eps, BLOCKS_PER_PROG,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      STAGES: tl.constexpr):
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     cmask = cols < N

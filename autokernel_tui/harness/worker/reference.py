@@ -90,9 +90,10 @@ class BackwardReference:
         transforms = getattr(module, "BACKWARD_ADVERSARIAL", None)
         if transforms is None:
             transforms = getattr(module, "ADVERSARIAL", {}) or {}
-        self.ADVERSARIAL = {name: self._keep_grad_out(fn) for name, fn in transforms.items()}
+        self.ADVERSARIAL = {name: self._on_forward_inputs(fn) for name, fn in transforms.items()}
 
-    def _keep_grad_out(self, transform: Callable) -> Callable:
+    def _on_forward_inputs(self, transform: Callable) -> Callable:
+        """``transform`` applied to the forward inputs alone: the grad_outs kept, the saved tensors computed anew."""
         def apply(inputs: tuple, gen: torch.Generator) -> tuple:
             fwd, _, grads = self.parts(inputs)
             fwd = tuple(transform(fwd, gen))
