@@ -220,6 +220,48 @@ def test_the_judges_clock_refuses_hidden_work_and_skipped_steps():
     assert info.value.status == "REJECTED" and "hidden" in info.value.reason
 
 
+
+def test_an_accusation_by_the_judges_clock_is_retaken_once_before_it_stands():
+    """A disturbed stretch of the host (run 25: an honest kernel's clock 113.8 us per call above its
+    reported times, once in 8 comparisons) is retaken; a kernel that hides work again is REJECTED; other
+    verdicts are not retaken."""
+    from autokernel_tui.harness.worker.errors import Verdict
+    from autokernel_tui.harness.worker.stages import retake_once
+
+    def run(checks):
+        timed = []
+
+        def time_rows():
+            timed.append(len(timed))
+            return [{"take": len(timed)}]
+
+        def check():
+            outcome = checks[len(timed) - 1]
+            if isinstance(outcome, Verdict):
+                raise outcome
+            return outcome
+        return timed, time_rows, check
+
+    accuse = Verdict("REJECTED", "timing", "the judge's clock saw 113.8 us per call more", retake=True)
+    timed, time_rows, check = run([{"quads": 4}])
+    assert retake_once(time_rows, check) == ([{"take": 1}], {"quads": 4}) and timed == [0]  # no retake
+
+    timed, time_rows, check = run([accuse, {"quads": 4}])  # disturbed once: the retake's figures stand
+    rows, cross = retake_once(time_rows, check)
+    assert rows == [{"take": 2}] and cross["quads"] == 4 and "113.8" in cross["retaken"] and timed == [0, 1]
+
+    again = Verdict("REJECTED", "timing", "the judge's clock saw 150.0 us per call more", retake=True)
+    timed, time_rows, check = run([accuse, again])  # hidden work both times: the retake's verdict stands
+    with pytest.raises(Verdict) as info:
+        retake_once(time_rows, check)
+    assert "150.0" in info.value.reason and timed == [0, 1]
+
+    strays = Verdict("REJECTED", "timing", "the candidate left 1 process(es) running")
+    timed, time_rows, check = run([strays])  # not a clock accusation: no retake
+    with pytest.raises(Verdict):
+        retake_once(time_rows, check)
+    assert timed == [0]
+
 def test_as_called_figures_keep_the_judges_clock_and_an_under_reported_one_is_refused():
     """In as-called mode the speedup comes from figures the contestant reports: each keeps the judge's clock
     around its request, and a candidate that reports far less than that clock saw is REJECTED."""

@@ -6,12 +6,13 @@ from __future__ import annotations
 class Verdict(Exception):
     """Stop the stages here: ``status`` (FAIL/CRASH/REJECTED...), the ``stage`` and a one-line reason."""
 
-    def __init__(self, status: str, stage: str, reason: str, restart: bool = False) -> None:
+    def __init__(self, status: str, stage: str, reason: str, restart: bool = False, retake: bool = False) -> None:
         super().__init__(reason)
         self.status = status
         self.stage = stage
         self.reason = reason
         self.restart = restart  # the process that raised it is unsafe now (e.g. a poisoned CUDA context)
+        self.retake = retake  # a timing-based accusation: the timing is retaken once before it stands
 
 
 def one_line(text: str, limit: int = 240) -> str:

@@ -644,63 +644,8 @@ def compare_run(ev: Evaluation, candidate_source: str, incumbent_source: str,
         inc = ev.contestant(incumbent_source, "b")
         ev.stage_smoke(cand)
         ev.st.pool.settle()
-        dev = ev.st.device
-        rows = []
-        for shape, dtype in ev.configs:
-            recipes_all: list[list[dict]] = []
-            if ev.st.cuda:
-                probe = [ev.recipe(shape, dtype) for _ in range(FIRST_BATCH)]
-                t_c = ev.timed_batch(cand, shape, dtype, probe, 2, [0])
-                t_i = ev.timed_batch(inc, shape, dtype, probe, 2, [0])
-                total = reps_for(min(stats.median(t_c), stats.median(t_i)))
-                size = max(1, min(ev.batch_size(shape, dtype, total), -(-total // COMPARE_BATCHES)))
-                n_batches = max(COMPARE_BATCHES, -(-total // size))
-                n_batches += n_batches % 2  # whole A B B A quads
-                lead = lead_for(ev.host_us.get(f"{shape.name} {dtype}", []))  # both sides' probes: one lead
-            else:
-                t_c, t_i, size, n_batches, lead = [], [], 2, 2, 0.0
-            cand_times: list[float] = []
-            inc_times: list[float] = []
-            for b in range(n_batches):
-                recipes = [ev.recipe(shape, dtype) for _ in range(size)]
-                twins = ev.twin(recipes) if b == 0 else None
-                recipes_all.append(recipes)
-                verify = ev.rng.sample(range(size), min(VERIFY_PER_BATCH[dev], size))
-                order = [(cand, cand_times), (inc, inc_times)]
-                if b % 2:
-                    order.reverse()
-                for who, acc in order:
-                    warmup = 0 if (ev.st.cuda or b) else 2
-                    acc += ev.timed_batch(who, shape, dtype, recipes, warmup, verify, lead, twins)
-                    strays = ev.st.pool.strays()
-                    if strays:  # they would run while the other side is timed: its time, not this side's
-                        side = "candidate" if who is cand else "incumbent"
-                        raise Verdict("REJECTED", "timing", f"{shape.name} {dtype}: the {side} left {len(strays)} "
-                                      "process(es) running after its timed calls (work beside the other side's "
-                                      "timing); killed")
-            # batch: reps per timed batch; rep j of either side ran on the same inputs, in the same batch pair
-            row = {"shape": shape.name, "dtype": dtype, "candidate_us": cand_times, "incumbent_us": inc_times,
-                   "batch": size}
-            if measure == "as_called":
-                cand_called: list[float] = []
-                inc_called: list[float] = []
-                for r in range(AS_CALLED_ROUNDS if ev.st.cuda else 2):
-                    recipes = ev.as_called_recipes(shape, dtype)
-                    order = [(cand, cand_called), (inc, inc_called)]
-                    if r % 2:
-                        order.reverse()
-                    for who, acc in order:
-                        value = ev.as_called_us(who, shape, dtype, recipes)
-                        if value is None:
-                            raise Verdict("FAIL", "timing", f"no as-called time at {shape.name} {dtype}")
-                        acc.append(value)
-                row.update(candidate_as_called_us=cand_called, incumbent_as_called_us=inc_called)
-            cand.request({"op": "drop"}, "timing")
-            inc.request({"op": "drop"}, "timing")
-            rows.append(row)
-        cross_check = excess_check(ev.outside, cand.pid) if ev.st.cuda else None
-        if ev.st.cuda and measure == "as_called":  # the figures the speedup comes from, checked the same way
-            cross_check["as_called"] = excess_check(ev.as_called_outside, cand.pid, "as-called runs")
+        rows, cross_check = retake_once(lambda: _timed_rows(ev, cand, inc, measure),
+                                        lambda: _cross_check(ev, cand, measure))
     except Verdict:
         failed = True
         raise
@@ -715,6 +660,96 @@ def compare_run(ev: Evaluation, candidate_source: str, incumbent_source: str,
         method += "; the speedup is of as-called times (calls back to back, host launch cost included)"
     return {"rows": rows, "method": method, "timing_meaningful": ev.st.timing_meaningful,
             "cross_check": cross_check, "measure": measure}
+
+
+def _timed_rows(ev: Evaluation, cand, inc, measure: str) -> list[dict[str, Any]]:
+    """Every shape x dtype timed on both sides, batches alternated A B B A (``compare_run``); the judge's
+    clock records of earlier batches are dropped first, so ``_cross_check`` sees these alone."""
+    ev.outside.clear()
+    ev.as_called_outside.clear()
+    dev = ev.st.device
+    rows = []
+    for shape, dtype in ev.configs:
+        if ev.st.cuda:
+            probe = [ev.recipe(shape, dtype) for _ in range(FIRST_BATCH)]
+            t_c = ev.timed_batch(cand, shape, dtype, probe, 2, [0])
+            t_i = ev.timed_batch(inc, shape, dtype, probe, 2, [0])
+            total = reps_for(min(stats.median(t_c), stats.median(t_i)))
+            size = max(1, min(ev.batch_size(shape, dtype, total), -(-total // COMPARE_BATCHES)))
+            n_batches = max(COMPARE_BATCHES, -(-total // size))
+            n_batches += n_batches % 2  # whole A B B A quads
+            lead = lead_for(ev.host_us.get(f"{shape.name} {dtype}", []))  # both sides' probes: one lead
+        else:
+            t_c, t_i, size, n_batches, lead = [], [], 2, 2, 0.0
+        cand_times: list[float] = []
+        inc_times: list[float] = []
+        for b in range(n_batches):
+            recipes = [ev.recipe(shape, dtype) for _ in range(size)]
+            twins = ev.twin(recipes) if b == 0 else None
+            verify = ev.rng.sample(range(size), min(VERIFY_PER_BATCH[dev], size))
+            order = [(cand, cand_times), (inc, inc_times)]
+            if b % 2:
+                order.reverse()
+            for who, acc in order:
+                warmup = 0 if (ev.st.cuda or b) else 2
+                acc += ev.timed_batch(who, shape, dtype, recipes, warmup, verify, lead, twins)
+                strays = ev.st.pool.strays()
+                if strays:  # they would run while the other side is timed: its time, not this side's
+                    side = "candidate" if who is cand else "incumbent"
+                    raise Verdict("REJECTED", "timing", f"{shape.name} {dtype}: the {side} left {len(strays)} "
+                                  "process(es) running after its timed calls (work beside the other side's "
+                                  "timing); killed")
+        # batch: reps per timed batch; rep j of either side ran on the same inputs, in the same batch pair
+        row = {"shape": shape.name, "dtype": dtype, "candidate_us": cand_times, "incumbent_us": inc_times,
+               "batch": size}
+        if measure == "as_called":
+            cand_called: list[float] = []
+            inc_called: list[float] = []
+            for r in range(AS_CALLED_ROUNDS if ev.st.cuda else 2):
+                recipes = ev.as_called_recipes(shape, dtype)
+                order = [(cand, cand_called), (inc, inc_called)]
+                if r % 2:
+                    order.reverse()
+                for who, acc in order:
+                    value = ev.as_called_us(who, shape, dtype, recipes)
+                    if value is None:
+                        raise Verdict("FAIL", "timing", f"no as-called time at {shape.name} {dtype}")
+                    acc.append(value)
+            row.update(candidate_as_called_us=cand_called, incumbent_as_called_us=inc_called)
+        cand.request({"op": "drop"}, "timing")
+        inc.request({"op": "drop"}, "timing")
+        rows.append(row)
+    return rows
+
+
+def _cross_check(ev: Evaluation, cand, measure: str) -> dict[str, Any] | None:
+    """The judge's clock against both sides' reported times (``excess_check``), over the batches timed
+    since the last ``_timed_rows``."""
+    if not ev.st.cuda:
+        return None
+    cross_check = excess_check(ev.outside, cand.pid)
+    if measure == "as_called":  # the figures the speedup comes from, checked the same way
+        cross_check["as_called"] = excess_check(ev.as_called_outside, cand.pid, "as-called runs")
+    return cross_check
+
+
+def retake_once(time_rows, check) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """``time_rows()``, then ``check()`` of what it timed; when the check accuses the candidate (a Verdict
+    marked ``retake``), the timing is retaken once and the retake's check decides.
+
+    Why: on the H200 (run 25) an honest planted kernel was REJECTED once in 8 comparisons, the judge's
+    clock 113.8 us per call above its reported times over a whole comparison: a disturbed stretch of the
+    host, which the next comparison did not see. A kernel that hides work hides it in the retake too. The
+    retake's figures are the ones reported, and the first check's reason travels with them (``retaken``)."""
+    rows = time_rows()
+    try:
+        return rows, check()
+    except Verdict as first:
+        if not first.retake:
+            raise
+        reason = first.reason
+    rows = time_rows()
+    return rows, {**(check() or {}), "retaken": reason}
 
 
 def _excess_us(batch: dict[str, Any]) -> float:
@@ -747,7 +782,7 @@ def excess_check(batches: list[dict[str, Any]], candidate_pid: int, what: str = 
             per_call.append((p1 + p2) / 2)
     reason = excess_verdict(diffs, per_call, what)
     if reason:
-        raise Verdict("REJECTED", "timing", reason)
+        raise Verdict("REJECTED", "timing", reason, retake=True)
     return {"excess_diff_us": stats.median(diffs) if diffs else None,
             "tolerance_us": EXCESS_TOL_US + EXCESS_TOL_FRAC * stats.median(per_call) if per_call else None,
             "quads": len(diffs), "pair_diffs_us": [round(d, 2) for _, d, _ in pairs]}
