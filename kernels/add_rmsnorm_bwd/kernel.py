@@ -55,6 +55,10 @@ SPLIT_TILE_N = 512  # split path: columns per program
 SPLIT_TILE_M = 4  # split path: rows per step
 SPLIT_NUM_WARPS = 4
 SPLIT_STAGES = 1  # split path: 2+ prefetches each next row tile by async copies (as ROWS_STAGES); not yet timed
+# Split path, rows of an odd width: each row starts off a 16-byte boundary, so its loads went element by element
+# (LDG.U16). 1: both kernels read each row from its aligned base in 16-byte vectors, rows grouped by their
+# shift (the rows r, r + VEC, ... share one), each shift class with its own dw partial row. Not yet timed.
+WIDE_ALIGN = 1
 REDUCE_BLOCK_N = 64  # dw reduction: columns per program
 REDUCE_BLOCK_P = 64  # dw reduction: partial rows summed per step
 REDUCE_NUM_WARPS = 4
@@ -180,6 +184,86 @@ def _add_rmsnorm_bwd_split_tiles(X, R, W, DY, DH, DX, STATS, DWP, M, N, stride_x
     tl.store(DWP + group.to(tl.int64) * N + cols, tl.sum(acc, axis=0), mask=cmask)
 
 
+
+@triton.jit
+def _aligned_row_statistics(x_row, r_row, dy_row, W, shift, N, eps, BLOCK_N: tl.constexpr, VEC: tl.constexpr):
+    """_row_statistics for a row that starts ``shift`` elements past a 16-byte boundary (the row pointers: that
+    boundary): frame index f = column + shift, whole VEC-element vectors loaded, other rows' elements in the
+    first and last vectors selected away."""
+    ar = tl.arange(0, BLOCK_N)
+    n_vec = (shift + N + VEC - 1) // VEC
+    ss = tl.zeros([BLOCK_N], dtype=tl.float32)
+    sgh = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, n_vec * VEC, BLOCK_N):
+        f = tl.max_contiguous(tl.multiple_of(start + ar, VEC), BLOCK_N)
+        vmask = f // VEC < n_vec
+        inrow = (f >= shift) & (f < shift + N)
+        h = (tl.load(x_row + f, mask=vmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+             + tl.load(r_row + f, mask=vmask, other=0.0, eviction_policy="evict_last").to(tl.float32))
+        dy = tl.load(dy_row + f, mask=vmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        w = tl.load(W + (f - shift), mask=inrow, other=0.0).to(tl.float32)
+        h = tl.where(inrow, h, 0.0)  # selects, not products with 0: past a tensor's end may lie a NaN
+        dy = tl.where(inrow, dy, 0.0)
+        ss += h * h
+        sgh += dy * w * h
+    rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / N + eps)
+    return rstd, rstd * rstd * tl.sum(sgh, axis=0) / N
+
+
+@triton.jit
+def _add_rmsnorm_bwd_row_stats_aligned(X, R, W, DY, STATS, N, stride, eps, BLOCK_N: tl.constexpr,
+                                       VEC: tl.constexpr):
+    """The split path's first kernel for 16-byte aligned rows of one stride: [rstd, k] to STATS[row]."""
+    row = tl.program_id(0).to(tl.int64)
+    shift = (row * stride) % VEC
+    base = tl.multiple_of(row * stride - shift, VEC)
+    rstd, k = _aligned_row_statistics(X + base, R + base, DY + base, W, shift, N, eps, BLOCK_N, VEC)
+    tl.store(STATS + row * 2, rstd)
+    tl.store(STATS + row * 2 + 1, k)
+
+
+@triton.jit
+def _add_rmsnorm_bwd_split_tiles_aligned(X, R, W, DY, DH, DX, STATS, DWP, M, N, stride, ROWS_PER_GROUP,
+                                         TILE_M: tl.constexpr, TILE_N: tl.constexpr, VEC: tl.constexpr,
+                                         STAGES: tl.constexpr):
+    """The split path's second kernel for 16-byte aligned rows of one stride (x, residual, grad_y, grad_h, dh).
+    Program (t, g) takes frame tile t (f = column + the row's shift) of row group g's rows, one shift class at
+    a time: rows row0 + c, row0 + c + VEC, ... start ``shift`` past a boundary alike, so TILE_M of them load
+    and store as 16-byte vectors. dh's first and last vectors of a row, shared with its neighbours, are
+    stored element by element; the class's dw partial goes to DWP row g * VEC + c (columns: f - shift)."""
+    f = tl.max_contiguous(tl.multiple_of(tl.program_id(0) * TILE_N + tl.arange(0, TILE_N), VEC), TILE_N)
+    group = tl.program_id(1)
+    row0 = group * ROWS_PER_GROUP
+    row_end = tl.minimum(row0 + ROWS_PER_GROUP, M)
+    vec = f // VEC
+    for c in range(0, VEC):
+        shift = ((row0 + c).to(tl.int64) * stride) % VEC
+        cols = f - shift
+        inrow = (cols >= 0) & (cols < N)
+        vmask = vec < (shift + N + VEC - 1) // VEC
+        body = (vec >= (shift + VEC - 1) // VEC) & (vec < (shift + N) // VEC)  # whole vectors of this row alone
+        edge = inrow & ~body
+        w = tl.load(W + cols, mask=inrow, other=0.0).to(tl.float32)
+        acc = tl.zeros([TILE_M, TILE_N], dtype=tl.float32)
+        for r in tl.range(row0 + c, row_end, TILE_M * VEC, num_stages=STAGES):
+            rows = (r + tl.arange(0, TILE_M) * VEC).to(tl.int64)
+            rmask = rows < row_end
+            offs = tl.max_contiguous(tl.multiple_of((rows * stride - shift)[:, None] + f[None, :], [1, VEC]),
+                                     [1, TILE_N])
+            lmask = rmask[:, None] & vmask[None, :]
+            h = (tl.load(X + offs, mask=lmask, other=0.0).to(tl.float32)
+                 + tl.load(R + offs, mask=lmask, other=0.0).to(tl.float32))
+            dy = tl.load(DY + offs, mask=lmask, other=0.0).to(tl.float32)
+            dh_in = tl.load(DH + offs, mask=lmask, other=0.0).to(tl.float32)
+            rstd = tl.load(STATS + rows * 2, mask=rmask, other=0.0)
+            k = tl.load(STATS + rows * 2 + 1, mask=rmask, other=0.0)
+            dh = (dy * w[None, :] - h * k[:, None]) * rstd[:, None] + dh_in  # w is 0 outside the row
+            tl.store(DX + offs, dh.to(DX.dtype.element_ty), mask=rmask[:, None] & body[None, :])
+            if (tl.program_id(0) == 0) | (tl.program_id(0) == (shift + N - 1) // TILE_N):  # a tile with an edge
+                tl.store(DX + offs, dh.to(DX.dtype.element_ty), mask=rmask[:, None] & edge[None, :])
+            acc += tl.where(inrow[None, :], dy * h, 0.0) * rstd[:, None]
+        tl.store(DWP + (group * VEC + c).to(tl.int64) * N + cols, tl.sum(acc, axis=0), mask=inrow)
+
 @triton.jit
 def _column_sum(P, OUT, n_parts, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
     """OUT[c] = sum over p of P[p, c] in fp32, in a fixed order (deterministic)."""
@@ -247,11 +331,20 @@ def kernel_fn(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps
         plan = _PLANS[key] = _plan(m, n, x.device)
     path, programs, per, block_m, block_n, warps, reduce_n = plan
     dx = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    dwp = torch.empty((programs, n), dtype=torch.float32, device=x.device)
+    vec = _vector_width(x2, r2, dy, dh_in, dx) if path == "split" and WIDE_ALIGN else 1
+    # dw partial rows: one per program; on the aligned split path one per row group and shift class
+    dwp = torch.empty((programs * vec, n), dtype=torch.float32, device=x.device)
     dw = torch.empty((n,), dtype=weight.dtype, device=x.device)
     args = (x2, r2, weight, dy, dh_in, dx, dwp, m, n, x2.stride(0), r2.stride(0), dy.stride(0), dh_in.stride(0),
             dx.stride(0), eps, per)
-    if path == "split":
+    if vec > 1:
+        stats = torch.empty((m, 2), dtype=torch.float32, device=x.device)
+        _add_rmsnorm_bwd_row_stats_aligned[(m,)](x2, r2, weight, dy, stats, n, x2.stride(0), eps,
+                                                 BLOCK_N=LOOP_BLOCK_N, VEC=vec, num_warps=LOOP_NUM_WARPS)
+        _add_rmsnorm_bwd_split_tiles_aligned[(triton.cdiv(n + vec - 1, block_n), programs)](
+            x2, r2, weight, dy, dh_in, dx, stats, dwp, m, n, x2.stride(0), per, TILE_M=block_m, TILE_N=block_n,
+            VEC=vec, STAGES=SPLIT_STAGES, num_warps=warps)
+    elif path == "split":
         stats = torch.empty((m, 2), dtype=torch.float32, device=x.device)
         _add_rmsnorm_bwd_row_stats[(m,)](x2, r2, weight, dy, stats, n, x2.stride(0), r2.stride(0), dy.stride(0), eps,
                                          BLOCK_N=LOOP_BLOCK_N, num_warps=LOOP_NUM_WARPS)
@@ -263,7 +356,15 @@ def kernel_fn(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps
     else:
         stages = _rows_stages(block_m, block_n, x.element_size())
         _add_rmsnorm_bwd_rows[(programs,)](*args, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, num_warps=warps)
-    _column_sum[(triton.cdiv(n, reduce_n),)](dwp, dw, programs, n, BLOCK_P=REDUCE_BLOCK_P, BLOCK_N=reduce_n,
+    _column_sum[(triton.cdiv(n, reduce_n),)](dwp, dw, dwp.shape[0], n, BLOCK_P=REDUCE_BLOCK_P, BLOCK_N=reduce_n,
                                              num_warps=REDUCE_NUM_WARPS)
     grad = dx.view(x.shape)
     return grad, grad, dw  # grad_x and grad_residual are one tensor: equal by the chain rule
+
+
+def _vector_width(*rows: torch.Tensor) -> int:
+    """Elements per 16-byte vector when these [M, N] tensors share one row stride and 16-byte aligned bases
+    (so a row starts equally far past a boundary in each), else 1."""
+    if len({t.stride(0) for t in rows}) == 1 and all(t.data_ptr() % 16 == 0 for t in rows):
+        return 16 // rows[0].element_size()
+    return 1

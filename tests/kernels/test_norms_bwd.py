@@ -84,9 +84,71 @@ def test_the_split_path_tiles_columns_and_groups_rows(task):
             assert verdict["passed"], (sms, adversarial, verdict["why"])
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("task", TASKS)
+def test_the_split_path_reads_odd_width_rows_from_their_16_byte_boundaries(task, dtype):
+    """Rows of an odd width start anywhere: the aligned split path groups them by shift (rows r, r + VEC, ...),
+    loads whole vectors and selects the neighbours' elements away, stores dx's shared first and last
+    vectors element by element, and keeps a dw partial row per row group and shift class. 37 rows (more than
+    two of each class, the last group short) of 97 and of 100 columns; a misaligned view takes the
+    element-wise kernels."""
+    ker = _kernel(task, MAX_FUSED_N=64, LOOP_BLOCK_N=32, CPU_SMS=4, PROGRAMS_PER_SM=2, SPLIT_TILE_N=32,
+                  SPLIT_TILE_M=2)
+    aligned, plain = f"_{task}_split_tiles_aligned", f"_{task}_split_tiles"
+    launched = []
+    for name in (aligned, plain):
+        setattr(ker, name, _Spy(getattr(ker, name), name, launched))
+    for n in (97, 100):
+        assert ker._plan(37, n, torch.device("cpu"))[0] == "split"
+        for adversarial in (None, "large"):
+            verdict = _check(task, ker, {"M": 37, "N": n}, dtype, adversarial)
+            assert verdict["passed"], (n, adversarial, verdict["why"])
+    assert set(launched) == {aligned}
+    ref = sc.load_reference(REPO / "kernels" / task, "edge")
+    inputs = sc.build_inputs(ref, {"M": 37, "N": 100}, dtype, "cpu", 0)
+    x = inputs[0]
+    assert ker._vector_width(*(t for t in inputs if isinstance(t, torch.Tensor) and t.dim() == 2),
+                             torch.empty_like(x)) == 16 // x.element_size()
+    store = torch.empty(37 * 100 + 1, dtype=x.dtype)  # x one element past a 16-byte boundary
+    x_off = store[1:].view(37, 100)
+    x_off.copy_(x)
+    launched.clear()
+    got = ker.kernel_fn(x_off, *inputs[1:])
+    assert launched == [plain]
+    want = ker.kernel_fn(*inputs)
+    for a, b in zip(got, want):
+        assert torch.allclose(a.float(), b.float(), rtol=1e-2, atol=1e-2)
+    # The last row's last vector reaches past the tensor's end: NaN there must not enter any sum.
+    tailed = tuple(_nan_tailed(t) if isinstance(t, torch.Tensor) and t.dim() == 2 else t for t in inputs)
+    launched.clear()
+    got = ker.kernel_fn(*tailed)
+    assert launched == [aligned]
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
+def _nan_tailed(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` at the start of a buffer whose elements past it are NaN."""
+    buf = torch.full((t.numel() + 16,), float("nan"), dtype=t.dtype)
+    buf[:t.numel()].copy_(t.reshape(-1))
+    return buf[:t.numel()].view(t.shape)
+
+
+class _Spy:
+    """A Triton kernel whose launches are recorded by name (``kernel[grid](...)``)."""
+
+    def __init__(self, kernel, name, launched):
+        self.kernel, self.name, self.launched = kernel, name, launched
+
+    def __getitem__(self, grid):
+        self.launched.append(self.name)
+        return self.kernel[grid]
+
 @pytest.mark.parametrize("edits,shape", [
     ([("acc += dy * xhat", "acc += dy * x")], 0),  # rows path
-    ([("acc += dy * x * rstd[:, None]", "acc += dy * x")], -1),  # split path (wide rows, the default)
+    ([("acc += tl.where(inrow[None, :], dy * x, 0.0) * rstd[:, None]", "acc += tl.where(inrow[None, :], dy * x, 0.0)")],
+     -1),  # split path (wide rows, the default), rows loaded from their 16-byte boundaries
+    ([("WIDE_ALIGN = 1", "WIDE_ALIGN = 0"), ("acc += dy * x * rstd[:, None]", "acc += dy * x")], -1),  # split
     ([("WIDE_SPLIT = 1  #", "WIDE_SPLIT = 0  #"), ("prev + dy * x * rstd", "prev + dy * x")], -1)])  # looped path
 def test_a_wrong_weight_grad_is_caught(tmp_path, edits, shape):
     dst = tmp_path / "rmsnorm_bwd"
