@@ -30,6 +30,7 @@
 #              the harness: starter PASS rate and its time beside torch.compile
 #   convsweep: the GEMM template's fp32 tile swept on KernelBench convolutions (carry .kb) beside cuDNN
 #   sweep:     any starter's knobs at chosen shapes (knob_sweep.py): sweep TASK SHAPES KNOB=v1,v2 ...
+#   normsweep: the norm backwards' split path from each row's 16-byte boundary, and their rows path's grid (issue 20)
 #   fasweep:   flash attention backward's knobs swept at the LLaMA-7B shapes (issue 20): dK/dV, then dQ
 #   trees:     warm evaluations of carried trees (DIR,DIR) and this one, interleaved: which tree made it slower
 #   check:     the fused output check's tests on the GPU, then warm evaluations with the judge's checks the torch
@@ -48,7 +49,7 @@
 # without it the harness runs under Landlock alone there (run 15 did, unnoticed until its probe).
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | bwdcheck [TASKS] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | agreement [TASKS] | parallel [KS [COUNTS]] | convsweep [ONLY] | sweep TASK SHAPES KNOB=V,.. | fasweep | trees DIRS [ROUNDS] | check [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | bwdcheck [TASKS] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | agreement [TASKS] | parallel [KS [COUNTS]] | convsweep [ONLY] | sweep TASK SHAPES KNOB=V,.. | normsweep | fasweep | trees DIRS [ROUNDS] | check [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
 set -u
 part=${1:?a part: see the usage above}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -203,6 +204,18 @@ sweep)
     ms=500; [ -n "${DEADLINE:-}" ] && ms=$(( DEADLINE - $(date +%s) - 40 )); [ "$ms" -gt 500 ] && ms=500
     step "sweep_$task" 560 python3 benchmarks/knob_sweep.py --task "$task" --shapes "$shapes" --max-seconds "$ms" \
         "${grid[@]}" --json "$R/sweep_$task.json"
+    ;;
+normsweep)
+    # Issue 20: the norm backwards' split path from each row's 16-byte boundary (WIDE_ALIGN, every dtype at the
+    # 50257-wide shape), then the rows path's programs per SM and dw reduction width (bf16, llama7b-layer and odd)
+    for t in rmsnorm_bwd layernorm_bwd add_rmsnorm_bwd; do
+        step "align_$t" 120 python3 benchmarks/knob_sweep.py --task $t --shapes wide --max-seconds 90 \
+            --grid WIDE_ALIGN=0,1 --json "$R/align_$t.json"
+    done
+    for t in rmsnorm_bwd layernorm_bwd add_rmsnorm_bwd; do
+        step "rows_$t" 150 python3 benchmarks/knob_sweep.py --task $t --shapes llama7b-layer,odd --dtypes bfloat16 \
+            --max-seconds 110 --grid PROGRAMS_PER_SM=1,2,4 --grid REDUCE_BLOCK_N=16,32,64 --json "$R/rows_$t.json"
+    done
     ;;
 fasweep)
     # Issue 20: flash attention backward's knobs at the LLaMA-7B shapes, each group beside the others' defaults:
