@@ -148,7 +148,7 @@ class _Spy:
     ([("acc += dy * xhat", "acc += dy * x")], 0),  # rows path
     ([("acc += tl.where(inrow[None, :], dy * x, 0.0) * rstd[:, None]", "acc += tl.where(inrow[None, :], dy * x, 0.0)")],
      -1),  # split path (wide rows, the default), rows loaded from their 16-byte boundaries
-    ([("WIDE_ALIGN = 1", "WIDE_ALIGN = 0"), ("acc += dy * x * rstd[:, None]", "acc += dy * x")], -1),  # split
+    ([("\nWIDE_ALIGN = 1\n", "\nWIDE_ALIGN = 0\n"), ("acc += dy * x * rstd[:, None]", "acc += dy * x")], -1),  # split
     ([("WIDE_SPLIT = 1  #", "WIDE_SPLIT = 0  #"), ("prev + dy * x * rstd", "prev + dy * x")], -1)])  # looped path
 def test_a_wrong_weight_grad_is_caught(tmp_path, edits, shape):
     dst = tmp_path / "rmsnorm_bwd"
