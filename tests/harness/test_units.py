@@ -519,3 +519,21 @@ def test_a_driver_ipc_description_reaching_outside_its_storage_is_refused_before
             transfer.receive([{"shape": [2, 3], "dtype": "float32", "device": "cuda", **desc}], want, Path("."), way)
     with pytest.raises(ValueError, match="way must be"):
         transfer.export((), Path("."), "x", "pickle")
+
+
+def test_a_retaken_comparison_says_so_in_its_method(tmp_path):
+    """The judge's reply after a retake (its cross-check carries the first take's reason): the comparison
+    stands on the retake's times, and its method says the timing was retaken and why."""
+    from autokernel_tui.harness.runner import Harness
+
+    task = Path(__file__).resolve().parents[2] / "kernels" / "rmsnorm"
+    reason = "the judge's clock saw 113.8 us per call more around the candidate's timed runs"
+    rows = [{"shape": "s", "dtype": "float16", "candidate_us": [10.0] * 8, "incumbent_us": [11.0] * 8}]
+    with Harness(device="cpu", confirm_keeps=False) as h:
+        h._prepare = lambda copy, quick: None
+        h._request = lambda msg, timeout: ({"ok": True, "status": "PASS", "rows": rows, "method": "CUDA events",
+                                            "cross_check": {"quads": 4, "retaken": reason}}, "")
+        got = h.compare(task, "candidate", "incumbent")
+    assert got.status == "PASS" and got.speedup > 1.05
+    assert "timing retaken once" in got.method and "113.8 us" in got.method
+    assert got.cross_check["retaken"] == reason
