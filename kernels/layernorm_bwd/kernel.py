@@ -130,11 +130,18 @@ def _row_statistics(x_row, dy_row, W, N, eps, BLOCK_N: tl.constexpr):
         s2 += d * d
         sg += g
         sgd += g * d
+    return _statistics(shift, s1, s2, sg, sgd, N, eps)
+
+
+@triton.jit
+def _statistics(shift, s1, s2, sg, sgd, N, eps):
+    """mean, rstd, c1 = sum(g * xhat) / N and c2 = sum(g) / N from a row's lane sums of d = x - shift,
+    d^2, g and g * d."""
     mean_d = tl.sum(s1, axis=0) / N
     var = tl.maximum(tl.sum(s2, axis=0) / N - mean_d * mean_d, 0.0)
     rstd = 1.0 / tl.sqrt(var + eps)
     c2 = tl.sum(sg, axis=0) / N
-    c1 = rstd * (tl.sum(sgd, axis=0) / N - mean_d * c2)  # sum(g * xhat) / N
+    c1 = rstd * (tl.sum(sgd, axis=0) / N - mean_d * c2)
     return shift + mean_d, rstd, c1, c2
 
 
@@ -241,12 +248,7 @@ def _aligned_row_statistics(x_row, dy_row, W, shift, N, eps, BLOCK_N: tl.constex
         s2 += d * d
         sg += g
         sgd += g * d
-    mean_d = tl.sum(s1, axis=0) / N
-    var = tl.maximum(tl.sum(s2, axis=0) / N - mean_d * mean_d, 0.0)
-    rstd = 1.0 / tl.sqrt(var + eps)
-    c2 = tl.sum(sg, axis=0) / N
-    c1 = rstd * (tl.sum(sgd, axis=0) / N - mean_d * c2)
-    return mu0 + mean_d, rstd, c1, c2
+    return _statistics(mu0, s1, s2, sg, sgd, N, eps)
 
 
 @triton.jit
