@@ -383,7 +383,7 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
         plan = _PLANS[key] = _plan(m, n, x.device)
     path, programs, per, block_m, block_n, warps, reduce_n = plan
     dx = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    vec = _vector_width(x2, dy, dx) if path == "split" and WIDE_ALIGN else 1
+    vec = _vector_width(block_n, x2, dy, dx) if path == "split" and WIDE_ALIGN else 1
     # dw and db partial rows: one per program; on the aligned split path one per row group and shift class
     partials = torch.empty((2, programs * vec, n), dtype=torch.float32, device=x.device)
     dw = torch.empty((n,), dtype=weight.dtype, device=x.device)
@@ -413,9 +413,12 @@ def kernel_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     return dx.view(x.shape), dw, db
 
 
-def _vector_width(*rows: torch.Tensor) -> int:
+def _vector_width(tile: int, *rows: torch.Tensor) -> int:
     """Elements per 16-byte vector when these [M, N] tensors share one row stride and 16-byte aligned bases
-    (so a row starts equally far past a boundary in each), else 1."""
-    if len({t.stride(0) for t in rows}) == 1 and all(t.data_ptr() % 16 == 0 for t in rows):
-        return 16 // rows[0].element_size()
+    (so a row starts equally far past a boundary in each) and the column tiles (``tile``, LOOP_BLOCK_N) are
+    whole vectors, else 1."""
+    vec = 16 // rows[0].element_size()
+    if (len({t.stride(0) for t in rows}) == 1 and all(t.data_ptr() % 16 == 0 for t in rows)
+            and tile % vec == 0 and LOOP_BLOCK_N % vec == 0):
+        return vec
     return 1

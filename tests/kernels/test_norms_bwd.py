@@ -107,8 +107,9 @@ def test_the_split_path_reads_odd_width_rows_from_their_16_byte_boundaries(task,
     ref = sc.load_reference(REPO / "kernels" / task, "edge")
     inputs = sc.build_inputs(ref, {"M": 37, "N": 100}, dtype, "cpu", 0)
     x = inputs[0]
-    assert ker._vector_width(*(t for t in inputs if isinstance(t, torch.Tensor) and t.dim() == 2),
-                             torch.empty_like(x)) == 16 // x.element_size()
+    rows = [t for t in inputs if isinstance(t, torch.Tensor) and t.dim() == 2] + [torch.empty_like(x)]
+    assert ker._vector_width(32, *rows) == 16 // x.element_size()
+    assert ker._vector_width(6, *rows) == 1  # a column tile of part of a vector: element by element
     store = torch.empty(37 * 100 + 1, dtype=x.dtype)  # x one element past a 16-byte boundary
     x_off = store[1:].view(37, 100)
     x_off.copy_(x)
