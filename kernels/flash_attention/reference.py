@@ -43,10 +43,15 @@ def naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     group = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(group, dim=1)
     v = v.repeat_interleave(group, dim=1)
-    s = q.shape[2]
+    return torch.softmax(_causal_scores(q, k), dim=-1) @ v
+
+
+def _causal_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """q k^T / sqrt(D), -inf where a key comes after its query (k already has q's heads)."""
+    s = q.shape[-2]
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
     causal = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
-    return torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1) @ v
+    return scores.masked_fill(~causal, float("-inf"))
 
 
 def saved_for_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple:
@@ -64,16 +69,10 @@ def saved_for_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tup
         except (RuntimeError, NotImplementedError):  # a build or card without it: the float32 way below
             pass
     # Elsewhere (the CPU, float32): in float32, one batch element at a time
-    scale = 1.0 / math.sqrt(q.shape[-1])
     outs, lses = [], []
     for i in range(q.shape[0]):
-        qi = q[i].float()
-        ki = k[i].float().repeat_interleave(group, dim=0)
         vi = v[i].float().repeat_interleave(group, dim=0)
-        scores = (qi @ ki.transpose(-1, -2)) * scale
-        s = scores.shape[-1]
-        causal = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
-        scores = scores.masked_fill(~causal, float("-inf"))
+        scores = _causal_scores(q[i].float(), k[i].float().repeat_interleave(group, dim=0))
         lse = torch.logsumexp(scores, dim=-1)
         outs.append((torch.exp(scores - lse[..., None]) @ vi).to(q.dtype))
         lses.append(lse)
