@@ -60,3 +60,36 @@ def test_attention_saved_tensors_on_gpu(dtype, dims):
     ko, (_, klse) = ker.kernel_fn_saved(q, k, v)
     torch.testing.assert_close(klse, lse, atol=1e-2, rtol=0)
     torch.testing.assert_close(ko.float(), o.float(), atol=2e-2, rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("task", ["rmsnorm_bwd", "layernorm_bwd", "add_rmsnorm_bwd"])
+def test_norm_backwards_read_wide_rows_from_their_boundaries_on_gpu(task, dtype):
+    # The split path's aligned kernels (WIDE_ALIGN = 1) on CUDA at a 50257-wide row: the same gradients as the
+    # element-wise kernels (WIDE_ALIGN = 0) within the task's tolerance, and bit for bit the same when NaN lies
+    # past the last row's end (its last vector reaches there)
+    import torch
+
+    from autokernel_tui.tasks.spec import load_spec
+
+    task_dir = REPO / "kernels" / task
+    ref = sc.load_reference(task_dir, "gpu-wide")
+    aligned = sc.load_module(task_dir / "kernel.py", "gpu-wide-aligned")
+    plain = sc.load_module(task_dir / "kernel.py", "gpu-wide-plain")
+    plain.WIDE_ALIGN = 0
+    assert aligned.WIDE_ALIGN == 1
+    inputs = sc.build_inputs(ref, {"M": 67, "N": 50257}, dtype, "cuda", 0)
+    want = plain.kernel_fn(*inputs)
+    got = aligned.kernel_fn(*inputs)
+    tol = load_spec(task_dir).tolerances[dtype]
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.float(), b.float(), atol=tol.atol, rtol=tol.rtol)
+
+    def nan_tailed(t):
+        buf = torch.full((t.numel() + 64,), float("nan"), dtype=t.dtype, device=t.device)
+        buf[:t.numel()].copy_(t.reshape(-1))
+        return buf[:t.numel()].view(t.shape)
+    tailed = tuple(nan_tailed(t) if isinstance(t, torch.Tensor) and t.dim() == 2 else t for t in inputs)
+    for a, b in zip(aligned.kernel_fn(*tailed), got):
+        assert torch.equal(a, b)
