@@ -221,7 +221,6 @@ def _layernorm_bwd_split_tiles(X, W, DY, DX, STATS, DWP, DBP, M, N, stride_x, st
     tl.store(DBP + base + cols, tl.sum(acc_b, axis=0), mask=cmask)
 
 
-
 @triton.jit
 def _aligned_row_statistics(x_row, dy_row, W, shift, N, eps, BLOCK_N: tl.constexpr, VEC: tl.constexpr):
     """_row_statistics for a row that starts ``shift`` elements past a 16-byte boundary (``x_row``, ``dy_row``:
@@ -312,6 +311,7 @@ def _layernorm_bwd_split_tiles_aligned(X, W, DY, DX, STATS, DWP, DBP, M, N, stri
         part = (group * VEC + c).to(tl.int64) * N
         tl.store(DWP + part + cols, tl.sum(acc_w, axis=0), mask=inrow)
         tl.store(DBP + part + cols, tl.sum(acc_b, axis=0), mask=inrow)
+
 
 @triton.jit
 def _column_sums(P, OUT, Q, OUT_Q, n_parts, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):

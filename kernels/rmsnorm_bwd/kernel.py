@@ -176,7 +176,6 @@ def _rmsnorm_bwd_split_tiles(X, W, DY, DX, STATS, DWP, M, N, stride_x, stride_dy
     tl.store(DWP + group.to(tl.int64) * N + cols, tl.sum(acc, axis=0), mask=cmask)
 
 
-
 @triton.jit
 def _aligned_row_statistics(x_row, dy_row, W, shift, N, eps, BLOCK_N: tl.constexpr, VEC: tl.constexpr):
     """_row_statistics for a row that starts ``shift`` elements past a 16-byte boundary (``x_row``, ``dy_row``:
@@ -246,12 +245,13 @@ def _rmsnorm_bwd_split_tiles_aligned(X, W, DY, DX, STATS, DWP, M, N, stride, ROW
             dy = tl.load(DY + offs, mask=lmask, other=0.0).to(tl.float32)
             rstd = tl.load(STATS + rows * 2, mask=rmask, other=0.0)
             k = tl.load(STATS + rows * 2 + 1, mask=rmask, other=0.0)
-            dx = (dy * w[None, :] - x * k[:, None]) * rstd[:, None]  # w is 0 outside the row
+            dx = (dy * w[None, :] - x * k[:, None]) * rstd[:, None]  # stored only where it is this row's
             tl.store(DX + offs, dx.to(DX.dtype.element_ty), mask=rmask[:, None] & body[None, :])
             if (tl.program_id(0) == 0) | (tl.program_id(0) == (shift + N - 1) // TILE_N):  # a tile with an edge
                 tl.store(DX + offs, dx.to(DX.dtype.element_ty), mask=rmask[:, None] & edge[None, :])
             acc += tl.where(inrow[None, :], dy * x, 0.0) * rstd[:, None]
         tl.store(DWP + (group * VEC + c).to(tl.int64) * N + cols, tl.sum(acc, axis=0), mask=inrow)
+
 
 @triton.jit
 def _column_sum(P, OUT, n_parts, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
