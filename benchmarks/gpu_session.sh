@@ -207,14 +207,19 @@ sweep)
     ;;
 normsweep)
     # Issue 20: the norm backwards' split path from each row's 16-byte boundary (WIDE_ALIGN, every dtype at the
-    # 50257-wide shape), then the rows path's programs per SM and dw reduction width (bf16, llama7b-layer and odd)
+    # 50257-wide shape), then the rows path (bf16, llama7b-layer and odd): programs per SM x warps (sm_90: at
+    # 5120 wide, NUM_WARPS 4 is 16 warps x 127 registers, one program per SM; 8 is 32 x 64), and the dw
+    # reduction's width (its grid is N / REDUCE_BLOCK_N programs: 64 at 4096 wide)
     for t in rmsnorm_bwd layernorm_bwd add_rmsnorm_bwd; do
         step "align_$t" 120 python3 benchmarks/knob_sweep.py --task $t --shapes wide --max-seconds 90 \
             --grid WIDE_ALIGN=0,1 --json "$R/align_$t.json"
     done
     for t in rmsnorm_bwd layernorm_bwd add_rmsnorm_bwd; do
-        step "rows_$t" 150 python3 benchmarks/knob_sweep.py --task $t --shapes llama7b-layer,odd --dtypes bfloat16 \
-            --max-seconds 110 --grid PROGRAMS_PER_SM=1,2,4 --grid REDUCE_BLOCK_N=16,32,64 --json "$R/rows_$t.json"
+        rows=(--task $t --shapes llama7b-layer,odd --dtypes bfloat16 --max-seconds 80)
+        step "rows_$t" 100 python3 benchmarks/knob_sweep.py "${rows[@]}" --grid PROGRAMS_PER_SM=1,2,4 \
+            --grid NUM_WARPS=4,8 --json "$R/rows_$t.json"
+        step "reduce_$t" 70 python3 benchmarks/knob_sweep.py "${rows[@]}" --grid REDUCE_BLOCK_N=16,32,64 \
+            --json "$R/reduce_$t.json"
     done
     ;;
 fasweep)
