@@ -59,15 +59,25 @@ def decide(policy: str, report: Report, comparison: Comparison | None, threshold
         return Verdict("discard", f"{report.status}: {report.reason or 'no reason given'}")
     if comparison is None or not comparison.faster:
         if comparison is not None and comparison.screen:  # faster or undecided once, then not by the confirming one
-            return Verdict("discard", f"not confirmed: {comparison.reason}")
+            return Verdict("discard", f"not confirmed: {comparison.reason}" + _retaken(comparison))
         sp = comparison.speedup if comparison is not None else None
-        return Verdict("discard", "not faster than the incumbent" + (f" ({sp:.3f}x)" if sp else ""))
+        return Verdict("discard", "not faster than the incumbent" + (f" ({sp:.3f}x)" if sp else "")
+                       + _retaken(comparison))
     speed = f"{comparison.speedup or 0:.3f}x [{comparison.ci_low or 0:.3f}, {comparison.ci_high or 0:.3f}]"
+    speed += _retaken(comparison)
     if policy == "auto":
         return Verdict("keep", f"faster: {speed}")
     if policy == "threshold" and (comparison.ci_low or 0) >= threshold:
         return Verdict("keep", f"faster: {speed} clears the {threshold:.3f}x threshold")
     return Verdict("ask", f"faster: {speed}; awaiting a human decision")
+
+
+def _retaken(comparison: Comparison | None) -> str:
+    """Said beside a verdict whose timing the judge retook: its clock objected to the first take (a disturbed
+    host, or hidden work that the retake did not show), so the row tells the morning's reader."""
+    if comparison is not None and (comparison.cross_check or {}).get("retaken"):
+        return " (timing retaken once: the judge's clock objected to the first take)"
+    return ""
 
 
 @dataclass(frozen=True)

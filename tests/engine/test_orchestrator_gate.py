@@ -33,6 +33,12 @@ def test_gate_policies():
                   reason="faster in the first comparison (1.020x [1.011, 1.030]) but not in the confirming one")
     verdict = decide("manual", PASS, refuted, 1.05)  # a refuted "faster" is never put to a human
     assert verdict.action == "discard" and verdict.reason.startswith("not confirmed: faster in the first")
+    retaken = {"quads": 4, "retaken": "the judge's clock saw 113.8 us per call more"}
+    kept = decide("auto", PASS, cmp(1.5, 1.4, cross_check=retaken), 1.05)  # the row says the timing was retaken
+    assert kept.action == "keep" and kept.reason.endswith("(timing retaken once: the judge's clock objected to "
+                                                          "the first take)")
+    assert "retaken" in decide("auto", PASS, cmp(0.99, 0.95, faster=False, cross_check=retaken), 1.05).reason
+    assert "retaken" not in decide("auto", PASS, cmp(1.5, 1.4, cross_check={"quads": 4}), 1.05).reason
 
 
 def test_amdahl_picks_the_biggest_remaining_share_and_moves_on_after_a_plateau():
