@@ -55,16 +55,19 @@ def status_of(report: Report | None) -> str:
 
 
 def decide(policy: str, report: Report, comparison: Comparison | None, threshold: float) -> Verdict:
+    verdict = _decide(policy, report, comparison, threshold)
+    return Verdict(verdict.action, verdict.reason + _retaken(comparison))
+
+
+def _decide(policy: str, report: Report, comparison: Comparison | None, threshold: float) -> Verdict:
     if report.status != "PASS":
         return Verdict("discard", f"{report.status}: {report.reason or 'no reason given'}")
     if comparison is None or not comparison.faster:
         if comparison is not None and comparison.screen:  # faster or undecided once, then not by the confirming one
-            return Verdict("discard", f"not confirmed: {comparison.reason}" + _retaken(comparison))
+            return Verdict("discard", f"not confirmed: {comparison.reason}")
         sp = comparison.speedup if comparison is not None else None
-        return Verdict("discard", "not faster than the incumbent" + (f" ({sp:.3f}x)" if sp else "")
-                       + _retaken(comparison))
+        return Verdict("discard", "not faster than the incumbent" + (f" ({sp:.3f}x)" if sp else ""))
     speed = f"{comparison.speedup or 0:.3f}x [{comparison.ci_low or 0:.3f}, {comparison.ci_high or 0:.3f}]"
-    speed += _retaken(comparison)
     if policy == "auto":
         return Verdict("keep", f"faster: {speed}")
     if policy == "threshold" and (comparison.ci_low or 0) >= threshold:
