@@ -21,6 +21,7 @@ import re
 from collections import Counter
 from typing import Any, NamedTuple
 
+from autokernel_tui.profiling import attention_template as attention
 from autokernel_tui.profiling.replay import is_view, packet, tensor_args
 
 MATMULS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default",
@@ -241,9 +242,14 @@ def _lhs(op: dict) -> str:
     return ", ".join(outs) + ("," if len(outs) == 1 and many else "")
 
 
-def _line(op: dict, pointwise: dict[tuple[str, bool], str]) -> str:
+def _line(op: dict, pointwise: dict[tuple[str, bool], str], spec: dict) -> str:
     """One op of the chain as a line of kernel_fn; ``pointwise`` collects the elementwise kernels it needs."""
     name = op["op"]
+    if attention.is_attention(name):
+        try:
+            return attention.attention_call(op, spec["tensors"], set(_tensor_uses(spec)))
+        except attention.NoAttentionTemplate as exc:
+            raise NoTemplate(str(exc)) from exc
 
     def kernel(expr: str, binary: bool) -> str:
         return pointwise.setdefault((expr, binary), f"_pw{len(pointwise)}")
@@ -259,8 +265,8 @@ def _line(op: dict, pointwise: dict[tuple[str, bool], str]) -> str:
     elif is_view(name):
         rhs = _view(op, name)
     else:
-        raise NoTemplate(f"{name} has no template (matmul, convolution, {', '.join(sorted(POINTWISE_OPS))} and views "
-                         "only)")
+        raise NoTemplate(f"{name} has no template (matmul, convolution, attention, "
+                         f"{', '.join(sorted(POINTWISE_OPS))} and views only)")
     return f"    {_lhs(op)} = {rhs}"
 
 
@@ -365,8 +371,8 @@ def {name}(X, {y}OUT, n, BLOCK: tl.constexpr):
 
 
 def applies(spec: dict) -> bool:
-    """Whether the chain has a matmul or convolution: the chains this template is for."""
-    return any(op["op"] in MATMULS for op in spec["ops"])
+    """Whether the chain has a matmul, convolution or attention: the chains this template is for."""
+    return any(op["op"] in MATMULS or attention.is_attention(op["op"]) for op in spec["ops"])
 
 
 def template_source(spec: dict, name: str) -> tuple[str, dict[str, list[int]]]:
@@ -374,12 +380,12 @@ def template_source(spec: dict, name: str) -> tuple[str, dict[str, list[int]]]:
     its knob space. Raises NoTemplate for a chain without a matmul or with an op it does not write."""
     ops = spec["ops"]
     if not applies(spec):
-        raise NoTemplate("no mm/addmm/bmm/baddbmm/convolution in the chain")
+        raise NoTemplate("no mm/addmm/bmm/baddbmm/convolution/attention in the chain")
     dtypes = {m["dtype"] for m in spec["tensors"].values() if m["dtype"] in ("float16", "bfloat16", "float32")}
     if len(dtypes) > 1:  # type promotion between operands: the template computes in its first operand's dtype
         raise NoTemplate(f"the chain mixes {', '.join(sorted(dtypes))}")
     pointwise: dict[tuple[str, bool], str] = {}
-    lines = [_line(op, pointwise) for op in ops]
+    lines = [_line(op, pointwise, spec) for op in ops]
     body, fused = _body(spec, lines)
     kernels = "".join(POINTWISE_KERNEL.format(
         name=fn, expr=expr, y="Y, " if binary else "",
@@ -390,11 +396,13 @@ def template_source(spec: dict, name: str) -> tuple[str, dict[str, list[int]]]:
     params = ", ".join(f"t{t}" for t in spec["inputs"])
     chain = " -> ".join(packet(op["op"]) for op in ops)
     code = "\n".join(body)
-    parts = [HEAD.format(name=name, chain=chain)]
+    gemm = any(op["op"] in MATMULS for op in ops)
+    parts = [HEAD.format(name=name, chain=chain) if gemm else attention.HEAD.format(name=name, chain=chain)]
     if fused:
         parts.append(FUSE_KNOB)
     parts += [part for part, used in ((MATH, "_erf(" in kernels or "_tanh(" in kernels),
                                       (GEMM, "_gemm(" in code or "_bmm(" in code), (CONV, "_conv(" in code),
+                                      (attention.SOURCE, "_attention(" in code),
                                       (POINTWISE, bool(pointwise))) if used]
     parts.append(TAIL.format(pointwise=kernels, params=params, body=code,
                              ret=outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"))
@@ -403,6 +411,8 @@ def template_source(spec: dict, name: str) -> tuple[str, dict[str, list[int]]]:
                       depthwise="_conv(" in code and _has_depthwise(spec))
     if fused:
         knobs["FUSE_EPILOGUE"] = [0, 1]
+    if "_attention(" in code:
+        knobs = {**(knobs if gemm else {}), **attention.knobs_for(dtypes)}
     return "".join(parts), knobs
 
 

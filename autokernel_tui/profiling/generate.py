@@ -478,7 +478,7 @@ def write_kernel(dest: Path, name: str, spec: dict | None = None) -> tuple[str |
     (dest / "kernel.py").write_text(source or KERNEL_MISSING.format(name=name, why=why), encoding="utf-8")
     if source and knobs:  # the tuner's search space: the template's tiles, or Inductor's blocks, warps, stages
         with toml.open("a", encoding="utf-8") as f:
-            f.write("\n[knobs]    # the GEMM template's tile sizes (profiling/gemm_template)\n"
+            f.write("\n[knobs]    # the template's tile sizes (profiling/gemm_template)\n"
                     if origin == "profiling/gemm_template" else
                     "\n[knobs]    # Inductor's choices and their neighbours (profiling/inductor_starter)\n")
             f.writelines(f"{k} = {_toml(list(v))}\n" for k, v in knobs.items())

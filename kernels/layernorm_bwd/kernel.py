@@ -33,7 +33,7 @@ grid is sized to the GPU (PROGRAMS_PER_SM programs per SM). Two main paths, by r
     element: an odd width's rows start off 16-byte boundaries). With WIDE_ALIGN = 1 both kernels
     read each row from its aligned base: the rows r, r + VEC, ... share one shift, so a program takes
     its group's rows one shift class at a time, as 16-byte vectors, with dw and db partial rows per
-    class. Not yet timed on a GPU.
+    class (H100 run 26: 6-10% faster at wide).
 Launch parameters are decided once per (shape, dtype, device) and cached: a call costs a
 dict lookup, four allocations and two launches (five and three on the split path).
 Levers left: 16-byte alignment on the rows path for odd widths, evict hints, a resident path
@@ -53,7 +53,9 @@ NUM_WARPS = 4  # rows path: warps per ROW_BLOCK_ELEMS; a row wider than that get
 # fp32 118 -> 111, 178 -> 147 and 598 -> 570 us; 2 was slower than 1 at odd and large, 4 within 3% of 3.
 ROWS_STAGES = 3
 MAX_FUSED_N = 16384  # widest row the rows path holds in registers
-PROGRAMS_PER_SM = 4  # main-kernel programs per SM: more overlap, but more dw partial rows to reduce
+# Main-kernel programs per SM: more overlap, but more dw partial rows to reduce. H100, run 26 (knob_sweep, bf16 at
+# llama7b-layer, odd and llama7b-b4, beside REDUCE_BLOCK_N): 2 best; 4 (the old default) lost 14-19% geomean.
+PROGRAMS_PER_SM = 2
 LOOP_BLOCK_N = 4096  # chunk width of the looped path
 LOOP_NUM_WARPS = 8
 LOOP_PASS2_REVERSED = 1  # the looped path's second pass walks the row backwards (1) or forwards (0)
@@ -64,9 +66,10 @@ SPLIT_NUM_WARPS = 4
 SPLIT_STAGES = 1  # split path: 2+ prefetches each next row tile by async copies (as ROWS_STAGES); not yet timed
 # Split path, rows of an odd width: each row starts off a 16-byte boundary, so its loads went element by element
 # (LDG.U16). 1: both kernels read each row from its aligned base in 16-byte vectors, rows grouped by their
-# shift (the rows r, r + VEC, ... share one), each shift class with its own dw and db partial rows. Not yet timed.
+# shift (the rows r, r + VEC, ... share one), each shift class with its own dw and db partial rows. H100, run 26
+# at wide: 1 over 0 is 6-10% faster in every dtype (2.14x vs 2.01x eager geomean).
 WIDE_ALIGN = 1
-REDUCE_BLOCK_N = 64  # dw reduction: columns per program
+REDUCE_BLOCK_N = 64  # dw reduction: columns per program (run 26: with PROGRAMS_PER_SM above, 64 best or within 1%)
 # dw reduction: partial rows summed per step (64 -> 128: 1.18x the whole backward, run 20's tuner, H100 fp16)
 REDUCE_BLOCK_P = 128
 REDUCE_NUM_WARPS = 4

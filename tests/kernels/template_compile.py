@@ -2,8 +2,8 @@
 
 The template's kernels run only under the interpreter in the CPU tests; this compiles what a
 generated task launches (plain and fused-epilogue GEMMs, convolutions read in NCHW and channels
-innermost, a few-channel convolution, a depthwise one, a matrix-vector product, average pooling) through ptxas, as ``hopper_compile.py`` does for the
-starters, and prints a JSON list of rows (registers, spills, the interesting SASS).
+innermost, a few-channel convolution, a depthwise one, a matrix-vector product, average pooling, the
+attention) through ptxas, as ``hopper_compile.py`` does for the starters, and prints a JSON list of rows (registers, spills, the interesting SASS).
 
     python tests/kernels/template_compile.py OUT.json
 Must run WITHOUT TRITON_INTERPRET (it is unset here).
@@ -25,6 +25,7 @@ import torch  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
 from autokernel_tui.harness.worker.loading import load_text  # noqa: E402
+from autokernel_tui.profiling import attention_template as at  # noqa: E402
 from autokernel_tui.profiling import gemm_template as gt  # noqa: E402
 from hopper_compile import OfflineLauncher  # noqa: E402
 
@@ -36,7 +37,7 @@ def template_module():
     """The template's helpers and kernels, with one fused GEMM and one fused convolution, from a file
     (``triton.jit`` reads each kernel's source from its file)."""
     source = ("import torch\nimport triton\nimport triton.language as tl\n" + gt.MATH + gt.TILE + gt.GEMM + gt.CONV
-              + gt.POOL
+              + gt.POOL + at.SOURCE
               + "\n\n" + gt.render_kernel(gt.GEMM_KERNEL, "_gemm_kernel", "_gemm_kernel_e0", 1, GELU_ADD)
               + "\n\n" + gt.render_kernel(gt.CONV_KERNEL, "_conv_kernel", "_conv_kernel_e0", 1, RELU_ADD) + "\n")
     return load_text(source, "template_kernels")
@@ -88,6 +89,13 @@ def compile_template() -> list[dict]:
             m._gemm(torch.randn(300, 700, dtype=dtype), torch.randn(700, 1, dtype=dtype), torch.randn(1, dtype=dtype))
             launcher.context = f"avg_pool3d/{name}"  # KernelBench level 1 problem 46's window
             m._avg_pool(torch.randn(2, 3, 9, 8, 7, dtype=dtype), 3, 3, (2, 2, 2), (1, 1, 1))
+            q = torch.randn(2, 197, 12, 64, dtype=dtype).transpose(1, 2)  # ViT-B's: strided, an odd length
+            launcher.context = f"attention_d64/{name}"
+            m._attention(q, q, q, None, False, None)
+            if dtype != torch.float32:  # (fp32's three-product dots spill at D = 128 with a mask: 152 B)
+                launcher.context = f"attention_d128_mask/{name}"  # a T5-style additive bias, broadcast over the batch
+                q = torch.randn(2, 8, 100, 128, dtype=dtype)
+                m._attention(q, q, q, torch.randn(1, 8, 100, 100, dtype=dtype), False, None)
     finally:
         JITFunction.run = original
     return list(launcher.seen.values())

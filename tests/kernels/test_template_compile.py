@@ -27,15 +27,15 @@ def rows(tmp_path_factory):
 def test_every_template_kernel_compiles_without_spills_on_tensor_cores(rows):
     # gemm, fused gemm, 4 convolutions, the few-channel one, a depthwise one plain, transposed and fused,
     # two weight gradients split over K with their sums (bfloat16's two sums one compile), the GEMV's two
-    # kernels, pooling: x 2 dtypes
-    assert len(rows) == 33, sorted(rows)
+    # kernels, pooling: x 2 dtypes; the attention at ViT-B's head (x 2 dtypes) and with a T5-style mask
+    assert len(rows) == 36, sorted(rows)
     assert {r["kernel"] for r in rows.values()} == {"_gemm_kernel", "_gemm_kernel_e0", "_conv_kernel", "_conv_kernel_e0",
                                                     "_conv_split_sum", "_gemv_kernel", "_gemv_sum_kernel",
-                                                    "_avg_pool_kernel"}
+                                                    "_avg_pool_kernel", "_attention_kernel"}
     for where, r in rows.items():
         assert not r["error"], f"{where}: {r['error']}"
         assert r["local_bytes"] + r["stack_bytes"] == 0, f"{where}: spills {r['local_bytes'] + r['stack_bytes']} B"
-        if where.startswith(("gemm/", "gemm_fused/", "conv")) and r["kernel"] != "_conv_split_sum":
+        if where.startswith(("gemm/", "gemm_fused/", "conv", "attention")) and r["kernel"] != "_conv_split_sum":
             assert r["sass"].get("HGMMA"), f"{where}: no wgmma"
         if where.startswith("dwconv"):  # K per output is the kernel's 49 positions: no GEMM to give wgmma
             assert not r["sass"].get("HGMMA"), f"{where}: a depthwise convolution ran as a GEMM"
