@@ -177,12 +177,14 @@ def _attention_kernel(Q, K, V, O, MASK, qk_scale, H, KV_GROUP, SQ, SK, D,
             s = tl.dot(q, k, input_precision=DOT) * qk_scale
         else:
             s = tl.dot(q, k) * qk_scale
-        keep = key_in[None, :] & row_in[:, None]
+        # (rows past SQ keep their keys: their zero queries give finite scores, never 0 / 0, and are not stored)
+        keep = key_in[None, :] & (offs_m[:, None] >= 0)
+        inside = keep & row_in[:, None]
         if MASK_KIND == 1:  # additive (a float mask or bias), any broadcast shape
-            s += tl.load(MASK + offs_m[:, None] * smm + offs_n[None, :] * smn, mask=keep, other=0.0).to(tl.float32) \\
+            s += tl.load(MASK + offs_m[:, None] * smm + offs_n[None, :] * smn, mask=inside, other=0.0).to(tl.float32) \\
                 * 1.4426950408889634
         if MASK_KIND == 2:  # boolean: True keeps the key
-            keep = keep & (tl.load(MASK + offs_m[:, None] * smm + offs_n[None, :] * smn, mask=keep, other=0) != 0)
+            keep = keep & ((tl.load(MASK + offs_m[:, None] * smm + offs_n[None, :] * smn, mask=inside, other=1) != 0))
         if CAUSAL:
             keep = keep & (offs_n[None, :] <= offs_m[:, None])
         s = tl.where(keep, s, float("-inf"))
