@@ -353,12 +353,34 @@ def _fn(name, mutates):
     return getattr(getattr(torch.ops.aten, pkt), overload)
 
 
+# SDPA's library calls: cuDNN's, FlashAttention's and the memory-efficient kernel have no float64 form (on
+# an H100 a float64 cuDNN call gave a wrong element: run 26), so the float64 reference takes their output
+# from SDPA's math, laid out as the call returned it; their other outputs (log-sum-exp, seeds) it does not make
+_ATTENTION = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
+              "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention")
+
+
+def _attention_math(op, args, kwargs):
+    a = {{s.name: v for s, v in zip(_fn(op["op"], False)._schema.arguments, args)}}
+    a.update(kwargs)
+    q, k = a["query"], a["key"]
+    out = torch.ops.aten._scaled_dot_product_attention_math(
+        q, k, a["value"], a.get("attn_mask", a.get("attn_bias")), 0.0, bool(a.get("is_causal")),
+        scale=a.get("scale"), enable_gqa=k.shape[1] != q.shape[1])[0]
+    meta = UNIT["tensors"][str(op["outputs"][0])]
+    return (torch.empty_strided(meta["shape"], meta["stride"], dtype=out.dtype, device=out.device).copy_(out),)
+
+
 def _replay(inputs, dtype):
     env = dict(zip(UNIT["inputs"], inputs))
     device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), torch.device("cpu"))
     for op in UNIT["ops"]:
-        out = _fn(op["op"], op.get("mutates"))(*_arg(op["args"], env, dtype, device),
-                                               **{{k: _arg(v, env, dtype, device) for k, v in op["kwargs"].items()}})
+        args = _arg(op["args"], env, dtype, device)
+        kwargs = {{k: _arg(v, env, dtype, device) for k, v in op["kwargs"].items()}}
+        if dtype == torch.float64 and op["op"].split(".")[1] in _ATTENTION:
+            out = _attention_math(op, args, kwargs)
+        else:
+            out = _fn(op["op"], op.get("mutates"))(*args, **kwargs)
         outs = out if isinstance(out, (tuple, list)) else (out,)
         for t, o in zip(op["outputs"], outs):
             if t is not None:
