@@ -1,6 +1,8 @@
 """Issue 19: a bidirectional attention (a ViT's, BERT's, T5's encoder) had no starter, as Inductor calls a
 library kernel for it; the template writes it as FlashAttention-2's forward (CPU, Triton interpreter)."""
 
+import json
+
 import pytest
 import torch
 import torch.nn as nn
@@ -147,3 +149,30 @@ def test_a_bidirectional_attention_task_starts_from_the_template_and_passes_the_
     with Harness(timeout_s=300, device="cpu") as h:
         report = h.evaluate(task, quick=True)
     assert report.status == "PASS", report.reason
+
+
+def test_the_float64_reference_of_a_library_attention_is_sdpas_math(tmp_path):
+    """cuDNN's, FlashAttention's and the memory-efficient kernel have no float64 form (on the H100 the judge's
+    float64 replay of the ViT's cuDNN call gave one wrong element, and an exact kernel FAILed): the precise
+    reference takes their output from SDPA's math, in the layout the call returned (so the chain's views
+    still apply). Shown for the cuDNN call on the CPU, where that call itself cannot even run."""
+    torch.manual_seed(0)
+    bundle = ModelBundle("encoder", Encoder().eval(), (torch.randn(2, 17, 32),), False, "float32", "cpu", 0, 0)
+    created, _ = extract_all(rank(profile_bundle(bundle, steps=1, warmup=0)), tmp_path / "kernels", top=20,
+                             threshold=0.0)
+    (task,) = [p for p in created if taskspec.load_spec(p).family == "attention_bidirectional"]
+    text = (task / "reference.py").read_text()
+    start = text.index("UNIT = json.loads(r\'\'\'") + len("UNIT = json.loads(r\'\'\'")
+    end = text.index("\'\'\')", start)
+    unit = json.loads(text[start:end])
+    (op,) = [o for o in unit["ops"] if "attention" in o["op"]]
+    assert op["op"] == "aten._scaled_dot_product_flash_attention_for_cpu.default" and len(op["args"]) == 3
+    # the same chain as an H100 records it: cuDNN's call, (q, k, v, attn_bias, compute_log_sumexp)
+    op["op"], op["args"] = "aten._scaled_dot_product_cudnn_attention.default", op["args"] + [None, False]
+    cudnn = load_text(text[:start] + json.dumps(unit) + text[end:], "cudnn_ref")
+    cpu = load_text(text, "cpu_ref")
+    xs = cpu.make_inputs({}, torch.float32, "cpu", 0)
+    want = cpu.reference_precise(*xs)
+    got = cudnn.reference_precise(*xs)
+    assert got.dtype == torch.float64 and got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
