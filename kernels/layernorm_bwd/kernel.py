@@ -33,7 +33,7 @@ grid is sized to the GPU (PROGRAMS_PER_SM programs per SM). Two main paths, by r
     element: an odd width's rows start off 16-byte boundaries). With WIDE_ALIGN = 1 both kernels
     read each row from its aligned base: the rows r, r + VEC, ... share one shift, so a program takes
     its group's rows one shift class at a time, as 16-byte vectors, with dw and db partial rows per
-    class (H100 run 26: 6-10% faster at wide).
+    class (H100 run 26 at wide: 7% faster in bf16, 13% in fp32, 3% slower in fp16).
 Launch parameters are decided once per (shape, dtype, device) and cached: a call costs a
 dict lookup, four allocations and two launches (five and three on the split path).
 Levers left: 16-byte alignment on the rows path for odd widths, evict hints, a resident path
@@ -54,7 +54,7 @@ NUM_WARPS = 4  # rows path: warps per ROW_BLOCK_ELEMS; a row wider than that get
 ROWS_STAGES = 3
 MAX_FUSED_N = 16384  # widest row the rows path holds in registers
 # Main-kernel programs per SM: more overlap, but more dw partial rows to reduce. H100, run 26 (knob_sweep, bf16 at
-# llama7b-layer, odd and llama7b-b4, beside REDUCE_BLOCK_N): 2 best; 4 (the old default) lost 14-19% geomean.
+# llama7b-layer, odd and llama7b-b4, beside REDUCE_BLOCK_N): 2 best; 4 (the old default) 13% slower geomean.
 PROGRAMS_PER_SM = 2
 LOOP_BLOCK_N = 4096  # chunk width of the looped path
 LOOP_NUM_WARPS = 8
@@ -67,7 +67,7 @@ SPLIT_STAGES = 1  # split path: 2+ prefetches each next row tile by async copies
 # Split path, rows of an odd width: each row starts off a 16-byte boundary, so its loads went element by element
 # (LDG.U16). 1: both kernels read each row from its aligned base in 16-byte vectors, rows grouped by their
 # shift (the rows r, r + VEC, ... share one), each shift class with its own dw and db partial rows. H100, run 26
-# at wide: 1 over 0 is 6-10% faster in every dtype (2.14x vs 2.01x eager geomean).
+# at wide: 1 over 0: 318 vs 309 us fp16, 288 vs 309 bf16, 448 vs 517 fp32 (2.14x vs 2.01x eager geomean).
 WIDE_ALIGN = 1
 REDUCE_BLOCK_N = 64  # dw reduction: columns per program (run 26: with PROGRAMS_PER_SM above, 64 best or within 1%)
 # dw reduction: partial rows summed per step (64 -> 128: 1.18x the whole backward, run 20's tuner, H100 fp16)

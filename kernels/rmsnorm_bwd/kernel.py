@@ -28,7 +28,7 @@ bytes the main kernel moves. Two main paths, by row width:
     1.13x torch.compile, its loads element by element: an odd width's rows start off 16-byte
     boundaries). With WIDE_ALIGN = 1 both kernels read each row from its aligned base: the rows
     r, r + VEC, ... share one shift, so a program takes its group's rows one shift class at a time,
-    as 16-byte vectors, with a dw partial row per class (H100 run 26: 7-17% faster at wide).
+    as 16-byte vectors, with a dw partial row per class (H100 run 26 at wide: 7% faster in 16-bit, 14% in fp32).
 Launch parameters are decided once per (shape, dtype, device) and cached: a call costs a
 dict lookup, three allocations and two launches (four and three on the split path).
 Levers left: 16-byte alignment on the rows path for odd widths, evict hints, a resident path
@@ -49,7 +49,7 @@ NUM_WARPS = 4  # rows path: warps per ROW_BLOCK_ELEMS; a row wider than that get
 ROWS_STAGES = 3
 MAX_FUSED_N = 16384  # widest row the rows path holds in registers
 # Main-kernel programs per SM: more overlap, but more dw partial rows to reduce. H100, run 26 (knob_sweep, bf16 at
-# llama7b-layer, odd and llama7b-b4, beside REDUCE_BLOCK_N): 2 best; 4 (the old default) lost 14-19% geomean.
+# llama7b-layer, odd and llama7b-b4, beside REDUCE_BLOCK_N): 2 best; 4 (the old default) 18% slower geomean.
 PROGRAMS_PER_SM = 2
 LOOP_BLOCK_N = 4096  # chunk width of the looped path
 LOOP_NUM_WARPS = 8
@@ -62,7 +62,7 @@ SPLIT_STAGES = 1  # split path: 2+ prefetches each next row tile by async copies
 # Split path, rows of an odd width: each row starts off a 16-byte boundary, so its loads went element by element
 # (LDG.U16). 1: both kernels read each row from its aligned base in 16-byte vectors, rows grouped by their
 # shift (the rows r, r + VEC, ... share one), each shift class with its own dw partial row. H100, run 26 at wide:
-# 1 over 0 is 7-17% faster in every dtype (rmsnorm_bwd 2.69x vs 2.43x eager geomean).
+# 1 over 0: 234 vs 253 us fp16, 236 vs 255 bf16, 365 vs 426 fp32 (2.69x vs 2.43x eager geomean).
 WIDE_ALIGN = 1
 REDUCE_BLOCK_N = 16  # dw reduction: columns per program (run 26: with PROGRAMS_PER_SM above, 16 best or within 1%)
 REDUCE_BLOCK_P = 64  # dw reduction: partial rows summed per step
