@@ -1,22 +1,24 @@
 """Fused residual add + RMSNorm backward in Triton: the one file an agent edits.
 
 The forward: h = x + residual, returns (y = h * rstd * w, h): h flows on as the next
-residual, so the backward takes two incoming gradients, grad_y (dy) and grad_h:
+residual, so the backward takes two incoming gradients, grad_y (dy) and grad_h, and h itself,
+which the forward saved (it is its second output: a training step keeps it anyway):
 
-kernel_fn(x, residual, weight, eps, grad_y, grad_h) -> (grad_x, grad_residual, grad_weight)
+kernel_fn(x, residual, weight, eps, h, grad_y, grad_h) -> (grad_x, grad_residual, grad_weight)
 
     hhat = h * rstd,   g = dy * w,   c = sum(g * hhat) / N        (per row)
     dh = rstd * (g - hhat * c) + grad_h;   grad_x = grad_residual = dh
     dw = sum over rows of dy * hhat                               (per column)
 
 grad_x and grad_residual are equal (d(x + r)/dx = d(x + r)/dr = 1): the kernel writes dh once
-and returns it for both, as autograd itself does for an add. h is formed in fp32 from x and
-residual (rstd recomputed: a backward task gets the forward's inputs, not its statistics).
+and returns it for both, as autograd itself does for an add. x and residual are not read: h is
+(one tensor read where x + residual was two; torch.compile's backward reads the saved h too, and
+beat this kernel at 16384 x 4096 while it read both: run 26, H100, 0.89x). rstd is recomputed.
 dw without atomics (deterministic, bit for bit): each program of the main kernel owns a
 contiguous block of rows, sums their dy * hhat in fp32, and writes one row of an fp32
 [programs, N] partial buffer; a second small kernel sums the buffer's columns. The grid is
 sized to the GPU (PROGRAMS_PER_SM programs per SM). Two main paths, by row width:
-  * rows (N <= MAX_FUSED_N): BLOCK_M rows at a time in registers (x, residual, dy, grad_h
+  * rows (N <= MAX_FUSED_N): BLOCK_M rows at a time in registers (h, dy, grad_h
     read once, dh written once); a program walks its row blocks, dw accumulating in registers;
   * looped (wider rows): one row at a time in chunks of LOOP_BLOCK_N. Pass 1 sums h^2 and
     g * h together (sum(g * hhat) = rstd * sum(g * h)), pass 2 re-reads the row's chunks
@@ -78,7 +80,7 @@ _ROWS_SMEM_BYTES = 200 * 1024  # Hopper's 227 KB per block, less room for the re
 
 
 @triton.jit
-def _add_rmsnorm_bwd_rows(X, R, W, DY, DH, DX, DWP, M, N, stride_x, stride_r, stride_dy, stride_dh, stride_dx, eps,
+def _add_rmsnorm_bwd_rows(H, W, DY, DH, DX, DWP, M, N, stride_h, stride_dy, stride_dh, stride_dx, eps,
                           BLOCKS_PER_PROG, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                           STAGES: tl.constexpr):
     pid = tl.program_id(0)
@@ -90,8 +92,7 @@ def _add_rmsnorm_bwd_rows(X, R, W, DY, DH, DX, DWP, M, N, stride_x, stride_r, st
     for blk in tl.range(first, first + BLOCKS_PER_PROG, num_stages=STAGES):  # STAGES > 1: the next block prefetched
         rows = (blk * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
         mask = (rows < M)[:, None] & cmask[None, :]
-        h = (tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-             + tl.load(R + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32))
+        h = tl.load(H + rows[:, None] * stride_h + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         dh_in = tl.load(DH + rows[:, None] * stride_dh + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         rstd = 1.0 / tl.sqrt(tl.sum(h * h, axis=1) / N + eps)
@@ -105,8 +106,8 @@ def _add_rmsnorm_bwd_rows(X, R, W, DY, DH, DX, DWP, M, N, stride_x, stride_r, st
 
 
 @triton.jit
-def _row_statistics(x_row, r_row, dy_row, W, N, eps, BLOCK_N: tl.constexpr):
-    """One wide row's rstd and k = rstd^2 sum(g * h) / N, h = x + residual, in one pass over its chunks
+def _row_statistics(h_row, dy_row, W, N, eps, BLOCK_N: tl.constexpr):
+    """One wide row's rstd and k = rstd^2 sum(g * h) / N, in one pass over its chunks
     (sum(g * hhat) = rstd * sum(g * h))."""
     ar = tl.arange(0, BLOCK_N)
     ss = tl.zeros([BLOCK_N], dtype=tl.float32)
@@ -114,8 +115,7 @@ def _row_statistics(x_row, r_row, dy_row, W, N, eps, BLOCK_N: tl.constexpr):
     for start in range(0, N, BLOCK_N):
         cols = start + ar
         m = cols < N
-        h = (tl.load(x_row + cols, mask=m, other=0.0, eviction_policy="evict_last").to(tl.float32)
-             + tl.load(r_row + cols, mask=m, other=0.0, eviction_policy="evict_last").to(tl.float32))
+        h = tl.load(h_row + cols, mask=m, other=0.0, eviction_policy="evict_last").to(tl.float32)
         dy = tl.load(dy_row + cols, mask=m, other=0.0, eviction_policy="evict_last").to(tl.float32)
         w = tl.load(W + cols, mask=m, other=0.0).to(tl.float32)
         ss += h * h
@@ -125,7 +125,7 @@ def _row_statistics(x_row, r_row, dy_row, W, N, eps, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _add_rmsnorm_bwd_looped(X, R, W, DY, DH, DX, DWP, M, N, stride_x, stride_r, stride_dy, stride_dh, stride_dx,
+def _add_rmsnorm_bwd_looped(H, W, DY, DH, DX, DWP, M, N, stride_h, stride_dy, stride_dh, stride_dx,
                             eps, ROWS_PER_PROG, BLOCK_N: tl.constexpr, REVERSED: tl.constexpr):
     pid = tl.program_id(0)
     ar = tl.arange(0, BLOCK_N)
@@ -134,18 +134,16 @@ def _add_rmsnorm_bwd_looped(X, R, W, DY, DH, DX, DWP, M, N, stride_x, stride_r, 
     row0 = pid * ROWS_PER_PROG
     for i in range(0, tl.minimum(ROWS_PER_PROG, M - row0)):
         row = (row0 + i).to(tl.int64)
-        x_row = X + row * stride_x
-        r_row = R + row * stride_r
+        h_row = H + row * stride_h
         dy_row = DY + row * stride_dy
-        rstd, k = _row_statistics(x_row, r_row, dy_row, W, N, eps, BLOCK_N)  # dh = rstd * (g - h * k) + grad_h
+        rstd, k = _row_statistics(h_row, dy_row, W, N, eps, BLOCK_N)  # dh = rstd * (g - h * k) + grad_h
         for j in range(0, n_chunks):
             chunk = j
             if REVERSED:  # first re-read the chunks pass 1 read last: the likeliest still in L2
                 chunk = n_chunks - 1 - j
             cols = chunk * BLOCK_N + ar
             m = cols < N
-            h = (tl.load(x_row + cols, mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32)
-                 + tl.load(r_row + cols, mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32))
+            h = tl.load(h_row + cols, mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32)
             dy = tl.load(dy_row + cols, mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32)
             dh_in = tl.load(DH + row * stride_dh + cols, mask=m, other=0.0, eviction_policy="evict_first")
             w = tl.load(W + cols, mask=m, other=0.0).to(tl.float32)
@@ -156,17 +154,17 @@ def _add_rmsnorm_bwd_looped(X, R, W, DY, DH, DX, DWP, M, N, stride_x, stride_r, 
 
 
 @triton.jit
-def _add_rmsnorm_bwd_row_stats(X, R, W, DY, STATS, N, stride_x, stride_r, stride_dy, eps, BLOCK_N: tl.constexpr):
+def _add_rmsnorm_bwd_row_stats(H, W, DY, STATS, N, stride_h, stride_dy, eps, BLOCK_N: tl.constexpr):
     """The split path's first kernel: one program per row, [rstd, k] to STATS[row]."""
     row = tl.program_id(0).to(tl.int64)
-    rstd, k = _row_statistics(X + row * stride_x, R + row * stride_r, DY + row * stride_dy, W, N, eps, BLOCK_N)
+    rstd, k = _row_statistics(H + row * stride_h, DY + row * stride_dy, W, N, eps, BLOCK_N)
     tl.store(STATS + row * 2, rstd)
     tl.store(STATS + row * 2 + 1, k)
 
 
 @triton.jit
-def _add_rmsnorm_bwd_split_tiles(X, R, W, DY, DH, DX, STATS, DWP, M, N, stride_x, stride_r, stride_dy, stride_dh,
-                                 stride_dx, ROWS_PER_GROUP, TILE_M: tl.constexpr, TILE_N: tl.constexpr,
+def _add_rmsnorm_bwd_split_tiles(H, W, DY, DH, DX, STATS, DWP, M, N, stride_h, stride_dy, stride_dh, stride_dx,
+                                 ROWS_PER_GROUP, TILE_M: tl.constexpr, TILE_N: tl.constexpr,
                                  STAGES: tl.constexpr):
     """The split path's second kernel: program (t, g) writes dh of column tile t for row group g's rows,
     TILE_M at a time, and that group's dw partial sum for the tile (in registers, a fixed order)."""
@@ -181,8 +179,7 @@ def _add_rmsnorm_bwd_split_tiles(X, R, W, DY, DH, DX, STATS, DWP, M, N, stride_x
         rows = (r + tl.arange(0, TILE_M)).to(tl.int64)
         rmask = rows < row_end
         mask = rmask[:, None] & cmask[None, :]
-        h = (tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-             + tl.load(R + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32))
+        h = tl.load(H + rows[:, None] * stride_h + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         dh_in = tl.load(DH + rows[:, None] * stride_dh + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         rstd = tl.load(STATS + rows * 2, mask=rmask, other=0.0)
@@ -194,7 +191,7 @@ def _add_rmsnorm_bwd_split_tiles(X, R, W, DY, DH, DX, STATS, DWP, M, N, stride_x
 
 
 @triton.jit
-def _aligned_row_statistics(x_row, r_row, dy_row, W, shift, N, eps, BLOCK_N: tl.constexpr, VEC: tl.constexpr):
+def _aligned_row_statistics(h_row, dy_row, W, shift, N, eps, BLOCK_N: tl.constexpr, VEC: tl.constexpr):
     """_row_statistics for a row that starts ``shift`` elements past a 16-byte boundary (the row pointers: that
     boundary): frame index f = column + shift, whole VEC-element vectors loaded, other rows' elements in the
     first and last vectors selected away."""
@@ -206,8 +203,7 @@ def _aligned_row_statistics(x_row, r_row, dy_row, W, shift, N, eps, BLOCK_N: tl.
         f = tl.max_contiguous(tl.multiple_of(start + ar, VEC), BLOCK_N)
         vmask = f // VEC < n_vec
         inrow = (f >= shift) & (f < shift + N)
-        h = (tl.load(x_row + f, mask=vmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
-             + tl.load(r_row + f, mask=vmask, other=0.0, eviction_policy="evict_last").to(tl.float32))
+        h = tl.load(h_row + f, mask=vmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
         dy = tl.load(dy_row + f, mask=vmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
         w = tl.load(W + (f - shift), mask=inrow, other=0.0).to(tl.float32)
         h = tl.where(inrow, h, 0.0)  # selects, not products with 0: past a tensor's end may lie a NaN
@@ -219,22 +215,22 @@ def _aligned_row_statistics(x_row, r_row, dy_row, W, shift, N, eps, BLOCK_N: tl.
 
 
 @triton.jit
-def _add_rmsnorm_bwd_row_stats_aligned(X, R, W, DY, STATS, N, stride, eps, BLOCK_N: tl.constexpr,
+def _add_rmsnorm_bwd_row_stats_aligned(H, W, DY, STATS, N, stride, eps, BLOCK_N: tl.constexpr,
                                        VEC: tl.constexpr):
     """The split path's first kernel for 16-byte aligned rows of one stride: [rstd, k] to STATS[row]."""
     row = tl.program_id(0).to(tl.int64)
     shift = (row * stride) % VEC
     base = tl.multiple_of(row * stride - shift, VEC)
-    rstd, k = _aligned_row_statistics(X + base, R + base, DY + base, W, shift, N, eps, BLOCK_N, VEC)
+    rstd, k = _aligned_row_statistics(H + base, DY + base, W, shift, N, eps, BLOCK_N, VEC)
     tl.store(STATS + row * 2, rstd)
     tl.store(STATS + row * 2 + 1, k)
 
 
 @triton.jit
-def _add_rmsnorm_bwd_split_tiles_aligned(X, R, W, DY, DH, DX, STATS, DWP, M, N, stride, ROWS_PER_GROUP,
+def _add_rmsnorm_bwd_split_tiles_aligned(H, W, DY, DH, DX, STATS, DWP, M, N, stride, ROWS_PER_GROUP,
                                          TILE_M: tl.constexpr, TILE_N: tl.constexpr, VEC: tl.constexpr,
                                          STAGES: tl.constexpr):
-    """The split path's second kernel for 16-byte aligned rows of one stride (x, residual, grad_y, grad_h, dh).
+    """The split path's second kernel for 16-byte aligned rows of one stride (h, grad_y, grad_h, dh).
     Program (t, g) takes frame tile t (f = column + the row's shift) of row group g's rows, one shift class at
     a time: rows row0 + c, row0 + c + VEC, ... start ``shift`` past a boundary alike, so TILE_M of them load
     and store as 16-byte vectors. dh's first and last vectors of a row, shared with its neighbours, are
@@ -259,8 +255,7 @@ def _add_rmsnorm_bwd_split_tiles_aligned(X, R, W, DY, DH, DX, STATS, DWP, M, N, 
             offs = tl.max_contiguous(tl.multiple_of((rows * stride - shift)[:, None] + f[None, :], [1, VEC]),
                                      [1, TILE_N])
             lmask = rmask[:, None] & vmask[None, :]
-            h = (tl.load(X + offs, mask=lmask, other=0.0).to(tl.float32)
-                 + tl.load(R + offs, mask=lmask, other=0.0).to(tl.float32))
+            h = tl.load(H + offs, mask=lmask, other=0.0).to(tl.float32)
             dy = tl.load(DY + offs, mask=lmask, other=0.0).to(tl.float32)
             dh_in = tl.load(DH + offs, mask=lmask, other=0.0).to(tl.float32)
             rstd = tl.load(STATS + rows * 2, mask=rmask, other=0.0)
@@ -298,8 +293,8 @@ def _num_sms(device: torch.device) -> int:
 
 def _rows_stages(block_m: int, block_n: int, elem: int) -> int:
     """The rows path's pipeline depth: ROWS_STAGES, less where its copies would not fit in shared memory
-    (Triton keeps stages - 1 copies of each prefetched tile: the four row tiles)."""
-    copy = block_m * block_n * elem * 4
+    (Triton keeps stages - 1 copies of each prefetched tile: the three row tiles h, grad_y, grad_h)."""
+    copy = block_m * block_n * elem * 3
     return max(1, min(ROWS_STAGES, 1 + _ROWS_SMEM_BYTES // copy))
 
 
@@ -329,45 +324,45 @@ def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def kernel_fn(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+def kernel_fn(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, h: torch.Tensor,
               grad_y: torch.Tensor, grad_h: torch.Tensor):
-    n = x.shape[-1]
-    x2, r2, dy, dh_in = _rows(x, n), _rows(residual, n), _rows(grad_y, n), _rows(grad_h, n)
-    m = x2.shape[0]
-    key = (m, n, x.dtype, x.device)
+    # x and residual are not read: h = x + residual, as the forward rounded it, is what the forward saved
+    n = h.shape[-1]
+    h2, dy, dh_in = _rows(h, n), _rows(grad_y, n), _rows(grad_h, n)
+    m = h2.shape[0]
+    key = (m, n, h.dtype, h.device)
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _PLANS[key] = _plan(m, n, x.device)
+        plan = _PLANS[key] = _plan(m, n, h.device)
     path, programs, per, block_m, block_n, warps, reduce_n = plan
-    dx = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    vec = _vector_width(block_n, x2, r2, dy, dh_in, dx) if path == "split" and WIDE_ALIGN else 1
+    dx = torch.empty((m, n), dtype=h.dtype, device=h.device)
+    vec = _vector_width(block_n, h2, dy, dh_in, dx) if path == "split" and WIDE_ALIGN else 1
     # dw partial rows: one per program; on the aligned split path one per row group and shift class
-    dwp = torch.empty((programs * vec, n), dtype=torch.float32, device=x.device)
-    dw = torch.empty((n,), dtype=weight.dtype, device=x.device)
-    args = (x2, r2, weight, dy, dh_in, dx, dwp, m, n, x2.stride(0), r2.stride(0), dy.stride(0), dh_in.stride(0),
-            dx.stride(0), eps, per)
+    dwp = torch.empty((programs * vec, n), dtype=torch.float32, device=h.device)
+    dw = torch.empty((n,), dtype=weight.dtype, device=h.device)
+    args = (h2, weight, dy, dh_in, dx, dwp, m, n, h2.stride(0), dy.stride(0), dh_in.stride(0), dx.stride(0), eps, per)
     if vec > 1:
-        stats = torch.empty((m, 2), dtype=torch.float32, device=x.device)
-        _add_rmsnorm_bwd_row_stats_aligned[(m,)](x2, r2, weight, dy, stats, n, x2.stride(0), eps,
+        stats = torch.empty((m, 2), dtype=torch.float32, device=h.device)
+        _add_rmsnorm_bwd_row_stats_aligned[(m,)](h2, weight, dy, stats, n, h2.stride(0), eps,
                                                  BLOCK_N=LOOP_BLOCK_N, VEC=vec, num_warps=LOOP_NUM_WARPS)
         _add_rmsnorm_bwd_split_tiles_aligned[(triton.cdiv(n + vec - 1, block_n), programs)](
-            x2, r2, weight, dy, dh_in, dx, stats, dwp, m, n, x2.stride(0), per, TILE_M=block_m, TILE_N=block_n,
+            h2, weight, dy, dh_in, dx, stats, dwp, m, n, h2.stride(0), per, TILE_M=block_m, TILE_N=block_n,
             VEC=vec, STAGES=SPLIT_STAGES, num_warps=warps)
     elif path == "split":
-        stats = torch.empty((m, 2), dtype=torch.float32, device=x.device)
-        _add_rmsnorm_bwd_row_stats[(m,)](x2, r2, weight, dy, stats, n, x2.stride(0), r2.stride(0), dy.stride(0), eps,
+        stats = torch.empty((m, 2), dtype=torch.float32, device=h.device)
+        _add_rmsnorm_bwd_row_stats[(m,)](h2, weight, dy, stats, n, h2.stride(0), dy.stride(0), eps,
                                          BLOCK_N=LOOP_BLOCK_N, num_warps=LOOP_NUM_WARPS)
         _add_rmsnorm_bwd_split_tiles[(triton.cdiv(n, block_n), programs)](
-            x2, r2, weight, dy, dh_in, dx, stats, dwp, m, n, x2.stride(0), r2.stride(0), dy.stride(0),
-            dh_in.stride(0), dx.stride(0), per, TILE_M=block_m, TILE_N=block_n, STAGES=SPLIT_STAGES, num_warps=warps)
+            h2, weight, dy, dh_in, dx, stats, dwp, m, n, h2.stride(0), dy.stride(0), dh_in.stride(0), dx.stride(0),
+            per, TILE_M=block_m, TILE_N=block_n, STAGES=SPLIT_STAGES, num_warps=warps)
     elif path == "looped":
         _add_rmsnorm_bwd_looped[(programs,)](*args, BLOCK_N=block_n, REVERSED=LOOP_PASS2_REVERSED, num_warps=warps)
     else:
-        stages = _rows_stages(block_m, block_n, x.element_size())
+        stages = _rows_stages(block_m, block_n, h.element_size())
         _add_rmsnorm_bwd_rows[(programs,)](*args, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, num_warps=warps)
     _column_sum[(triton.cdiv(n, reduce_n),)](dwp, dw, dwp.shape[0], n, BLOCK_P=REDUCE_BLOCK_P, BLOCK_N=reduce_n,
                                              num_warps=REDUCE_NUM_WARPS)
-    grad = dx.view(x.shape)
+    grad = dx.view(h.shape)
     return grad, grad, dw  # grad_x and grad_residual are one tensor: equal by the chain rule
 
 

@@ -110,11 +110,13 @@ def test_the_split_path_reads_odd_width_rows_from_their_16_byte_boundaries(task,
     rows = [t for t in inputs if isinstance(t, torch.Tensor) and t.dim() == 2] + [torch.empty_like(x)]
     assert ker._vector_width(32, *rows) == 16 // x.element_size()
     assert ker._vector_width(6, *rows) == 1  # a column tile of part of a vector: element by element
-    store = torch.empty(37 * 100 + 1, dtype=x.dtype)  # x one element past a 16-byte boundary
-    x_off = store[1:].view(37, 100)
-    x_off.copy_(x)
+    # the rows read (add_rmsnorm_bwd reads the saved h, not x) one element past a 16-byte boundary
+    read = 4 if task == "add_rmsnorm_bwd" else 0
+    store = torch.empty(37 * 100 + 1, dtype=x.dtype)
+    off = store[1:].view(37, 100)
+    off.copy_(inputs[read])
     launched.clear()
-    got = ker.kernel_fn(x_off, *inputs[1:])
+    got = ker.kernel_fn(*inputs[:read], off, *inputs[read + 1:])
     assert launched == [plain]
     want = ker.kernel_fn(*inputs)
     for a, b in zip(got, want):
@@ -173,24 +175,39 @@ def test_gradients_are_bitwise_deterministic(task):
 
 
 def test_add_rmsnorm_takes_a_gradient_per_output():
-    """(out, new_residual): the inputs end with grad_out and grad_new_residual; an adversarial
-    transform keeps both; autograd and the timed backward see both."""
+    """(out, new_residual): the inputs end with grad_out and grad_new_residual, after h = x + residual (what
+    the forward saved); an adversarial transform keeps both gradients and computes h again from the moved
+    inputs; autograd and the timed backward see both gradients."""
     ref = sc.load_reference(REPO / "kernels" / "add_rmsnorm_bwd", "edge")
     inputs = sc.build_inputs(ref, {"M": 5, "N": 48}, "float32", "cpu", 0)
-    assert len(inputs) == 6 and inputs[3] == ref.module.EPS
+    assert len(inputs) == 7 and inputs[3] == ref.module.EPS
+    assert torch.equal(inputs[4], inputs[0] + inputs[1])
     fwd, grads = ref.split(inputs)
     assert len(fwd) == 4 and len(grads) == 2 and not torch.equal(grads[0], grads[1])
     moved = ref.ADVERSARIAL["large"](inputs, torch.Generator().manual_seed(1))
-    assert moved[4] is inputs[4] and moved[5] is inputs[5] and not torch.equal(moved[0], inputs[0])
+    assert moved[5] is inputs[5] and moved[6] is inputs[6] and not torch.equal(moved[0], inputs[0])
+    assert torch.equal(moved[4], moved[0] + moved[1])
     dx, dr, dw = ref.reference_precise(*inputs)
     assert torch.equal(dx, dr)
     # grad_new_residual flows straight into both input gradients
-    x, r, w, eps, gy, gh = inputs
-    base = ref.reference_precise(x, r, w, eps, gy, torch.zeros_like(gh))
+    x, r, w, eps, h, gy, gh = inputs
+    base = ref.reference_precise(x, r, w, eps, h, gy, torch.zeros_like(gh))
     assert torch.allclose(dx - base[0], gh.double()) and torch.equal(dw, base[2])
     prepare, run = ref.backward_only()
     timed = run(*prepare(inputs))
     assert all(torch.allclose(t.double(), p, atol=1e-5) for t, p in zip(timed, (dx, dr, dw)))
+
+
+def test_add_rmsnorm_bwd_reads_the_saved_h_not_x_and_residual():
+    """The kernel takes h from what the forward saved: x and residual are never read (one tensor where two
+    were), so the same h with any x and residual gives the same gradients, bit for bit."""
+    ref = sc.load_reference(REPO / "kernels" / "add_rmsnorm_bwd", "edge")
+    ker = _kernel("add_rmsnorm_bwd")
+    x, r, w, eps, h, gy, gh = sc.build_inputs(ref, {"M": 37, "N": 64}, "float32", "cpu", 0)
+    got = ker.kernel_fn(x, r, w, eps, h, gy, gh)
+    nan = torch.full_like(x, float("nan"))
+    again = ker.kernel_fn(nan, nan, w, eps, h, gy, gh)
+    assert all(torch.equal(a, b) for a, b in zip(got, again))
 
 
 def test_a_workspace_gets_the_linked_reference_as_a_file(tmp_path):
@@ -203,11 +220,13 @@ def test_a_workspace_gets_the_linked_reference_as_a_file(tmp_path):
 def test_the_rows_pipeline_depth_fits_shared_memory():
     # Run 24 (H100): add_rmsnorm_bwd's fp32 rows of 5120 (8192 padded) ran out of shared memory at 3 stages;
     # Triton keeps stages - 1 copies of each prefetched tile, so the depth is capped by what fits.
-    for task, loads in (("rmsnorm_bwd", 2), ("layernorm_bwd", 2), ("add_rmsnorm_bwd", 4)):
+    for task, loads in (("rmsnorm_bwd", 2), ("layernorm_bwd", 2), ("add_rmsnorm_bwd", 3)):
         ker = _kernel(task, ROWS_STAGES=3)
         assert ker._rows_stages(1, 8192, 2) == 3  # 16-bit 8192-wide rows: two copies fit
         copy = 8192 * 4 * loads
         assert ker._rows_stages(1, 8192, 4) == min(3, 1 + ker._ROWS_SMEM_BYTES // copy)
         assert (ker._rows_stages(1, 8192, 4) - 1) * copy <= ker._ROWS_SMEM_BYTES
         assert ker._rows_stages(64, 16384, 4) == 1  # nothing fits twice: no prefetch
-    assert _kernel("add_rmsnorm_bwd", ROWS_STAGES=3)._rows_stages(1, 8192, 4) == 2
+    # add_rmsnorm_bwd's three tiles (h, grad_y, grad_h; x and residual were two before h was saved): at
+    # 8192 fp32 two copies of the three fit in the 200 KB
+    assert _kernel("add_rmsnorm_bwd", ROWS_STAGES=3)._rows_stages(1, 8192, 4) == 3
