@@ -15,6 +15,7 @@ the ranked families.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -49,12 +50,33 @@ def _chain(evt) -> list:
     return out[::-1]
 
 
+@functools.lru_cache(maxsize=None)
+def _is_causal_at(op: str) -> int | None:
+    """Where an SDPA call (the public op, or a backend's forward or backward) takes is_causal, from its schema."""
+    if op == "aten::scaled_dot_product_attention":
+        return 5
+    if not op.startswith("aten::_scaled_dot_product_"):
+        return None
+    import torch
+
+    try:
+        schema = getattr(torch.ops.aten, op.removeprefix("aten::")).default._schema
+    except (AttributeError, RuntimeError):
+        return None
+    return next((i for i, a in enumerate(schema.arguments) if a.name == "is_causal" and not a.kwarg_only), None)
+
+
 def _causal(chain) -> bool | None:
+    """Whether the attention in ``chain`` is causal (None: not recorded). A backward's chain holds only the
+    backend's backward call, which takes is_causal too: a bidirectional attention's backward is not the
+    causal starter's (a ViT's trained on it would be the wrong op)."""
     for e in chain:
-        if e.name == "aten::scaled_dot_product_attention":
-            vals = list(getattr(e, "concrete_inputs", None) or [])
-            if len(vals) > 5 and isinstance(vals[5], bool):
-                return vals[5]
+        at = _is_causal_at(e.name)
+        if at is None:
+            continue
+        vals = list(getattr(e, "concrete_inputs", None) or [])
+        if len(vals) > at and isinstance(vals[at], bool):
+            return vals[at]
     return None
 
 

@@ -113,7 +113,7 @@ BACKWARD_NODES = [
 ]
 # Forward families whose backward kernels count apart (``<family>_backward``) though no hand-written
 # starter has them: generated backward tasks are made of their recorded forward chains.
-GENERATED_BACKWARD = ("group_norm", "batch_norm", "conv")
+GENERATED_BACKWARD = ("group_norm", "batch_norm", "conv", "attention_bidirectional")
 
 # Kernel-name rules, first match wins. Names are matched case-insensitively.
 KERNEL_RULES: list[tuple[re.Pattern, str]] = [(re.compile(p, re.I), f) for p, f in [
@@ -224,7 +224,7 @@ def classify_detail(kernel: str, ancestors: list[str] = (), causal: bool | None 
     if is_backward(ancestors) and family in STARTER_FAMILIES + GENERATED_BACKWARD and family != "matmul":
         family = f"{family}_backward"
     if family == "attention_backward":
-        family = "flash_attention_backward"
+        family = "flash_attention_backward" if causal in (True, None) else "attention_bidirectional_backward"
     return family, anchor
 
 

@@ -355,9 +355,16 @@ def _fn(name, mutates):
 
 # SDPA's library calls: cuDNN's, FlashAttention's and the memory-efficient kernel have no float64 form (on
 # an H100 a float64 cuDNN call gave a wrong element: run 26), so the float64 reference takes their output
-# from SDPA's math, laid out as the call returned it; their other outputs (log-sum-exp, seeds) it does not make
+# from SDPA's math, laid out as the call returned it; their other outputs (log-sum-exp, seeds) it does not make.
+# So does a replay under sdpa_kernel(SDPBackend.MATH) (every library backend off): Inductor then writes the
+# attention out (a starter for it, and for its backward, where the library call had none).
 _ATTENTION = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
               "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention")
+
+
+def _math_only():
+    b = torch.backends.cuda
+    return not (b.flash_sdp_enabled() or b.mem_efficient_sdp_enabled() or b.cudnn_sdp_enabled())
 
 
 def _attention_math(op, args, kwargs):
@@ -377,7 +384,7 @@ def _replay(inputs, dtype):
     for op in UNIT["ops"]:
         args = _arg(op["args"], env, dtype, device)
         kwargs = {{k: _arg(v, env, dtype, device) for k, v in op["kwargs"].items()}}
-        if dtype == torch.float64 and op["op"].split(".")[1] in _ATTENTION:
+        if op["op"].split(".")[1] in _ATTENTION and (dtype == torch.float64 or _math_only()):
             out = _attention_math(op, args, kwargs)
         else:
             out = _fn(op["op"], op.get("mutates"))(*args, **kwargs)
@@ -411,9 +418,22 @@ def bytes_moved(shape: dict, dtype: torch.dtype) -> int:
     return int(FLOAT_ELEMS * (torch.finfo(dtype).bits // 8) + OTHER_BYTES)
 
 
+def _layout_of(value, like):
+    # value in like's own strides, gaps included, broadcast dims broadcast again (the recorded layout: a
+    # starter was made for it)
+    wide = [i for i, (n, st) in enumerate(zip(like.shape, like.stride())) if st == 0 and n > 1]
+    if wide:
+        first = tuple(slice(0, 1) if i in wide else slice(None) for i in range(like.dim()))
+        return _layout_of(value[first], like[first]).expand(like.shape)
+    try:
+        return torch.empty_strided(like.shape, like.stride(), dtype=value.dtype, device=value.device).copy_(value)
+    except RuntimeError:  # another overlapping layout: as computed
+        return value
+
+
 def _scaled(inputs, g):
     # Activations scaled by 4 (weights and integer tensors kept): tests range, not only N(0,1).
-    return tuple(t * 4 if isinstance(t, torch.Tensor) and t.is_floating_point()
+    return tuple(_layout_of(t * 4, t) if isinstance(t, torch.Tensor) and t.is_floating_point()
                  and not UNIT["tensors"][str(tid)].get("param") and "neg_inf_frac" not in UNIT["tensors"][str(tid)]
                  else t for t, tid in zip(inputs, UNIT["inputs"]))
 

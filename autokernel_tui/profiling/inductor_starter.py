@@ -828,7 +828,8 @@ class Traced:
 
         from autokernel_tui.profiling.conv_backward import decompositions
 
-        key = _signature(inputs)
+        b = torch.backends.cuda  # the SDPA backends on: a replay under the math backend writes attention out
+        key = (_signature(inputs), b.flash_sdp_enabled(), b.mem_efficient_sdp_enabled(), b.cudnn_sdp_enabled())
         if key not in self._graphs:
             self._graphs[key] = make_fx(self.fn, decomposition_table=decompositions())(*inputs)
         return self._graphs[key]

@@ -176,3 +176,29 @@ def test_the_float64_reference_of_a_library_attention_is_sdpas_math(tmp_path):
     got = cudnn.reference_precise(*xs)
     assert got.dtype == torch.float64 and got.shape == want.shape
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_bidirectional_attentions_backward_is_not_the_causal_starters_and_gets_a_starter(tmp_path, monkeypatch):
+    """A ViT trained: its attention's backward (the backend's backward call, which takes is_causal) was
+    classified as the causal flash_attention_bwd starter's family, then dropped ("no forward call of
+    flash_attention"). It is attention_bidirectional_backward: a generated backward task of the recorded
+    forward, its starter Inductor's Triton with the attention written out (SDPA's math under the math
+    backend), which passes the harness."""
+    from autokernel_tui.harness.runner import Harness
+
+    monkeypatch.setenv("AUTOKERNEL_INDUCTOR_STARTERS", "1")  # the suite turns starter-making off for speed
+    torch.manual_seed(0)
+    model = Encoder()
+    x = torch.randn(2, 17, 32)
+    bundle = ModelBundle("encoder", model, (x,), True, "float32", "cpu", 0, 0)
+    profile = rank(profile_bundle(bundle, steps=1, warmup=0))
+    families = {f["family"] for f in profile["families"]}
+    assert "attention_bidirectional_backward" in families and "flash_attention_backward" not in families
+    created, _ = extract_all(profile, tmp_path / "kernels", top=20, threshold=0.0)
+    (task,) = [p for p in created if taskspec.load_spec(p).family == "attention_bidirectional_backward"]
+    assert taskspec.load_spec(task).kind == "backward"
+    source = (task / "kernel.py").read_text()
+    assert "NO STARTER" not in source and "Attention is written out" in source
+    with Harness(timeout_s=300, device="cpu") as h:
+        report = h.evaluate(task, quick=True)
+    assert report.status == "PASS", report.reason

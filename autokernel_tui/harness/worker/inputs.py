@@ -68,7 +68,7 @@ def perturb(inputs: tuple, seed: int, device: str | torch.device) -> tuple:
             out.append(_scaled(t, gen))
         elif isinstance(t, torch.Tensor) and t.numel() > 1 and t.dtype != torch.bool:
             perm = torch.randperm(t.numel(), generator=gen, device=t.device)
-            out.append(t.reshape(-1)[perm].reshape(t.shape))
+            out.append(_same_layout(t.reshape(-1)[perm].reshape(t.shape), t))
         else:
             out.append(t)
     return tuple(out)
@@ -77,9 +77,9 @@ def perturb(inputs: tuple, seed: int, device: str | torch.device) -> tuple:
 def _scaled(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """``t`` with each element scaled by its own factor in [0.5, 1.5), a chunk at a time: a whole float32
     copy and a whole factor tensor of a 6.4 GB input (KernelBench's) were 13 GB more at the peak."""
-    if not t.is_contiguous():  # a strided input keeps its layout (TensorIterator's), as built whole
+    if not t.is_contiguous():  # a strided input keeps its layout, as built whole
         r = torch.rand(t.shape, generator=gen, device=t.device, dtype=torch.float32)
-        return (t.float() * r.add_(0.5)).to(t.dtype)
+        return _same_layout((t.float() * r.add_(0.5)).to(t.dtype), t)
     out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
     r = torch.empty(min(t.numel(), PERTURB_CHUNK), dtype=torch.float32, device=t.device)
     for src, dst in zip(t.view(-1).split(PERTURB_CHUNK), out.view(-1).split(PERTURB_CHUNK)):
@@ -89,6 +89,20 @@ def _scaled(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         factors = r[:src.numel()].uniform_(0.5, 1.5, generator=gen)
         torch.mul(src, factors, out=dst)
     return out
+
+
+def _same_layout(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``value`` in ``like``'s exact strides, gaps included (a q of a packed qkv projection: [B, H, S, D] with
+    the row stride 3 H D), broadcast dims broadcast again (a class token expanded over the batch: its first
+    copy); TensorIterator's result is dense, and a generated starter made for the recorded layout would
+    meet another."""
+    first = _first_copy(like)
+    if any(f != slice(None) for f in first):
+        return _same_layout(value[first], like[first]).expand(like.shape)
+    try:
+        return torch.empty_strided(like.shape, like.stride(), dtype=value.dtype, device=value.device).copy_(value)
+    except RuntimeError:  # another overlapping layout (as_strided): as computed
+        return value
 
 
 def nbytes(inputs: tuple) -> int:
@@ -145,10 +159,17 @@ class InputBuilder:
 
 
 def refill_(inputs: tuple, fresh: tuple) -> None:
-    """New contents in the same tensors: same address, id and ``_version`` (written through .data)."""
+    """New contents in the same tensors: same address, id and ``_version`` (written through .data); a
+    broadcast input through the memory it has (its first copy along each broadcast dim)."""
     for t, new in zip(inputs, fresh):
         if isinstance(t, torch.Tensor):
-            t.data.copy_(new)
+            first = _first_copy(t)
+            t.data[first].copy_(new[first])
+
+
+def _first_copy(t: torch.Tensor) -> tuple:
+    """An index of ``t`` that drops its broadcast dims (stride 0) to their first element: memory it owns."""
+    return tuple(slice(0, 1) if st == 0 and n > 1 else slice(None) for n, st in zip(t.shape, t.stride()))
 
 
 def _chunk_seed(seed: int, j: int) -> int:
