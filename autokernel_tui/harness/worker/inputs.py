@@ -67,8 +67,9 @@ def perturb(inputs: tuple, seed: int, device: str | torch.device) -> tuple:
                     continue
             out.append(_scaled(t, gen))
         elif isinstance(t, torch.Tensor) and t.numel() > 1 and t.dtype != torch.bool:
-            perm = torch.randperm(t.numel(), generator=gen, device=t.device)
-            out.append(_same_layout(t.reshape(-1)[perm].reshape(t.shape), t))
+            base = t[_first_copy(t)]  # a broadcast one: its own elements permuted, broadcast again
+            perm = torch.randperm(base.numel(), generator=gen, device=t.device)
+            out.append(_same_layout(base.reshape(-1)[perm].reshape(base.shape), base).expand(t.shape))
         else:
             out.append(t)
     return tuple(out)
