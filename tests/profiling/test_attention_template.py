@@ -202,3 +202,25 @@ def test_a_bidirectional_attentions_backward_is_not_the_causal_starters_and_gets
     with Harness(timeout_s=300, device="cpu") as h:
         report = h.evaluate(task, quick=True)
     assert report.status == "PASS", report.reason
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("case", ["vit_b", "t5_bias", "causal", "gqa_d128"])
+def test_the_attention_template_matches_sdpa_on_the_gpu(case, dtype):
+    """The template compiled for the card (the CPU tests run it interpreted) at a ViT-B's size (S = 197, strided
+    q, k, v of a packed projection), with a T5-style additive bias, causal, and grouped heads at D = 128."""
+    b, h, hk, sq, sk, d, mask_kind, causal = {
+        "vit_b": (8, 12, 12, 197, 197, 64, None, False), "t5_bias": (4, 8, 8, 300, 300, 64, "add", False),
+        "causal": (2, 16, 16, 1000, 1000, 64, None, True), "gqa_d128": (2, 32, 8, 513, 513, 128, None, False)}[case]
+    ns = _kernels()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    qkv = torch.randn(b, sq, 3, h, d, generator=g, device="cuda").to(dtype)
+    q = qkv[:, :, 0].transpose(1, 2)
+    k = torch.randn(b, sk, hk, d, generator=g, device="cuda").to(dtype).transpose(1, 2)
+    v = torch.randn(b, sk, hk, d, generator=g, device="cuda").to(dtype).transpose(1, 2)
+    mask = torch.randn(1, h, sq, sk, generator=g, device="cuda").to(dtype) if mask_kind else None
+    got = ns["_attention"](q, k, v, mask, causal, None)
+    want = _want(q, k, v, mask, causal)
+    tol = 2e-3 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
