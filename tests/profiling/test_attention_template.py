@@ -130,17 +130,24 @@ class Encoder(nn.Module):
         return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, s, dim)
 
 
+def _encoder_task(tmp_path, family, train=False):
+    """The encoder profiled on the CPU (a training step with ``train``), its tasks made; the one of ``family``."""
+    torch.manual_seed(0)
+    model = Encoder() if train else Encoder().eval()
+    bundle = ModelBundle("encoder", model, (torch.randn(2, 17, 32),), train, "float32", "cpu", 0, 0)
+    profile = rank(profile_bundle(bundle, steps=1, warmup=0))
+    created, _ = extract_all(profile, tmp_path / "kernels", top=20, threshold=0.0)
+    (task,) = [p for p in created if taskspec.load_spec(p).family == family]
+    return task, {f["family"] for f in profile["families"]}
+
+
 def test_a_bidirectional_attention_task_starts_from_the_template_and_passes_the_harness(tmp_path):
     """The ViT's own chain (SDPA's CPU call -> transpose -> view), through profile, init and the real
     harness: a starter where there was "no starter kernel yet", its tile the tuner's knobs."""
     from autokernel_tui.harness.runner import Harness
     from autokernel_tui.harness.static_check import check_source
 
-    torch.manual_seed(0)
-    bundle = ModelBundle("encoder", Encoder().eval(), (torch.randn(2, 17, 32),), False, "float32", "cpu", 0, 0)
-    created, _ = extract_all(rank(profile_bundle(bundle, steps=1, warmup=0)), tmp_path / "kernels", top=20,
-                             threshold=0.0)
-    (task,) = [p for p in created if taskspec.load_spec(p).family == "attention_bidirectional"]
+    task, _ = _encoder_task(tmp_path, "attention_bidirectional")
     source = (task / "kernel.py").read_text()
     assert "NO STARTER" not in source and "_attention(" in source and check_source(source) == []
     assert "attention_template" in source.splitlines()[0]
@@ -156,11 +163,7 @@ def test_the_float64_reference_of_a_library_attention_is_sdpas_math(tmp_path):
     float64 replay of the ViT's cuDNN call gave one wrong element, and an exact kernel FAILed): the precise
     reference takes their output from SDPA's math, in the layout the call returned (so the chain's views
     still apply). Shown for the cuDNN call on the CPU, where that call itself cannot even run."""
-    torch.manual_seed(0)
-    bundle = ModelBundle("encoder", Encoder().eval(), (torch.randn(2, 17, 32),), False, "float32", "cpu", 0, 0)
-    created, _ = extract_all(rank(profile_bundle(bundle, steps=1, warmup=0)), tmp_path / "kernels", top=20,
-                             threshold=0.0)
-    (task,) = [p for p in created if taskspec.load_spec(p).family == "attention_bidirectional"]
+    task, _ = _encoder_task(tmp_path, "attention_bidirectional")
     text = (task / "reference.py").read_text()
     start = text.index("UNIT = json.loads(r\'\'\'") + len("UNIT = json.loads(r\'\'\'")
     end = text.index("\'\'\')", start)
@@ -187,15 +190,8 @@ def test_a_bidirectional_attentions_backward_is_not_the_causal_starters_and_gets
     from autokernel_tui.harness.runner import Harness
 
     monkeypatch.setenv("AUTOKERNEL_INDUCTOR_STARTERS", "1")  # the suite turns starter-making off for speed
-    torch.manual_seed(0)
-    model = Encoder()
-    x = torch.randn(2, 17, 32)
-    bundle = ModelBundle("encoder", model, (x,), True, "float32", "cpu", 0, 0)
-    profile = rank(profile_bundle(bundle, steps=1, warmup=0))
-    families = {f["family"] for f in profile["families"]}
-    assert "attention_bidirectional_backward" in families and "flash_attention_backward" not in families
-    created, _ = extract_all(profile, tmp_path / "kernels", top=20, threshold=0.0)
-    (task,) = [p for p in created if taskspec.load_spec(p).family == "attention_bidirectional_backward"]
+    task, families = _encoder_task(tmp_path, "attention_bidirectional_backward", train=True)
+    assert "flash_attention_backward" not in families
     assert taskspec.load_spec(task).kind == "backward"
     source = (task / "kernel.py").read_text()
     assert "NO STARTER" not in source and "Attention is written out" in source
