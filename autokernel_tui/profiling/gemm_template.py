@@ -406,13 +406,14 @@ def template_source(spec: dict, name: str) -> tuple[str, dict[str, list[int]]]:
                                       (POINTWISE, bool(pointwise))) if used]
     parts.append(TAIL.format(pointwise=kernels, params=params, body=code,
                              ret=outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"))
+    # the tiles the kernels read: a chain whose only library call is the attention has no GEMM tile
     knobs = knobs_for(dtypes, gemm="_gemm(" in code or "_bmm(" in code,
                       gemv="_gemm(" in code and _has_vector_product(spec), conv="_conv(" in code,
-                      depthwise="_conv(" in code and _has_depthwise(spec))
+                      depthwise="_conv(" in code and _has_depthwise(spec)) if gemm else {}
     if fused:
         knobs["FUSE_EPILOGUE"] = [0, 1]
     if "_attention(" in code:
-        knobs = {**(knobs if gemm else {}), **attention.knobs_for(dtypes)}
+        knobs.update(attention.knobs_for(dtypes))
     return "".join(parts), knobs
 
 
