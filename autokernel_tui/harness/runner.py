@@ -248,10 +248,11 @@ class Harness:
         proc, self._proc = self._proc, None
         if proc is None:
             return None
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # bwrap (and with it the sandbox's pid namespace) or the judge
-        except (ProcessLookupError, PermissionError):
-            pass
+        if proc.returncode is None:  # not reaped: its pid (the group's id) cannot be anyone else's yet
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # bwrap (and with it the sandbox's pid namespace) or the judge
+            except (ProcessLookupError, PermissionError):
+                pass
         try:
             code = proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

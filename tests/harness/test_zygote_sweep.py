@@ -77,3 +77,55 @@ def test_a_process_whose_leader_thread_exited_alone_is_still_a_stray():
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture
+def pool(tmp_path):
+    """A real zygote and contestants in this process, no sandbox: their pids are the machine's."""
+    from autokernel_tui.harness.worker.pool import ContestantPool
+
+    p = ContestantPool("cpu", tmp_path, tmp_path / "cache", timeout_s=120, memory_limit_mb=8000, landlock=False,
+                       read_roots=None, spares=0)
+    yield p
+    p.close()
+
+
+def _gone_or_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_the_zygote_kills_its_own_contestant_once_and_never_a_stranger(pool):
+    """CI twice saw a tmux test's engine vanish mid-experiment, with no row and no last event: the judge
+    killed contestants by pid (``killpg``), also ones the zygote had already reaped, and on a host whose
+    pids wrap at 32768 such a pid can be a stranger's process group (a terminal's shell and its engine).
+    Now only the zygote kills, and only a child it spawned and has not reaped."""
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        for serial in (0, 1, 2):  # whatever serial: not one of its children
+            assert pool._ask({"op": "kill", "pid": stranger.pid, "serial": serial})["killed"] is False
+        proxy = pool._spawn()
+        assert not pool._ask({"op": "kill", "pid": proxy.pid, "serial": proxy.birth + 1})["killed"]  # another spawn
+        assert not _gone_or_zombie(proxy.pid)
+        proxy.kill()
+        assert _wait(lambda: _gone_or_zombie(proxy.pid))
+        assert not proxy.alive
+        assert _wait(lambda: pool.exit_of(proxy.pid) == "killed by SIGKILL")  # reaped by the zygote
+        # Reaped, its pid free for anyone: asked again (a stale proxy), the zygote refuses.
+        assert pool._ask({"op": "kill", "pid": proxy.pid, "serial": proxy.birth})["killed"] is False
+        time.sleep(0.3)
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_a_dead_zygote_makes_kill_a_no_op(pool):
+    proxy = pool._spawn()
+    os.kill(pool.zygote_pid, 9)  # not reaped here: the pool's close reaps it
+    assert _wait(lambda: _gone_or_zombie(pool.zygote_pid))
+    proxy.kill()  # no error, no killpg from here: the contestant dies of its parent-death signal
+    assert _wait(lambda: _gone_or_zombie(proxy.pid))

@@ -49,9 +49,10 @@ class Clock:
 
 
 class ContestantProxy:
-    def __init__(self, pool: "ContestantPool", pid: int, sock: socket.socket) -> None:
+    def __init__(self, pool: "ContestantPool", pid: int, sock: socket.socket, birth: int) -> None:
         self.pool = pool
         self.pid = pid
+        self.birth = birth  # the zygote's serial for this spawn: with the pid, names this process alone
         self.sock = sock
         self.ready = False
         self.alive = True
@@ -132,13 +133,7 @@ class ContestantProxy:
 
     def kill(self) -> None:
         if self.alive:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                try:
-                    os.kill(self.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            self.pool.kill_contestant(self)
         self.alive = False
         try:
             self.sock.close()
@@ -193,6 +188,14 @@ class ContestantPool:
         self.ctrl.send(json.dumps(message).encode())
         return json.loads(self.ctrl.recv(65536))
 
+    def kill_contestant(self, proxy: "ContestantProxy") -> None:
+        """The zygote kills the contestant, if it has not reaped it (``Zygote.kill``): never by pid from
+        here, where a contestant that already died and was reaped may have left its pid to a stranger."""
+        try:
+            self._ask({"op": "kill", "pid": proxy.pid, "serial": proxy.birth})
+        except (OSError, ValueError):
+            pass  # the zygote is gone, and its contestants with it (their parent-death signal)
+
     def exit_of(self, pid: int) -> str | None:
         try:
             return self._ask({"op": "status", "pid": pid}).get("exit")
@@ -204,7 +207,8 @@ class ContestantPool:
         data, fds, _, _ = socket.recv_fds(self.ctrl, 65536, 1)
         if not fds:
             raise RuntimeError("the zygote did not hand over a contestant")
-        return ContestantProxy(self, int(json.loads(data)["pid"]), socket.socket(fileno=fds[0]))
+        born = json.loads(data)
+        return ContestantProxy(self, int(born["pid"]), socket.socket(fileno=fds[0]), int(born["serial"]))
 
     def fill_spares(self) -> None:
         while len(self._spares) < self.n_spares:
