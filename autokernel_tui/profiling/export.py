@@ -5,7 +5,9 @@ a copy of each task's ``kernel.py``; its ``__init__`` only maps families to thos
 
     OUT/
       __init__.py        patch(model, families=None) -> {family: modules replaced}
-                         patch_graph(model, example_inputs) -> (new module, {task: sites}), generated tasks too
+                         patch_graph(model, example_inputs, train=False) -> (new module, {task: sites}),
+                         generated tasks too (with train=True a training step's graph: a generated
+                         backward task's kernel differentiates its chain's site)
       _patch.py          = autokernel_tui/profiling/patch.py
       _graph_patch.py    = autokernel_tui/profiling/graph_patch.py
       kernels/<task>.py  = <workspace>/kernels/<task>/kernel.py (a starter)
@@ -47,6 +49,7 @@ from . import _graph_patch, _patch
 KERNELS = {kernels!r}  # task/family -> file in this package
 BACKWARDS = {backwards!r}  # family -> its backward kernel's file (or None), gradient positions, reference file
 GENERATED = {generated!r}  # generated task -> its kernel.py (its recorded chain beside it, in reference.py)
+GENERATED_BACKWARD = {generated_backward!r}  # generated backward task -> the inputs it gives gradients for
 _HERE = Path(__file__).resolve().parent
 
 
@@ -61,28 +64,35 @@ def patch(model, families=None, custom_ops=False, train=True):
     """
     _patch.use_interpreter_if_no_gpu(next((p.device.type for p in model.parameters()), "auto"))
     fns = _patch.load_kernels({{f: _HERE / rel for f, rel in KERNELS.items()}})
-    backwards = _patch.load_backwards({{
+    return _patch.patch_model(model, fns, families, custom_ops=custom_ops, backwards=_backwards() if train else None)
+
+
+def _backwards():
+    return _patch.load_backwards({{
         f: {{"kernel": b["kernel"] and _HERE / b["kernel"], "positions": tuple(b["positions"]),
             "saved": b.get("saved", False), "reference": b["reference"] and _HERE / b["reference"]}}
-        for f, b in BACKWARDS.items()}}) if train else None
-    return _patch.patch_model(model, fns, families, custom_ops=custom_ops, backwards=backwards)
+        for f, b in BACKWARDS.items()}})
 
 
-def patch_graph(model, example_inputs, custom_ops=False):
+def patch_graph(model, example_inputs, custom_ops=False, train=False):
     """Every kernel, generated tasks' too: returns (a new module, {{task: sites replaced}}); ``model``
     is not changed. A generated kernel replaces a recorded chain of aten calls wherever it occurs in
-    the model's forward graph, traced once at ``example_inputs`` (inference, shapes fixed: other
-    inputs run the model without the generated kernels)."""
+    the model's forward graph, traced once at ``example_inputs`` (shapes fixed: other inputs run the
+    model without the generated kernels). ``train``: the graph of a training step, each chain a
+    differentiable site (its generated backward kernel where one is here, else autograd through the
+    recorded chain); without it, inference, and the backward kernels stay out."""
     _patch.use_interpreter_if_no_gpu(next((p.device.type for p in model.parameters()), "auto"))
     m = copy.deepcopy(model)
-    generated = {{t: _HERE / rel for t, rel in GENERATED.items()}}
+    generated = {{t: _HERE / rel for t, rel in GENERATED.items() if train or t not in GENERATED_BACKWARD}}
     counts = {{}}
     if KERNELS:  # as custom ops: a trace sees them; a module a generated chain runs through is the chain's
         fns = _patch.load_kernels({{f: _HERE / rel for f, rel in KERNELS.items()}})
         skip = _graph_patch.covered_modules(m, tuple(example_inputs), generated, _patch.patch_sites(m, list(fns)))
-        counts = _patch.patch_model(m, fns, custom_ops=True, skip=skip)
-    if GENERATED:
-        m, sites = _graph_patch.patch_graph(m, tuple(example_inputs), generated, custom_ops=custom_ops)
+        counts = _patch.patch_model(m, fns, custom_ops=True, skip=skip, backwards=_backwards() if train else None)
+    if generated:
+        m, sites = _graph_patch.patch_graph(m, tuple(example_inputs), generated, custom_ops=custom_ops,
+                                            backwards={{t: tuple(g) for t, g in GENERATED_BACKWARD.items()}}
+                                            if train else None)
         counts.update(sites)
     return m, counts
 
@@ -115,7 +125,7 @@ def export_package(out: Path, kernels: dict[str, Path], source: str = "") -> Pat
     if not kernels:
         raise ExportError("no kernels to export")
     from autokernel_tui.profiling.graph_patch import is_generated
-    from autokernel_tui.profiling.verify import backward_plans
+    from autokernel_tui.profiling.verify import backward_plans, generated_backwards
     from autokernel_tui.tasks import spec as taskspec
 
     backward_tasks = {task for task, path in kernels.items() if not is_generated(Path(path))
@@ -153,10 +163,11 @@ def export_package(out: Path, kernels: dict[str, Path], source: str = "") -> Pat
                 entry[part] = f"kernels/{family}_{suffix}.py"
                 record[part] = copy(Path(plan[part]), entry[part])
         backwards[family] = entry
+    generated_backward = {t: list(g) for t, g in generated_backwards({t: kernels[t] for t in generated}).items()}
     shutil.copyfile(Path(__file__).with_name("patch.py"), out / "_patch.py")
     shutil.copyfile(Path(__file__).with_name("graph_patch.py"), out / "_graph_patch.py")
     (out / "__init__.py").write_text(INIT_TEMPLATE.format(name=name, kernels=files, generated=generated,
-                                                          backwards=backwards),
+                                                          generated_backward=generated_backward, backwards=backwards),
                                      encoding="utf-8")
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return out

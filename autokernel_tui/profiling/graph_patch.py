@@ -18,7 +18,14 @@ In eager mode it runs the aten calls one by one like the model (without the modu
 patched module keeps the kernel and compiles the rest, and CUDA graphs capture it; the profiler
 ranges the trace recorded are then left out (each one would break the compiled graph).
 
-Inference only (the trace is taken under ``no_grad``). Self-contained (torch and the standard
+For training (``patch_graph(..., train=True)``) the trace takes the parameters and buffers as inputs
+and runs with gradients on, so the patched graph, run eagerly, is differentiated op by op like the
+model; each site is then an autograd function whose forward is the forward task's kernel (or the
+recorded chain, where only a backward task was given) and whose backward is the generated backward
+task's kernel (``gen_<ops>_bwd_<n>``, the same recorded chain: ``kernel_fn(*inputs, *grad_outs)``),
+else autograd through the chain replayed from its saved inputs. A chain whose inner values the
+backward needs is still one site: the kernels take only the chain's outside tensors, so nothing the
+model's own autograd would have kept is asked of them. Self-contained (torch and the standard
 library): ``export`` copies it into the package it writes beside ``patch.py``.
 """
 
@@ -35,10 +42,10 @@ import torch.nn as nn
 
 try:  # inside autokernel-tui: the CLI prints these as one line
     from autokernel_tui.errors import AutokernelError as _Base
-    from autokernel_tui.profiling.patch import load_kernel
+    from autokernel_tui.profiling.patch import _load_module, load_kernel
 except ImportError:  # inside an exported package, beside its copy of patch.py
     _Base = Exception
-    from ._patch import load_kernel  # type: ignore[no-redef]
+    from ._patch import _load_module, load_kernel  # type: ignore[no-redef]
 
 
 class GraphPatchError(_Base):
@@ -210,6 +217,40 @@ def iter_sites(gm: torch.fx.GraphModule, unit: dict):
             yield site
 
 
+# Ops that write an argument in place with no trailing underscore (so the record does not say
+# "mutates"): a batch norm in training updates its running statistics (arguments 3 and 4).
+_WRITES_RUNNING_STATS = ("aten.native_batch_norm.default", "aten._native_batch_norm_legit.default")
+
+
+def _written(op: dict) -> list[int]:
+    """The tensor ids an op of a unit writes in place."""
+    args = op["args"]
+    if op["op"] in _WRITES_RUNNING_STATS and len(args) > 5 and args[5] is True:
+        return [a["tensor"] for a in args[3:5] if isinstance(a, dict) and "tensor" in a]
+    if op.get("mutates") and args and isinstance(args[0], dict) and "tensor" in args[0]:
+        return [args[0]["tensor"]]  # an in-place op writes its self argument
+    return []
+
+
+def writes_outside(unit: dict, site: dict) -> str | None:
+    """Why a kernel cannot stand in for ``unit`` at ``site``: an op of the chain writes into a tensor
+    from outside it that something else sees (the model's parameters or buffers, a batch norm's running
+    statistics in training; a value another op reads too), which a kernel returning the chain's outputs
+    would leave as it was. An in-place op on a value that only the chain reads (a residual ``+=``) is
+    fine: the graph reads the result through the op. None when nothing outside is written."""
+    chain = set(site["nodes"])
+    for op in unit["ops"]:
+        for tid in _written(op):
+            if tid not in unit["inputs"]:
+                continue
+            node = site["inputs"][unit["inputs"].index(tid)]
+            if node.op in ("placeholder", "get_attr") or any(u not in chain for u in node.users):
+                what = ("a batch norm in training updates its running statistics" if op["op"] in _WRITES_RUNNING_STATS
+                        else f"{op['op'].replace('aten.', '')} writes into a tensor others see")
+                return what + ", which the kernel does not"
+    return None
+
+
 def find_sites(gm: torch.fx.GraphModule, unit: dict) -> list[dict]:
     """Every non-overlapping place the unit's chain occurs in ``gm``'s graph, in graph order."""
     return list(iter_sites(gm, unit))
@@ -236,13 +277,16 @@ def _restride(out: torch.Tensor, meta: dict, inputs: tuple, taken: set[int] | No
     return out
 
 
-def kernel_call(name: str, fn: Callable, unit: dict, custom_op: bool, label: str | None = None) -> Callable:
+def kernel_call(name: str, fn: Callable, unit: dict, custom_op: bool, label: str | None = None,
+                gradients: "SiteGradients | None" = None) -> Callable:
     """``fn`` (a generated task's kernel_fn) as the graph calls it: outside tensors in, a list of the
     chain's outputs (in the recorded layout) out; a torch custom op with ``custom_op``. Each call runs
     inside ``record_function("autokernel::<label>")`` (default: the task's name), so a profile of the
-    patched model puts the kernel's time under that family."""
+    patched model puts the kernel's time under that family. With ``gradients`` it is differentiable
+    (``SiteGradients``): an autograd function, or the custom op with its autograd registered."""
     metas = [unit["tensors"][str(t)] for t in unit["outputs"]]
-    digest = hashlib.sha256(repr((name, id(fn), fn.__module__, custom_op, label)).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(repr((name, id(fn), fn.__module__, custom_op, label, id(gradients))).encode()
+                            ).hexdigest()[:12]
     key = f"gen_{digest}"
     if key in _CALLS:
         return _CALLS[key]
@@ -266,12 +310,124 @@ def kernel_call(name: str, fn: Callable, unit: dict, custom_op: bool, label: str
             dev = xs[0].device if xs else torch.device("cpu")
             return [torch.empty_strided(m["shape"], m["stride"], dtype=getattr(torch, m["dtype"]), device=dev)
                     for m in metas]
+        if gradients is not None:
+            _register_site_autograd(op, key, gradients, metas)
         call = getattr(torch.ops.autokernel, key).default  # the overload: what FX writes as a call
     else:
         run.__name__ = key
-        call = run
+        call = run if gradients is None else _differentiable(run, gradients)
     _CALLS[key] = call
     return call
+
+
+# A site in training --------------------------------------------------------------------------------
+class SiteGradients:
+    """How a generated site is differentiated: the generated backward task's kernel
+    (``kernel_fn(*inputs, *grad_outs)``, the gradients of ``positions``: its task.toml's grad_inputs)
+    where every input that needs a gradient is among them; else autograd through ``reference`` (the
+    task's reference.py: the recorded chain replayed from the saved inputs, its forward computed again
+    in PyTorch)."""
+
+    def __init__(self, reference: Callable, kernel: Callable | None = None, positions: tuple[int, ...] = (),
+                 label: str = "autokernel::backward"):
+        self.reference, self.kernel, self.positions, self.label = reference, kernel, tuple(positions), label
+
+    def by_kernel(self, needs: list[bool]) -> bool:
+        return self.kernel is not None and all(i in self.positions for i, n in enumerate(needs) if n)
+
+    def grads(self, inputs: tuple, needs: list[bool], grad_outs: tuple) -> list:
+        """The gradient of each input where ``needs`` (else None)."""
+        grad_outs = tuple(g.contiguous() for g in grad_outs)  # as the harness checked the kernel: dense
+        out: list = [None] * len(inputs)
+        if self.by_kernel(needs):
+            with torch.profiler.record_function(self.label):  # a profile of the step: its backward family
+                got = self.kernel(*inputs, *grad_outs)
+            for pos, g in zip(self.positions, got if isinstance(got, (tuple, list)) else (got,)):
+                if needs[pos]:
+                    out[pos] = g
+            return out
+        leaves = [t.detach().requires_grad_(bool(n)) for t, n in zip(inputs, needs)]
+        wanted = [t for t, n in zip(leaves, needs) if n]
+        with torch.enable_grad():
+            result = self.reference(*leaves)
+        results = result if isinstance(result, (tuple, list)) else (result,)
+        pairs = [(r, g) for r, g in zip(results, grad_outs) if isinstance(r, torch.Tensor) and r.requires_grad]
+        if pairs and wanted:
+            got = iter(torch.autograd.grad([r for r, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True))
+            out = [next(got) if n else None for n in needs]
+        return out
+
+
+class _SiteFunction(torch.autograd.Function):
+    """A site's kernel in eager autograd: ``run`` forward (the kernel, or the chain replayed), the
+    site's ``SiteGradients`` backward, the inputs kept for it."""
+
+    @staticmethod
+    def forward(ctx, run, gradients, *xs):
+        outs = run(list(xs))
+        ctx.gradients = gradients
+        ctx.save_for_backward(*xs)
+        ctx.mark_non_differentiable(*[o for o in outs if not o.is_floating_point()])
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grad_outs):
+        needs = list(ctx.needs_input_grad[2:])
+        return (None, None, *ctx.gradients.grads(ctx.saved_tensors, needs, grad_outs))
+
+
+def _differentiable(run: Callable, gradients: SiteGradients) -> Callable:
+    def call(xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        if torch.is_grad_enabled() and any(x.requires_grad for x in xs):
+            return list(_SiteFunction.apply(run, gradients, *xs))
+        return run(xs)
+    call.__name__ = run.__name__
+    return call
+
+
+def _unshared(tensors: list, against: tuple) -> list:
+    """``tensors`` each with storage of its own: a custom op may return no alias of its inputs or of
+    another of its outputs (a gradient that is grad_out itself, an addition's, would be one)."""
+    taken = {t.untyped_storage().data_ptr() for t in against if t.numel()}
+    out = []
+    for t in tensors:
+        if t.numel() and t.untyped_storage().data_ptr() in taken:
+            t = t.clone()
+        if t.numel():
+            taken.add(t.untyped_storage().data_ptr())
+        out.append(t)
+    return out
+
+
+def _register_site_autograd(op, key: str, gradients: SiteGradients, metas: list[dict]) -> None:
+    """The site's custom op made differentiable for a compiled graph: its backward another custom op
+    (a Triton launch cannot take the fake tensors a compiled backward is traced with), a dense gradient
+    per input (an empty one where none is needed)."""
+
+    def bwd_impl(xs: list[torch.Tensor], needs: list[bool], grad_outs: list[torch.Tensor]) -> list[torch.Tensor]:
+        got = gradients.grads(tuple(xs), list(needs), tuple(grad_outs))
+        dense = [x.new_empty(0) if g is None else g.contiguous() for x, g in zip(xs, got)]
+        return _unshared(dense, (*xs, *grad_outs))
+
+    bwd = torch.library.custom_op(f"autokernel::{key}_bwd", bwd_impl, mutates_args=())
+
+    @bwd.register_fake
+    def _(xs, needs, grad_outs):
+        return [x.new_empty(x.shape if n else (0,)) for x, n in zip(xs, needs)]
+
+    def setup_context(ctx, inputs, output):
+        (xs,) = inputs
+        ctx.needs = [x.requires_grad and x.is_floating_point() for x in xs]
+        ctx.save_for_backward(*xs)
+
+    def backward(ctx, grads):
+        xs = ctx.saved_tensors
+        grads = [torch.zeros(m["shape"], dtype=getattr(torch, m["dtype"]), device=xs[0].device) if g is None else g
+                 for g, m in zip(grads, metas)]
+        got = bwd(list(xs), ctx.needs, grads)
+        return [g if n else None for g, n in zip(got, ctx.needs)]
+
+    op.register_autograd(backward, setup_context=setup_context)
 
 
 def _rewire(gm: torch.fx.GraphModule, site: dict, call: Callable) -> None:
@@ -299,11 +455,13 @@ def _signature(inputs: tuple) -> list:
 class GraphPatched(nn.Module):
     """The model's traced graph with kernels in it; other inputs than the traced ones run ``original``."""
 
-    def __init__(self, original: nn.Module, gm: torch.fx.GraphModule, inputs: tuple, counts: dict[str, int]):
+    def __init__(self, original: nn.Module, gm: torch.fx.GraphModule, inputs: tuple, counts: dict[str, int],
+                 left_out: dict[str, str] | None = None):
         super().__init__()
         self.original = original
         self.graph_module = gm
         self.counts = counts
+        self.left_out = left_out or {}  # {task: why its chain stays as the model runs it}
         self._signature = _signature(inputs)
         self.fallbacks = 0  # calls with other inputs, which ran the original model
 
@@ -312,6 +470,55 @@ class GraphPatched(nn.Module):
             self.fallbacks += 1
             return self.original(*inputs)
         return self.graph_module(*inputs)
+
+
+class TrainGraphPatched(GraphPatched):
+    """The model's traced training forward with kernels in it, its parameters and buffers graph inputs:
+    every call hands the graph the model's current ones, so gradients reach them and an optimizer's
+    steps are seen. Other inputs, or the other of train/eval mode than the trace's, run ``original``."""
+
+    def __init__(self, original: nn.Module, gm: torch.fx.GraphModule, inputs: tuple, counts: dict[str, int],
+                 state_names: list[str], left_out: dict[str, str] | None = None):
+        super().__init__(original, gm, inputs, counts, left_out)
+        self.state_names = state_names
+        self.traced_training = original.training
+        self.train(original.training)
+
+    def forward(self, *inputs):
+        if _signature(inputs) != self._signature or self.training != self.traced_training:
+            self.fallbacks += 1
+            return self.original(*inputs)
+        state = dict(self.original.named_parameters())
+        state.update(self.original.named_buffers())
+        return self.graph_module(*[state[n] for n in self.state_names], *inputs)
+
+
+def trace_for_training(model: nn.Module, inputs: tuple) -> tuple[torch.fx.GraphModule, list[str]]:
+    """(the model's forward as the dispatcher runs it in a training step, its parameters and buffers
+    first among the graph's inputs, by these names). Traced with gradients on (the ops a training step
+    runs: an attention's backend may differ without them); the ``detach`` calls with which autograd
+    keeps what it saves are dropped, as no op of the model reads them."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    names = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()]
+    state = dict(model.named_parameters())
+    state.update(model.named_buffers())
+    k = len(names)
+
+    def step(*args):
+        return torch.func.functional_call(model, dict(zip(names, args[:k])), tuple(args[k:]))
+
+    # Copies: the trace runs the model once, and a batch norm's running statistics must not move for it.
+    copies = [state[n].detach().clone().requires_grad_(state[n].requires_grad) for n in names]
+    with torch.enable_grad():
+        try:
+            gm = make_fx(step, tracing_mode="real")(*copies, *inputs)
+        except Exception as exc:
+            raise GraphPatchError(f"the model's training step could not be traced to put generated kernels in: "
+                                  f"{type(exc).__name__}: {exc}".splitlines()[0][:300]) from None
+    gm.graph.eliminate_dead_code()  # autograd's detaches of what it saves; mutating ops stay (impure)
+    gm.recompile()
+    return gm, names
 
 
 def trace(model: nn.Module, inputs: tuple) -> torch.fx.GraphModule:
@@ -375,30 +582,79 @@ def covered_modules(model: nn.Module, inputs: tuple, kernels: dict[str, str | Pa
 
 
 def patch_graph(model: nn.Module, inputs: tuple, kernels: dict[str, str | Path], custom_ops: bool = False,
-                labels: dict[str, str] | None = None) -> tuple[GraphPatched, dict[str, int]]:
+                labels: dict[str, str] | None = None, backwards: dict[str, tuple[int, ...]] | None = None,
+                ) -> tuple[GraphPatched, dict[str, int]]:
     """``model`` with every site of each generated task in ``kernels`` ({task: kernel.py}) calling
     its kernel: (the patched module, {task: sites replaced}). ``model`` itself is not changed.
-    ``labels``: {task: the family its kernel's time is profiled under} (default: the task name)."""
-    gm = trace(model, inputs)
+    ``labels``: {task: the family its kernel's time is profiled under} (default: the task name).
+
+    ``backwards`` ({task: grad_inputs} of the generated backward tasks among ``kernels``; may be empty)
+    makes it trainable (``TrainGraphPatched``): a forward task and the backward task of the same
+    recorded chain become one differentiable site (``SiteGradients``); a chain with only one of them
+    gets the recorded ops for the other half."""
+    train = backwards is not None
+    gm, names = trace_for_training(model, inputs) if train else (trace(model, inputs), [])
     counts: dict[str, int] = {}
-    for name, path in kernels.items():
-        unit = load_unit(path)
-        counts[name], call, done = 0, None, set()
+    left_out: dict[str, str] = {}
+    for tasks, unit, make_call in _site_calls(kernels, backwards or {}, custom_ops, labels or {}):
+        call = None
+        for task in tasks:
+            counts[task] = 0
+        done: set = set()
         # One site at a time, the graph searched again after each: a site's inputs may be another's
         # outputs (a residual stream through repeated blocks), which rewiring replaces.
         while True:
             site = next((x for x in iter_sites(gm, unit) if x["nodes"][0] not in done), None)
             if site is None:
                 break
-            call = call or kernel_call(name, load_kernel(path), unit, custom_ops, (labels or {}).get(name))
             done.add(site["nodes"][0])
+            why = writes_outside(unit, site)
+            if why:
+                left_out.update(dict.fromkeys(tasks, why))
+                continue
+            call = call or make_call()
             _rewire(gm, site, call)
-            counts[name] += 1
+            for task in tasks:
+                counts[task] += 1
     if custom_ops:
         _drop_profiler_ranges(gm)
     gm.graph.lint()
     gm.recompile()
-    return GraphPatched(model, gm, inputs, counts), counts
+    if train:
+        return TrainGraphPatched(model, gm, inputs, counts, names, left_out), counts
+    return GraphPatched(model, gm, inputs, counts, left_out), counts
+
+
+def _site_calls(kernels: dict[str, str | Path], backwards: dict[str, tuple[int, ...]], custom_ops: bool,
+                labels: dict[str, str]):
+    """(the tasks of one recorded chain, its unit, a function making the call its sites get) for each
+    chain among ``kernels``: one task each for inference; in training a forward task and the backward
+    task of the same chain (equal units) share the sites."""
+    if not backwards:
+        for name, path in kernels.items():
+            unit = load_unit(path)
+            yield [name], unit, (lambda name=name, path=path, unit=unit:
+                                 kernel_call(name, load_kernel(path), unit, custom_ops, labels.get(name)))
+        return
+    chains: dict[str, dict] = {}
+    for name, path in kernels.items():
+        unit = load_unit(path)
+        chain = chains.setdefault(json.dumps(unit, sort_keys=True), {"unit": unit, "forward": None, "backward": None})
+        side = "backward" if name in backwards else "forward"
+        if chain[side] is not None:
+            raise GraphPatchError(f"{chain[side]} and {name} are both the {side} of one recorded chain: give one")
+        chain[side] = name
+    for chain in chains.values():
+        fwd, bwd, unit = chain["forward"], chain["backward"], chain["unit"]
+
+        def make(fwd=fwd, bwd=bwd, unit=unit):
+            first = Path(kernels[fwd or bwd])
+            reference = _load_module(first.parent / "reference.py", "reference").reference
+            gradients = SiteGradients(reference, load_kernel(kernels[bwd]) if bwd else None,
+                                      tuple(backwards[bwd]) if bwd else (), f"autokernel::{labels.get(bwd) or bwd}")
+            fn = load_kernel(kernels[fwd]) if fwd else reference  # no forward kernel: the chain, recorded
+            return kernel_call(fwd or bwd, fn, unit, custom_ops, labels.get(fwd or bwd), gradients=gradients)
+        yield [t for t in (fwd, bwd) if t], unit, make
 
 
 def _drop_profiler_ranges(gm: torch.fx.GraphModule) -> None:

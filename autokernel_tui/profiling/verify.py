@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 import statistics
 
@@ -238,6 +239,19 @@ def split_generated(kernels: dict[str, Path]) -> tuple[dict[str, Path], dict[str
     return {t: p for t, p in kernels.items() if t not in generated}, generated
 
 
+def generated_backwards(generated: dict[str, Path]) -> dict[str, tuple[int, ...]]:
+    """{task: grad_inputs} for the generated backward tasks (``kind = "backward"``) among ``generated``:
+    they go into a training step beside their chain's forward (``graph_patch``), never into inference."""
+    out = {}
+    for task, path in generated.items():
+        folder = Path(path).parent
+        if (folder / taskspec.SPEC_FILE).is_file():  # a bare kernel.py beside a reference.py: a forward
+            spec = taskspec.load_spec(folder)
+            if spec.kind == "backward":
+                out[task] = tuple(spec.grad_inputs)
+    return out
+
+
 def profiled_family(task: str, kernel_path: Path) -> str:
     """The family a task's kernel time is profiled under: a starter's name is its patch family; a
     generated task's kernel runs under its task.toml family (``graph_patch`` labels it so)."""
@@ -275,8 +289,8 @@ def patched_copy(original, kernels: dict[str, Path], families, inputs, custom_op
     from autokernel_tui.profiling.patch import load_kernels, patch_model, patch_sites
 
     starters, generated = split_generated(kernels)
-    if families:
-        generated = {t: p for t, p in generated.items() if t in families}
+    backward_only = generated_backwards(generated)
+    generated = {t: p for t, p in generated.items() if t not in backward_only and (not families or t in families)}
     m = copy.deepcopy(original)
     counts = {}
     if starters:
@@ -287,6 +301,34 @@ def patched_copy(original, kernels: dict[str, Path], families, inputs, custom_op
                              skip=skip)
     if generated:
         m, sites = patch_graph(m, inputs, generated, custom_ops=custom_ops,
+                               labels={t: profiled_family(t, p) for t, p in generated.items()})
+        counts.update(sites)
+    return m, counts
+
+
+def trainable_copy(original, kernels: dict[str, Path], families, inputs, backwards: dict,
+                   custom_ops: bool = False):
+    """(a copy of ``original`` that trains with ``kernels``, {task: modules or sites patched}). Starters
+    replace modules, each with its ``Backward`` (``backwards``); generated tasks replace their chain in
+    the traced training forward (``graph_patch.patch_graph(..., backwards=...)``), where a forward task
+    and the backward task of the same chain make one differentiable site. With generated tasks the
+    starters are custom ops (the trace then sees each as one op, its autograd registered) and a starter
+    module a generated chain runs through is left to the chain."""
+    from autokernel_tui.profiling.graph_patch import covered_modules, patch_graph
+    from autokernel_tui.profiling.patch import load_kernels, patch_model, patch_sites
+
+    starters, generated = split_generated(kernels)
+    if families:
+        generated = {t: p for t, p in generated.items() if t in families}
+    m = copy.deepcopy(original)
+    counts = {}
+    if starters:
+        skip = covered_modules(m, inputs, generated, patch_sites(m, families or list(starters))) \
+            if generated else set()
+        counts = patch_model(m, load_kernels(starters), families, custom_ops=custom_ops or bool(generated),
+                             backwards=backwards, skip=skip)
+    if generated:
+        m, sites = patch_graph(m, inputs, generated, custom_ops=custom_ops, backwards=generated_backwards(generated),
                                labels={t: profiled_family(t, p) for t, p in generated.items()})
         counts.update(sites)
     return m, counts
@@ -427,7 +469,7 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
         "timing_meaningful": gpu, "timing_method": "CUDA events, interleaved, median" if gpu
         else "perf_counter on the CPU (Triton interpreter): not meaningful",
         "patched": counts, "unpatched_families": [f for f, n in counts.items() if not n],
-        "no_kernel_yet": no_kernel, "correct": passed, "finite": finite, "rel_l2_vs_original": err, "tolerance": tol,
+        "no_kernel_yet": no_kernel, "left_out": getattr(patched, "left_out", {}), "correct": passed, "finite": finite, "rel_l2_vs_original": err, "tolerance": tol,
         "model_noise_rel_l2": noise,
         "before": before, "after": after,
         "measured_speedup": before["median_us"] / after["median_us"] if after["median_us"] > 0 else None,
@@ -738,6 +780,19 @@ def prof_device(device: str) -> str:
     return device_name(device)
 
 
+def _left_out_lines(r: dict) -> list[str]:
+    """What verify could not put in, and why: generated tasks with no kernel yet, and chains a kernel
+    cannot stand in for (``graph_patch.writes_outside``)."""
+    lines = []
+    if r.get("no_kernel_yet"):
+        lines.append("left out (generated tasks with no starter kernel yet): " + ", ".join(r["no_kernel_yet"]))
+    reasons: dict[str, list[str]] = {}
+    for task, why in (r.get("left_out") or {}).items():
+        reasons.setdefault(why, []).append(task)
+    lines += [f"left as the model runs them ({why}): {', '.join(sorted(tasks))}" for why, tasks in reasons.items()]
+    return lines
+
+
 def _site_word(r: dict, task: str) -> str:
     """A starter replaces modules; a generated task's kernel replaces a recorded chain in the graph."""
     from autokernel_tui.profiling.graph_patch import is_generated
@@ -755,8 +810,7 @@ def format_result(r: dict) -> str:
     if r["unpatched_families"]:
         lines.append("no patch site in this model (or only inside another kernel's) for: "
                      + ", ".join(r["unpatched_families"]))
-    if r.get("no_kernel_yet"):
-        lines.append("left out (generated tasks with no starter kernel yet): " + ", ".join(r["no_kernel_yet"]))
+    lines += _left_out_lines(r)
     verdict = "PASS" if r["correct"] else "FAIL"
     lines.append(f"outputs: {verdict}: rel L2 {r['rel_l2_vs_original']:.2e} vs original (tolerance {r['tolerance']:.1e}; "
                  f"the model's own {r['dtype']} noise {r['model_noise_rel_l2']:.1e})" + ("" if r["finite"] else ", NON-FINITE"))
@@ -875,13 +929,14 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
     iters = iters or (20 if gpu else 2)
     warmup = warmup if warmup is not None else (3 if gpu else 1)
     original = bundle.model.train()
-    kernels, generated = split_generated(kernels)
-    if not kernels:
-        raise VerifyError(f"generated tasks ({', '.join(sorted(generated))}) go into a model for inference only "
-                          "(their chain is found in a traced forward graph): verify them without --train")
-    backwards = backward_kernels(kernels)
-    patched = copy.deepcopy(original)
-    counts = patch_model(patched, load_kernels(kernels), families, backwards=backwards)
+    kernels, no_kernel = without_placeholders(kernels)
+    starters, generated = split_generated(kernels)
+    backwards = backward_kernels(starters)
+    if generated:
+        patched, counts = trainable_copy(original, kernels, families, bundle.inputs, backwards)
+    else:
+        patched = copy.deepcopy(original)
+        counts = patch_model(patched, load_kernels(starters), families, backwards=backwards)
     if not any(counts.values()):
         raise VerifyError(f"none of the kernels ({', '.join(sorted(kernels))}) has a patch site in {model}")
     names = [n for n, _ in original.named_parameters()]
@@ -946,9 +1001,11 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
         "model": bundle.name, "device": prof_device(bundle.device), "dtype": dtype, "batch": bundle.batch,
         "seq": bundle.seq, "mode": "training step (forward + backward)", "timing_meaningful": gpu,
         "patched": counts, "unpatched_families": [f for f, n in counts.items() if not n],
-        "backward": {f: ("its own backward kernel" if b.kernel is not None else "autograd through the reference")
-                     for f, b in backwards.items() if counts.get(f)},
-        "inference_only": sorted(generated),
+        "kernels": {f: str(p) for f, p in kernels.items()},
+        "backward": {**{f: ("its own backward kernel" if b.kernel is not None else "autograd through the reference")
+                        for f, b in backwards.items() if counts.get(f)},
+                     **_generated_backward_words(generated, counts)},
+        "no_kernel_yet": no_kernel, "left_out": getattr(patched, "left_out", {}),
         "correct": loss_ok and all(p["ok"] for p in params), "loss": [float(loss0), float(loss1)],
         "loss_rel_err": loss_err, "loss_tolerance": loss_tol, "gradients": params,
         "worst_gradient": max(params, key=_badness),
@@ -956,6 +1013,29 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
         "prediction": prediction,
         "timing_method": "CUDA events, interleaved, median" if gpu else "perf_counter on the CPU: not meaningful",
     }
+
+
+def _generated_backward_words(generated: dict[str, Path], counts: dict[str, int]) -> dict[str, str]:
+    """{generated task patched: how its sites are differentiated}, for the report."""
+    from autokernel_tui.profiling.graph_patch import load_unit
+
+    backward = generated_backwards(generated)
+    units: dict[str, list[str]] = {}
+    for task, path in generated.items():
+        units.setdefault(json.dumps(load_unit(path), sort_keys=True), []).append(task)
+    words = {}
+    for tasks in units.values():
+        fwd = [t for t in tasks if t not in backward]
+        bwd = [t for t in tasks if t in backward]
+        for t in tasks:
+            if not counts.get(t):
+                continue
+            if t in backward:
+                words[t] = f"its kernel, after {fwd[0]}" if fwd else "its kernel, after the recorded chain's forward"
+            else:
+                words[t] = f"its chain's backward kernel ({bwd[0]})" if bwd else \
+                    "autograd through the recorded chain (its forward computed again)"
+    return words
 
 
 def _build_train_mode(original, kernels: dict, families, backwards: dict, compile_mode: str | None, inputs,
@@ -967,7 +1047,12 @@ def _build_train_mode(original, kernels: dict, families, backwards: dict, compil
     from autokernel_tui.profiling.patch import load_kernels, patch_model
 
     m = copy.deepcopy(original)
-    if kernels:
+    if kernels and split_generated(kernels)[1]:
+        try:
+            m, _ = trainable_copy(original, kernels, families, inputs, backwards, custom_ops=compile_mode is not None)
+        except Exception as exc:  # a generated kernel this mode cannot take: its finding
+            return None, {"error": error_line(exc), "where": where(exc)}
+    elif kernels:
         patch_model(m, load_kernels(kernels), families, custom_ops=compile_mode is not None, backwards=backwards)
     if compile_mode is not None:
         allow_recompiles()
@@ -1063,11 +1148,9 @@ def format_training(r: dict) -> str:
 
     lines = [f"verify --train {r['model']} on {r['device']}: {r['dtype']}, batch {r['batch']} x seq {r['seq']}, "
              f"{r['mode']}",
-             "patched: " + ", ".join(f"{f} ({n} modules; backward: {r['backward'].get(f, 'none')})"
+             "patched: " + ", ".join(f"{f} ({n} {_site_word(r, f)}; backward: {r['backward'].get(f, 'none')})"
                                      for f, n in r["patched"].items() if n)]
-    if r.get("inference_only"):
-        lines.append("not in the training step (generated tasks go in for inference only): "
-                     + ", ".join(r["inference_only"]))
+    lines += _left_out_lines(r)
     verdict = "PASS" if r["correct"] else "FAIL"
     w = r["worst_gradient"]
     lines.append(f"training step: {verdict}: loss {r['loss'][0]:.5g} -> {r['loss'][1]:.5g} (rel {r['loss_rel_err']:.1e}, "
