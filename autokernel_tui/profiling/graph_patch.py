@@ -400,9 +400,11 @@ def _unshared(tensors: list, against: tuple) -> list:
 
 
 def _register_site_autograd(op, key: str, gradients: SiteGradients, metas: list[dict]) -> None:
-    """The site's custom op made differentiable for a compiled graph: its backward another custom op
-    (a Triton launch cannot take the fake tensors a compiled backward is traced with), a dense gradient
-    per input (an empty one where none is needed)."""
+    """The site's custom op made differentiable for a compiled graph: its backward kernel another custom
+    op (a Triton launch cannot take the fake tensors a compiled backward is traced with), a dense
+    gradient per input (an empty one where none is needed). Autograd through the chain is plain torch
+    ops in the backward formula itself, traced as they are: inside a custom op's implementation,
+    below autograd, nothing would be recorded to differentiate."""
 
     def bwd_impl(xs: list[torch.Tensor], needs: list[bool], grad_outs: list[torch.Tensor]) -> list[torch.Tensor]:
         got = gradients.grads(tuple(xs), list(needs), tuple(grad_outs))
@@ -424,6 +426,8 @@ def _register_site_autograd(op, key: str, gradients: SiteGradients, metas: list[
         xs = ctx.saved_tensors
         grads = [torch.zeros(m["shape"], dtype=getattr(torch, m["dtype"]), device=xs[0].device) if g is None else g
                  for g, m in zip(grads, metas)]
+        if not gradients.by_kernel(ctx.needs):
+            return gradients.grads(tuple(xs), ctx.needs, tuple(grads))
         got = bwd(list(xs), ctx.needs, grads)
         return [g if n else None for g, n in zip(got, ctx.needs)]
 
@@ -596,7 +600,7 @@ def patch_graph(model: nn.Module, inputs: tuple, kernels: dict[str, str | Path],
     gm, names = trace_for_training(model, inputs) if train else (trace(model, inputs), [])
     counts: dict[str, int] = {}
     left_out: dict[str, str] = {}
-    for tasks, unit, make_call in _site_calls(kernels, backwards or {}, custom_ops, labels or {}):
+    for tasks, unit, make_call in _site_calls(kernels, backwards, custom_ops, labels or {}):
         call = None
         for task in tasks:
             counts[task] = 0
@@ -625,12 +629,12 @@ def patch_graph(model: nn.Module, inputs: tuple, kernels: dict[str, str | Path],
     return GraphPatched(model, gm, inputs, counts, left_out), counts
 
 
-def _site_calls(kernels: dict[str, str | Path], backwards: dict[str, tuple[int, ...]], custom_ops: bool,
+def _site_calls(kernels: dict[str, str | Path], backwards: dict[str, tuple[int, ...]] | None, custom_ops: bool,
                 labels: dict[str, str]):
     """(the tasks of one recorded chain, its unit, a function making the call its sites get) for each
-    chain among ``kernels``: one task each for inference; in training a forward task and the backward
-    task of the same chain (equal units) share the sites."""
-    if not backwards:
+    chain among ``kernels``: one task each for inference (``backwards`` None); in training a forward
+    task and the backward task of the same chain (equal units) share the sites."""
+    if backwards is None:
         for name, path in kernels.items():
             unit = load_unit(path)
             yield [name], unit, (lambda name=name, path=path, unit=unit:
