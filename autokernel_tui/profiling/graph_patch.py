@@ -222,11 +222,30 @@ def iter_sites(gm: torch.fx.GraphModule, unit: dict):
 _WRITES_RUNNING_STATS = ("aten.native_batch_norm.default", "aten._native_batch_norm_legit.default")
 
 
-def _written(op: dict) -> list[int]:
-    """The tensor ids an op of a unit writes in place."""
+def _tid(arg: Any) -> int | None:
+    return arg["tensor"] if isinstance(arg, dict) and "tensor" in arg else None
+
+
+def running_stats(unit: dict) -> list[tuple[int, int, int, float]]:
+    """(x, running mean, running var, momentum) for each batch norm in training in the chain whose
+    three tensors are all the chain's inputs (positions among ``unit["inputs"]``): the site updates
+    those statistics itself (``_update_running_stats``), as the op would have."""
+    out = []
+    for op in unit["ops"]:
+        args = op["args"]
+        if op["op"] in _WRITES_RUNNING_STATS and len(args) > 6 and args[5] is True:
+            ids = [_tid(args[0]), _tid(args[3]), _tid(args[4])]
+            if all(t in unit["inputs"] for t in ids) and isinstance(args[6], (int, float)):
+                out.append((*(unit["inputs"].index(t) for t in ids), float(args[6])))
+    return out
+
+
+def _written(op: dict, unit: dict) -> list[int]:
+    """The tensor ids an op of a unit writes in place (and the site does not write for it)."""
     args = op["args"]
     if op["op"] in _WRITES_RUNNING_STATS and len(args) > 5 and args[5] is True:
-        return [a["tensor"] for a in args[3:5] if isinstance(a, dict) and "tensor" in a]
+        handled = {unit["inputs"][p] for x, m, v, _ in running_stats(unit) for p in (m, v)}
+        return [t for t in (_tid(a) for a in args[3:5]) if t is not None and t not in handled]
     if op.get("mutates") and args and isinstance(args[0], dict) and "tensor" in args[0]:
         return [args[0]["tensor"]]  # an in-place op writes its self argument
     return []
@@ -240,7 +259,7 @@ def writes_outside(unit: dict, site: dict) -> str | None:
     fine: the graph reads the result through the op. None when nothing outside is written."""
     chain = set(site["nodes"])
     for op in unit["ops"]:
-        for tid in _written(op):
+        for tid in _written(op, unit):
             if tid not in unit["inputs"]:
                 continue
             node = site["inputs"][unit["inputs"].index(tid)]
@@ -434,7 +453,28 @@ def _register_site_autograd(op, key: str, gradients: SiteGradients, metas: list[
     op.register_autograd(backward, setup_context=setup_context)
 
 
-def _rewire(gm: torch.fx.GraphModule, site: dict, call: Callable) -> None:
+def _update_running_stats(gm: torch.fx.GraphModule, site: dict, unit: dict, call: torch.fx.Node) -> None:
+    """Before the site's call, the running statistics of each batch norm in training in its chain
+    (``running_stats``) move as the op would have moved them: by ``momentum`` toward the batch's mean
+    and unbiased variance over every dimension but the channels, from the input detached (statistics
+    carry no gradient). Before, not after: the call keeps its inputs for the backward, and a write
+    after it would change what it kept; in training a batch norm's outputs do not read them. Plain
+    aten ops in the graph, so a compiled graph sees the buffers written too."""
+    g = gm.graph
+    aten = torch.ops.aten
+    for x_pos, mean_pos, var_pos, momentum in running_stats(unit):
+        x, stats = site["inputs"][x_pos], (site["inputs"][mean_pos], site["inputs"][var_pos])
+        dims = [0, *range(2, len(_meta_of(x).shape))]
+        with g.inserting_before(call):
+            both = g.call_function(aten.var_mean.correction, (g.call_function(aten.detach.default, (x,)), dims),
+                                   {"correction": 1})
+            for i, stat in ((1, stats[0]), (0, stats[1])):  # var_mean returns (var, mean)
+                value = g.call_function(aten._to_copy.default, (g.call_function(operator.getitem, (both, i)),),
+                                        {"dtype": _meta_of(stat).dtype})
+                g.call_function(aten.lerp_.Scalar, (stat, value, momentum))
+
+
+def _rewire(gm: torch.fx.GraphModule, site: dict, call: Callable) -> torch.fx.Node:
     g = gm.graph
     with g.inserting_after(site["nodes"][-1]):
         new = g.call_function(call, (list(site["inputs"]),))
@@ -449,6 +489,7 @@ def _rewire(gm: torch.fx.GraphModule, site: dict, call: Callable) -> None:
     for n in reversed(list(g.nodes)):
         if n in dead and not n.users:
             g.erase_node(n)
+    return new
 
 
 # The patched module ------------------------------------------------------------------------------
@@ -526,15 +567,21 @@ def trace_for_training(model: nn.Module, inputs: tuple) -> tuple[torch.fx.GraphM
 
 
 def trace(model: nn.Module, inputs: tuple) -> torch.fx.GraphModule:
-    """The model's forward as the dispatcher runs it (aten overloads), under no_grad, shapes fixed."""
+    """The model's forward as the dispatcher runs it (aten overloads), under no_grad, shapes fixed. The
+    trace runs the model once: in training mode its buffers (a batch norm's running statistics and
+    step count) are put back as they were."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    kept = [(b, b.detach().clone()) for b in model.buffers()] if model.training else []
     with torch.no_grad():
         try:
             return make_fx(lambda *xs: model(*xs), tracing_mode="real")(*inputs)
         except Exception as exc:  # a model make_fx cannot follow: say what, keep the model as it is
             raise GraphPatchError(f"the model could not be traced to put generated kernels in: "
                                   f"{type(exc).__name__}: {exc}".splitlines()[0][:300]) from None
+        finally:
+            for buffer, was in kept:
+                buffer.copy_(was)
 
 
 _PROBE = "autokernel::probe::"
@@ -617,7 +664,7 @@ def patch_graph(model: nn.Module, inputs: tuple, kernels: dict[str, str | Path],
                 left_out.update(dict.fromkeys(tasks, why))
                 continue
             call = call or make_call()
-            _rewire(gm, site, call)
+            _update_running_stats(gm, site, unit, _rewire(gm, site, call))
             for task in tasks:
                 counts[task] += 1
     if custom_ops:

@@ -954,6 +954,8 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
     floor = ERROR_FLOOR[dtype]
     check = _StepCheck(names, loss0, grads0, noise_loss, noise_grads, floor)
     params, loss_err, loss_tol, loss_ok = check(loss1, grads1)
+    buffers = _buffers_after_step(original, patched, floor)
+    loss_ok = loss_ok and all(b["ok"] for b in buffers)
     models, results = {"eager": original, "eager+kernels": patched}, {}
 
     def build(fs: list[str], compile_mode: str | None):
@@ -1007,6 +1009,7 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
                      **_generated_backward_words(generated, counts)},
         "no_kernel_yet": no_kernel, "left_out": getattr(patched, "left_out", {}),
         "correct": loss_ok and all(p["ok"] for p in params), "loss": [float(loss0), float(loss1)],
+        "buffers": buffers,
         "loss_rel_err": loss_err, "loss_tolerance": loss_tol, "gradients": params,
         "worst_gradient": max(params, key=_badness),
         "steps": stats, "modes": results, "ship": best, "ship_reason": reason, "selection": selection,
@@ -1065,6 +1068,30 @@ def _build_train_mode(original, kernels: dict, families, backwards: dict, compil
     params, _, _, loss_ok = check(loss, grads)
     return m, {"correct": loss_ok and all(p["ok"] for p in params),
                "worst_gradient": max(params, key=_badness)["name"] if params else None}
+
+
+def _buffers_after_step(original, patched, floor: float) -> list[dict]:
+    """Every buffer after one step with the kernels against after the model's own step from the same
+    state (a batch norm's running statistics and step count): a kernel that left one behind changes
+    every later evaluation, and no gradient shows it. Floating-point ones within ``floor`` (rel L2),
+    the rest equal."""
+    from autokernel_tui.profiling.graph_patch import GraphPatched
+
+    model = patched.original if isinstance(patched, GraphPatched) else patched
+    out = []
+    for (name, a), b in zip(original.named_buffers(), model.buffers()):
+        if a.is_floating_point():
+            err = rel_l2(b.float(), a.float())
+            out.append({"name": name, "rel_l2": err, "ok": err <= floor})
+        else:
+            out.append({"name": name, "rel_l2": 0.0 if torch_equal(a, b) else 1.0, "ok": torch_equal(a, b)})
+    return out
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return a.shape == b.shape and bool(torch.equal(a, b))
 
 
 def _badness(p: dict) -> float:
@@ -1153,10 +1180,13 @@ def format_training(r: dict) -> str:
     lines += _left_out_lines(r)
     verdict = "PASS" if r["correct"] else "FAIL"
     w = r["worst_gradient"]
+    bad = [b["name"] for b in r.get("buffers", []) if not b["ok"]]
+    buffers = (f"; buffers after the step: {len(r['buffers']) - len(bad)} of {len(r['buffers'])} as the model's"
+               + (f" (off: {', '.join(bad)})" if bad else "")) if r.get("buffers") else ""
     lines.append(f"training step: {verdict}: loss {r['loss'][0]:.5g} -> {r['loss'][1]:.5g} (rel {r['loss_rel_err']:.1e}, "
                  f"tolerance {r['loss_tolerance']:.1e}); {sum(p['ok'] for p in r['gradients'])} of "
                  f"{len(r['gradients'])} parameter gradients within tolerance, worst {w['name']} rel L2 "
-                 f"{w['rel_l2']:.1e} (tolerance {w['tolerance']:.1e})")
+                 f"{w['rel_l2']:.1e} (tolerance {w['tolerance']:.1e}){buffers}")
     for name, st in r["steps"].items():
         vs = "  ".join(f"{x(st.get(f'speedup_vs_{b}'))} vs {b}" for b in ("eager", "compile", "cudagraphs")
                        if b in r["steps"])
