@@ -279,18 +279,25 @@ def generated_kernel_names(kernels: dict[str, Path]) -> dict[str, str]:
     return out
 
 
-def patched_copy(original, kernels: dict[str, Path], families, inputs, custom_ops: bool = False):
-    """(a copy of ``original`` with ``kernels`` in, {task: sites replaced}). Starters replace modules
-    (``patch.py``); generated tasks replace their recorded chain in the model's traced graph
+def patched_copy(original, kernels: dict[str, Path], families, inputs, custom_ops: bool = False,
+                 backwards: dict | None = None):
+    """(a copy of ``original`` with ``kernels`` in, {task: modules or sites replaced}). Starters replace
+    modules (``patch.py``); generated tasks replace their recorded chain in the model's traced graph
     (``graph_patch.py``), which then runs as a ``GraphPatched`` module. A module that a generated
     chain runs through is left to the chain (``graph_patch.covered_modules``). The starters are custom ops
-    whenever the graph is traced: a plain Triton launch is invisible to the trace."""
+    whenever the graph is traced: a plain Triton launch is invisible to the trace.
+
+    ``backwards`` ({family: Backward} of the starters) makes the copy train: each starter with its
+    Backward, the generated tasks in the traced training forward, where a forward task and the
+    backward task of the same chain make one differentiable site. Without it (inference) the
+    generated backward tasks stay out."""
     from autokernel_tui.profiling.graph_patch import covered_modules, patch_graph
     from autokernel_tui.profiling.patch import load_kernels, patch_model, patch_sites
 
     starters, generated = split_generated(kernels)
-    backward_only = generated_backwards(generated)
-    generated = {t: p for t, p in generated.items() if t not in backward_only and (not families or t in families)}
+    grad_inputs = generated_backwards(generated)
+    generated = {t: p for t, p in generated.items()
+                 if (backwards is not None or t not in grad_inputs) and (not families or t in families)}
     m = copy.deepcopy(original)
     counts = {}
     if starters:
@@ -298,38 +305,12 @@ def patched_copy(original, kernels: dict[str, Path], families, inputs, custom_op
         skip = covered_modules(m, inputs, generated, patch_sites(m, families or list(starters))) \
             if generated else set()
         counts = patch_model(m, load_kernels(starters), families, custom_ops=custom_ops or bool(generated),
-                             skip=skip)
-    if generated:
-        m, sites = patch_graph(m, inputs, generated, custom_ops=custom_ops,
-                               labels={t: profiled_family(t, p) for t, p in generated.items()})
-        counts.update(sites)
-    return m, counts
-
-
-def trainable_copy(original, kernels: dict[str, Path], families, inputs, backwards: dict,
-                   custom_ops: bool = False):
-    """(a copy of ``original`` that trains with ``kernels``, {task: modules or sites patched}). Starters
-    replace modules, each with its ``Backward`` (``backwards``); generated tasks replace their chain in
-    the traced training forward (``graph_patch.patch_graph(..., backwards=...)``), where a forward task
-    and the backward task of the same chain make one differentiable site. With generated tasks the
-    starters are custom ops (the trace then sees each as one op, its autograd registered) and a starter
-    module a generated chain runs through is left to the chain."""
-    from autokernel_tui.profiling.graph_patch import covered_modules, patch_graph
-    from autokernel_tui.profiling.patch import load_kernels, patch_model, patch_sites
-
-    starters, generated = split_generated(kernels)
-    if families:
-        generated = {t: p for t, p in generated.items() if t in families}
-    m = copy.deepcopy(original)
-    counts = {}
-    if starters:
-        skip = covered_modules(m, inputs, generated, patch_sites(m, families or list(starters))) \
-            if generated else set()
-        counts = patch_model(m, load_kernels(starters), families, custom_ops=custom_ops or bool(generated),
                              backwards=backwards, skip=skip)
     if generated:
-        m, sites = patch_graph(m, inputs, generated, custom_ops=custom_ops, backwards=generated_backwards(generated),
-                               labels={t: profiled_family(t, p) for t, p in generated.items()})
+        m, sites = patch_graph(m, inputs, generated, custom_ops=custom_ops,
+                               labels={t: profiled_family(t, p) for t, p in generated.items()},
+                               backwards=None if backwards is None else {t: grad_inputs[t] for t in generated
+                                                                         if t in grad_inputs})
         counts.update(sites)
     return m, counts
 
@@ -933,7 +914,7 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
     starters, generated = split_generated(kernels)
     backwards = backward_kernels(starters)
     if generated:
-        patched, counts = trainable_copy(original, kernels, families, bundle.inputs, backwards)
+        patched, counts = patched_copy(original, kernels, families, bundle.inputs, backwards=backwards)
     else:
         patched = copy.deepcopy(original)
         counts = patch_model(patched, load_kernels(starters), families, backwards=backwards)
@@ -1052,7 +1033,8 @@ def _build_train_mode(original, kernels: dict, families, backwards: dict, compil
     m = copy.deepcopy(original)
     if kernels and split_generated(kernels)[1]:
         try:
-            m, _ = trainable_copy(original, kernels, families, inputs, backwards, custom_ops=compile_mode is not None)
+            m, _ = patched_copy(original, kernels, families, inputs, custom_ops=compile_mode is not None,
+                                backwards=backwards)
         except Exception as exc:  # a generated kernel this mode cannot take: its finding
             return None, {"error": error_line(exc), "where": where(exc)}
     elif kernels:

@@ -18,6 +18,10 @@ from autokernel_tui.profiling.verify import generated_backwards, kernel_paths, p
 from autokernel_tui.profiling.zoo import ModelBundle
 
 
+TWO_CONVS_SOURCE = '''
+import torch, torch.nn as nn, torch.nn.functional as F
+
+
 class TwoConvs(nn.Module):
     def __init__(self):
         super().__init__()
@@ -26,6 +30,12 @@ class TwoConvs(nn.Module):
 
     def forward(self, x):
         return self.conv2(F.relu(self.conv1(x)))
+
+
+def make():
+    return TwoConvs(), (torch.randn(2, 3, 6, 6),)
+'''  # source text: the CLI loads it as a model file, the exported package's test runs it without autokernel_tui
+exec(TWO_CONVS_SOURCE)
 
 
 class ConvBatchNorm(nn.Module):
@@ -175,24 +185,6 @@ def test_a_batch_norm_in_training_moves_its_running_statistics_and_a_buffers_inc
     for (name, a), b in zip(eager.named_buffers(), compiled_model.buffers()):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
 
-
-TWO_CONVS_SOURCE = '''
-import torch, torch.nn as nn, torch.nn.functional as F
-
-
-class TwoConvs(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
-        self.conv2 = nn.Conv2d(8, 4, 3, padding=1, stride=2)
-
-    def forward(self, x):
-        return self.conv2(F.relu(self.conv1(x)))
-
-
-def make():
-    return TwoConvs(), (torch.randn(2, 3, 6, 6),)
-'''
 
 
 def test_verify_train_on_the_cli_puts_the_generated_kernels_in_the_training_step(two_convs, tmp_path, capsys):
