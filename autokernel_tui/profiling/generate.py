@@ -266,6 +266,9 @@ def _dtype(name, dtype):
     return getattr(torch, name)
 
 
+INPUT_OFFSET = 16  # elements: every input starts this far into its storage
+
+
 def _tensor(meta, dtype, device, g):
     shape, stride = meta["shape"], meta["stride"]
     want = _dtype(meta["dtype"], dtype)
@@ -300,13 +303,17 @@ def _tensor(meta, dtype, device, g):
             vals = vals.masked_fill(neg, float("-inf"))
         vals = vals.to(want)
     vals = vals.to(device)
-    if list(vals.stride()) == list(stride) or n == 0:
+    if n == 0:
         return vals
     if any(st == 0 and s > 1 for s, st in zip(shape, stride)):  # a broadcast input: expand a compact one
         base = [1 if st == 0 else s for s, st in zip(shape, stride)]
         return vals[tuple(slice(0, b) for b in base)].contiguous().expand(shape)
+    # In the recorded layout, a little way into a buffer of its own, as a model's views are (GPT-2's q, k
+    # and v are slices of one projection): a kernel that counts a view's offset from its storage's start
+    # reads the wrong elements here too, not only in the model.
+    span = 1 + sum((s - 1) * st for s, st in zip(shape, stride))
     try:
-        out = torch.empty_strided(shape, stride, dtype=want, device=device)
+        out = torch.empty(INPUT_OFFSET + span, dtype=want, device=device).as_strided(shape, stride, INPUT_OFFSET)
         out.copy_(vals)
         return out
     except RuntimeError:

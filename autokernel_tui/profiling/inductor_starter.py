@@ -13,7 +13,7 @@ rewrites it into a kernel.py:
   knob space (``StarterResult.knobs``); launches compute their grid from the knobs, and
   every kernel masks against its numel, so any power-of-two block stays correct;
 * the ``call(args)`` body becomes plain Python: ``empty_strided_*`` -> ``torch.empty_strided``
-  on the inputs' device, ``reinterpret_tensor(t, ...)`` -> ``t.as_strided(...)`` (a view),
+  on the inputs' device, ``reinterpret_tensor(t, ...)`` -> ``t.as_strided(..., t.storage_offset() + ...)`` (a view),
   ``K.run(...)`` -> ``K[grid](...)``; a library call Inductor makes (``extern_kernels.mm``,
   ``addmm``, ``bmm``, a 1- to 3-D ``convolution``, grouped or transposed; ``aten.avg_pool{1,2,3}d``,
   which Inductor leaves to aten for big windows) becomes the GEMM template's Triton kernel
@@ -337,14 +337,22 @@ def _launch_src(k: _Kernel, call: ast.Call, variant: int) -> str:
 
 
 class _Reinterpret(ast.NodeTransformer):
-    """``reinterpret_tensor(t, size, stride, offset)`` -> ``t.as_strided(size, stride, offset)``: the same
-    view, as a tensor method (the static check keeps ``torch.*`` to allocation and metadata)."""
+    """``reinterpret_tensor(t, size, stride, offset)`` -> ``t.as_strided(size, stride, t.storage_offset() +
+    offset)``: the same view, as a tensor method (the static check keeps ``torch.*`` to allocation and
+    metadata). Inductor's offset counts from ``t``'s own start; ``as_strided``'s from its storage's: an
+    input that is a view into a larger buffer (GPT-2's q, k and v, three slices of one projection) read
+    q's elements for k and v when the two were taken as one."""
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
-        if isinstance(node.func, ast.Name) and node.func.id == "reinterpret_tensor" and node.args:
-            return ast.Call(func=ast.Attribute(value=node.args[0], attr="as_strided", ctx=ast.Load()),
-                            args=node.args[1:], keywords=node.keywords)
+        if isinstance(node.func, ast.Name) and node.func.id == "reinterpret_tensor" and len(node.args) >= 3:
+            t = node.args[0]
+            start = ast.Call(func=ast.Attribute(value=t, attr="storage_offset", ctx=ast.Load()), args=[], keywords=[])
+            offset = node.args[3] if len(node.args) > 3 else ast.Constant(0)
+            if not (isinstance(offset, ast.Constant) and offset.value == 0):
+                start = ast.BinOp(left=start, op=ast.Add(), right=offset)
+            return ast.Call(func=ast.Attribute(value=t, attr="as_strided", ctx=ast.Load()),
+                            args=[node.args[1], node.args[2], start], keywords=node.keywords)
         return node
 
 

@@ -35,3 +35,32 @@ def test_refill_writes_a_broadcast_input_through_the_memory_it_has():
     refill_((packed, token), fresh)
     assert (packed.data_ptr(), token.data_ptr()) == ptrs
     assert torch.equal(packed, fresh[0]) and torch.equal(token, fresh[1])
+
+
+def test_fresh_contents_keep_an_inputs_offset_into_its_storage():
+    """A generated task's inputs sit a little way into their storage, as a model's views do; every rep's fresh
+    contents keep that, so a kernel that counts a view's offset from its storage's start fails in any rep."""
+    g = torch.Generator().manual_seed(0)
+    dense = torch.randn(40, generator=g)[8:].view(4, 8)  # contiguous, at offset 8
+    packed = torch.randn(2, 17, 3, 2, 16, generator=g)[:, :, 1].transpose(1, 2)  # k of a qkv: offset 32
+    for t in perturb((dense, packed), 3, torch.device("cpu")):
+        assert t.storage_offset() in (8, 32) and t.is_contiguous() == (t.shape == dense.shape)
+    new_dense, new_packed = perturb((dense, packed), 3, torch.device("cpu"))
+    assert (new_dense.storage_offset(), new_dense.stride()) == (8, dense.stride())
+    assert (new_packed.storage_offset(), new_packed.stride()) == (32, packed.stride())
+
+
+def test_a_generated_references_inputs_start_into_their_storage_in_the_recorded_layout():
+    from autokernel_tui.profiling.generate import REFERENCE_TEMPLATE
+
+    scope: dict = {}
+    start = REFERENCE_TEMPLATE.index("INPUT_OFFSET = ")
+    exec("import torch\n_FLOATS = ('float32',)\nUNIT = {'model_dtype': 'float32'}\n"
+         "def _dtype(name, dtype):\n    return dtype if name == 'float32' else getattr(torch, name)\n"
+         + REFERENCE_TEMPLATE[start:REFERENCE_TEMPLATE.index("def make_inputs", start)], scope)
+    g = torch.Generator().manual_seed(0)
+    for meta in ({"shape": [4, 8], "stride": [8, 1], "dtype": "float32"},
+                 {"shape": [2, 3, 4], "stride": [36, 4, 1], "dtype": "float32"},  # gaps, as a slice of a qkv
+                 {"shape": [3, 5], "stride": [5, 1], "dtype": "int64", "min": 0, "max": 9}):
+        t = scope["_tensor"](meta, torch.float32, "cpu", g)
+        assert t.storage_offset() == scope["INPUT_OFFSET"] > 0 and list(t.stride()) == meta["stride"], meta

@@ -311,3 +311,20 @@ def test_the_starter_check_allows_tf32_rounding_in_fn_and_nothing_like_a_wrong_k
             _check_against(lambda: wrong, lambda: w, ())
     with pytest.raises(NoStarter, match="raised ZeroDivisionError"):
         _check_against(lambda: 1 / 0, lambda: w, ())
+
+
+def test_a_reinterpreted_view_counts_its_offset_from_its_own_start_as_inductor_does():
+    """Inductor's ``reinterpret_tensor(t, size, stride, off)`` starts ``off`` elements after ``t`` starts;
+    ``as_strided``'s offset counts from the storage's start. Taken as one, a starter read q's elements for
+    k and v where the three were slices of one projection (GPT-2's attention backward, in the model)."""
+    from torch._C._dynamo.guards import _reinterpret_tensor
+
+    from autokernel_tui.profiling.inductor_starter import _plain
+
+    buf = torch.arange(40.0)
+    for t in (buf[8:].view(4, 8), buf.view(5, 8)):
+        for off in (0, 3):
+            line = _plain(f"out = reinterpret_tensor(t, (2, 3), (8, 1), {off})")
+            scope = {"t": t}
+            exec(line, scope)
+            assert torch.equal(scope["out"], _reinterpret_tensor(t, (2, 3), (8, 1), off)), line

@@ -81,7 +81,7 @@ def _scaled(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     if not t.is_contiguous():  # a strided input keeps its layout, as built whole
         r = torch.rand(t.shape, generator=gen, device=t.device, dtype=torch.float32)
         return _same_layout((t.float() * r.add_(0.5)).to(t.dtype), t)
-    out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    out = _empty_as(t, t.dtype)
     r = torch.empty(min(t.numel(), PERTURB_CHUNK), dtype=torch.float32, device=t.device)
     for src, dst in zip(t.view(-1).split(PERTURB_CHUNK), out.view(-1).split(PERTURB_CHUNK)):
         # Two kernels a chunk: the factors drawn in their range, then one product computed in float32 and
@@ -101,9 +101,20 @@ def _same_layout(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     if any(f != slice(None) for f in first):
         return _same_layout(value[first], like[first]).expand(like.shape)
     try:
-        return torch.empty_strided(like.shape, like.stride(), dtype=value.dtype, device=value.device).copy_(value)
+        return _empty_as(like, value.dtype, value.device).copy_(value)
     except RuntimeError:  # another overlapping layout (as_strided): as computed
         return value
+
+
+def _empty_as(like: torch.Tensor, dtype: torch.dtype, device: torch.device | None = None) -> torch.Tensor:
+    """An empty tensor in ``like``'s strides and at its storage offset (a generated task's inputs sit a
+    little way into their storage, as a model's views do: a kernel that counts a view's offset from its
+    storage's start must meet one in every rep, not only the first)."""
+    off = like.storage_offset()
+    if not off:
+        return torch.empty_strided(like.shape, like.stride(), dtype=dtype, device=device or like.device)
+    span = 1 + sum((n - 1) * st for n, st in zip(like.shape, like.stride()))
+    return torch.empty(off + span, dtype=dtype, device=device or like.device).as_strided(like.shape, like.stride(), off)
 
 
 def nbytes(inputs: tuple) -> int:
