@@ -18,7 +18,7 @@ In eager mode it runs the aten calls one by one like the model (without the modu
 patched module keeps the kernel and compiles the rest, and CUDA graphs capture it; the profiler
 ranges the trace recorded are then left out (each one would break the compiled graph).
 
-For training (``patch_graph(..., train=True)``) the trace takes the parameters and buffers as inputs
+For training (``patch_graph(..., backwards={...})``) the trace takes the parameters and buffers as inputs
 and runs with gradients on, so the patched graph, run eagerly, is differentiated op by op like the
 model; each site is then an autograd function whose forward is the forward task's kernel (or the
 recorded chain, where only a backward task was given) and whose backward is the generated backward
@@ -533,9 +533,15 @@ class TrainGraphPatched(GraphPatched):
         if _signature(inputs) != self._signature or self.training != self.traced_training:
             self.fallbacks += 1
             return self.original(*inputs)
-        state = dict(self.original.named_parameters())
-        state.update(self.original.named_buffers())
+        state = _state(self.original)
         return self.graph_module(*[state[n] for n in self.state_names], *inputs)
+
+
+def _state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's parameters, then its buffers, by name (a tied parameter once)."""
+    state = dict(model.named_parameters())
+    state.update(model.named_buffers())
+    return state
 
 
 def trace_for_training(model: nn.Module, inputs: tuple) -> tuple[torch.fx.GraphModule, list[str]]:
@@ -545,10 +551,8 @@ def trace_for_training(model: nn.Module, inputs: tuple) -> tuple[torch.fx.GraphM
     keeps what it saves are dropped, as no op of the model reads them."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    names = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()]
-    state = dict(model.named_parameters())
-    state.update(model.named_buffers())
-    k = len(names)
+    state = _state(model)
+    names, k = list(state), len(state)
 
     def step(*args):
         return torch.func.functional_call(model, dict(zip(names, args[:k])), tuple(args[k:]))
