@@ -190,10 +190,22 @@ def test_the_same_run_on_a_local_ray_cluster_keeps_the_same_ledger(workspace, se
 def test_approvals_queue_up_and_are_answered_in_turn(workspace, settings):
     """Issue 22, item 3: with the manual policy and K in flight, judged proposals queue for a human;
     the count says how many wait, and each answer brings the next question with its own deadline."""
+    from autokernel_tui.harness.report import Comparison
+
+    class AlwaysFaster(FakeHarness):
+        """Every candidate 10% faster than whatever the incumbent is: each one asks. (By the scripted latencies
+        alone, "each faster than the last" held only while proposals arrived in the order they were started;
+        under CI's load a 70 us one came before the 80 us one, which was then slower than the new incumbent,
+        discarded without a question, and the third answer never came.)"""
+
+        def compare(self, task_dir, candidate_source, incumbent_source, **options) -> Comparison:
+            self.calls.append("compare")
+            return Comparison(speedup=1.1, ci_low=1.08, ci_high=1.12, faster=True, n_samples=20, method="fake")
+
     git(workspace, "branch", "-M", "main")
     settings.run.policy, settings.run.parallel, settings.run.max_experiments = "manual", 3, 3
-    agent = ScriptedAgent([90, 80, 70], delay_s=0.0)  # each faster than the last: every one asks
-    engine = Engine(workspace, settings, tag="q", new=True, agent=agent, harness=FakeHarness())
+    agent = ScriptedAgent([90, 80, 70], delay_s=0.0)
+    engine = Engine(workspace, settings, tag="q", new=True, agent=agent, harness=AlwaysFaster())
     engine.start()
     try:
         answered, most_waiting = [], 0
