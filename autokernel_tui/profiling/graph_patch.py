@@ -680,6 +680,20 @@ def patch_graph(model: nn.Module, inputs: tuple, kernels: dict[str, str | Path],
     return GraphPatched(model, gm, inputs, counts, left_out), counts
 
 
+def pair_chains(kernels: dict[str, str | Path], backward_tasks) -> list[tuple[str | None, str | None, dict]]:
+    """(forward task, backward task, unit) for each recorded chain among ``kernels``: the tasks in
+    ``backward_tasks`` are backwards, the rest forwards, paired where their recorded units are equal."""
+    chains: dict[str, dict] = {}
+    for name, path in kernels.items():
+        unit = load_unit(path)
+        chain = chains.setdefault(json.dumps(unit, sort_keys=True), {"unit": unit, "forward": None, "backward": None})
+        side = "backward" if name in backward_tasks else "forward"
+        if chain[side] is not None:
+            raise GraphPatchError(f"{chain[side]} and {name} are both the {side} of one recorded chain: give one")
+        chain[side] = name
+    return [(c["forward"], c["backward"], c["unit"]) for c in chains.values()]
+
+
 def _site_calls(kernels: dict[str, str | Path], backwards: dict[str, tuple[int, ...]] | None, custom_ops: bool,
                 labels: dict[str, str]):
     """(the tasks of one recorded chain, its unit, a function making the call its sites get) for each
@@ -691,16 +705,7 @@ def _site_calls(kernels: dict[str, str | Path], backwards: dict[str, tuple[int, 
             yield [name], unit, (lambda name=name, path=path, unit=unit:
                                  kernel_call(name, load_kernel(path), unit, custom_ops, labels.get(name)))
         return
-    chains: dict[str, dict] = {}
-    for name, path in kernels.items():
-        unit = load_unit(path)
-        chain = chains.setdefault(json.dumps(unit, sort_keys=True), {"unit": unit, "forward": None, "backward": None})
-        side = "backward" if name in backwards else "forward"
-        if chain[side] is not None:
-            raise GraphPatchError(f"{chain[side]} and {name} are both the {side} of one recorded chain: give one")
-        chain[side] = name
-    for chain in chains.values():
-        fwd, bwd, unit = chain["forward"], chain["backward"], chain["unit"]
+    for fwd, bwd, unit in pair_chains(kernels, backwards):
 
         def make(fwd=fwd, bwd=bwd, unit=unit):
             first = Path(kernels[fwd or bwd])

@@ -899,7 +899,6 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
 
     from autokernel_tui.progress import nothing
     from autokernel_tui.profiling.pipeline import default_dtype
-    from autokernel_tui.profiling.patch import load_kernels, patch_model
     from autokernel_tui.profiling.zoo import load_model
 
     say = progress or nothing
@@ -913,11 +912,7 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
     kernels, no_kernel = without_placeholders(kernels)
     starters, generated = split_generated(kernels)
     backwards = backward_kernels(starters)
-    if generated:
-        patched, counts = patched_copy(original, kernels, families, bundle.inputs, backwards=backwards)
-    else:
-        patched = copy.deepcopy(original)
-        counts = patch_model(patched, load_kernels(starters), families, backwards=backwards)
+    patched, counts = patched_copy(original, kernels, families, bundle.inputs, backwards=backwards)
     if not any(counts.values()):
         raise VerifyError(f"none of the kernels ({', '.join(sorted(kernels))}) has a patch site in {model}")
     names = [n for n, _ in original.named_parameters()]
@@ -1001,24 +996,15 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
 
 def _generated_backward_words(generated: dict[str, Path], counts: dict[str, int]) -> dict[str, str]:
     """{generated task patched: how its sites are differentiated}, for the report."""
-    from autokernel_tui.profiling.graph_patch import load_unit
+    from autokernel_tui.profiling.graph_patch import pair_chains
 
-    backward = generated_backwards(generated)
-    units: dict[str, list[str]] = {}
-    for task, path in generated.items():
-        units.setdefault(json.dumps(load_unit(path), sort_keys=True), []).append(task)
     words = {}
-    for tasks in units.values():
-        fwd = [t for t in tasks if t not in backward]
-        bwd = [t for t in tasks if t in backward]
-        for t in tasks:
-            if not counts.get(t):
-                continue
-            if t in backward:
-                words[t] = f"its kernel, after {fwd[0]}" if fwd else "its kernel, after the recorded chain's forward"
-            else:
-                words[t] = f"its chain's backward kernel ({bwd[0]})" if bwd else \
-                    "autograd through the recorded chain (its forward computed again)"
+    for fwd, bwd, _ in pair_chains(generated, generated_backwards(generated)):
+        if fwd and counts.get(fwd):
+            words[fwd] = f"its chain's backward kernel ({bwd})" if bwd else \
+                "autograd through the recorded chain (its forward computed again)"
+        if bwd and counts.get(bwd):
+            words[bwd] = f"its kernel, after {fwd}" if fwd else "its kernel, after the recorded chain's forward"
     return words
 
 
@@ -1059,6 +1045,8 @@ def _buffers_after_step(original, patched, floor: float) -> list[dict]:
     the rest equal."""
     from autokernel_tui.profiling.graph_patch import GraphPatched
 
+    import torch
+
     model = patched.original if isinstance(patched, GraphPatched) else patched
     out = []
     for (name, a), b in zip(original.named_buffers(), model.buffers()):
@@ -1066,14 +1054,9 @@ def _buffers_after_step(original, patched, floor: float) -> list[dict]:
             err = rel_l2(b.float(), a.float())
             out.append({"name": name, "rel_l2": err, "ok": err <= floor})
         else:
-            out.append({"name": name, "rel_l2": 0.0 if torch_equal(a, b) else 1.0, "ok": torch_equal(a, b)})
+            same = a.shape == b.shape and bool(torch.equal(a, b))
+            out.append({"name": name, "rel_l2": 0.0 if same else 1.0, "ok": same})
     return out
-
-
-def torch_equal(a, b) -> bool:
-    import torch
-
-    return a.shape == b.shape and bool(torch.equal(a, b))
 
 
 def _badness(p: dict) -> float:

@@ -62,12 +62,12 @@ def fits(t: torch.Tensor) -> bool:
 
 
 def scaled(t: torch.Tensor, seed: int) -> torch.Tensor:
-    """A new tensor: each element of ``t`` (``fits``) times its own factor in [0.5, 1.5) drawn from ``seed``;
-    at ``t``'s storage offset, as ``inputs._empty_as`` keeps it."""
+    """A new tensor: each element of ``t`` (``fits``) times its own factor in [0.5, 1.5) drawn from ``seed``,
+    in ``t``'s layout and at its storage offset (``inputs._empty_as``)."""
+    from autokernel_tui.harness.worker.inputs import _empty_as  # inputs imports this module when it scales
+
     n = t.numel()
-    off = t.storage_offset()
-    out = torch.empty(off + n, dtype=t.dtype, device=t.device).as_strided(t.shape, t.stride(), off) if off \
-        else torch.empty_like(t)
+    out = _empty_as(t, t.dtype)
     if n:
         _scale_uniform[(triton.cdiv(n, BLOCK),)](t, out, n, SEED_BASE | (seed % SEED_BASE),
                                                  WIDE=t.dtype == torch.float64, BLOCK=BLOCK, num_warps=NUM_WARPS)
