@@ -498,21 +498,29 @@ class Engine:
         order, each numbered when it is taken (commit order) and judged against the incumbent on
         the branch then."""
         lab = self._ensure_backends()
-        self._ahead = AheadJudge(lab.evaluator, int(getattr(self._harness, "size", 1) or 1), self._cv,
-                                 self.repo.task_dir, self.record.owned_hashes, on_judged=self._pool_event)
-        try:
-            return self._loop_parallel_judging(k, self._ahead)
-        finally:
-            self._ahead.close()
+        judge = self._ahead = AheadJudge(lab.evaluator, int(getattr(self._harness, "size", 1) or 1), self._cv,
+                                         self.repo.task_dir, self.record.owned_hashes, on_judged=self._pool_event)
 
-    def _loop_parallel_judging(self, k: int, judge: AheadJudge) -> str:
+        def judged(r: parallel.Ready) -> bool:
+            return bool(r.error) or r.proposal is None or judge.verdict(r.id) is not None
+
+        def judge_ahead(arrival: parallel.Ready) -> None:
+            if not judged(arrival):
+                judge.submit(arrival)
+
+        self._inflight.on_arrival = judge_ahead  # also while this thread waits in the gate for a human
+        try:
+            return self._loop_parallel_judging(k, judge, judged, judge_ahead)
+        finally:
+            self._inflight.on_arrival = None
+            judge.close()
+
+    def _loop_parallel_judging(self, k: int, judge: AheadJudge, judged: Callable[[parallel.Ready], bool],
+                               judge_ahead: Callable[[parallel.Ready], None]) -> str:
         flight = self._inflight
         announced: str | None = None
         incumbents_at = -1  # the row count when the judge was last told the incumbents
         self._pool_event()
-
-        def judged(r: parallel.Ready) -> bool:
-            return bool(r.error) or r.proposal is None or judge.verdict(r.id) is not None
 
         while True:
             self._wait_while_paused()
@@ -534,6 +542,13 @@ class Engine:
                 flight.drop_all(f"the run is over: {spent}", ready_too=True)
                 self.record.mark_finished()
                 return spent
+            # Between experiments the worktree is the branch: its kernels are the incumbents. They change
+            # only with a new row (a keep, a revert), so they are read again only then
+            # (and before new proposals start: an agent's answer is judged as soon as it arrives).
+            if len(self.record.rows) != incumbents_at:
+                incumbents_at = len(self.record.rows)
+                for task in self.record.tasks:
+                    judge.set_incumbent(task, (self.repo.task_dir(task) / "kernel.py").read_text(encoding="utf-8"))
             # Fill the free slots: different kernels first, by expected gain.
             limit = self.settings.run.max_experiments
             finished_why = ""
@@ -555,15 +570,8 @@ class Engine:
                     announced = task
                 self.current_task = self.current_task or task
                 self._start_proposal(task)
-            # Between experiments the worktree is the branch: its kernels are the incumbents. They change
-            # only with a new row (a keep, a revert), so they are read again only then.
-            if len(self.record.rows) != incumbents_at:
-                incumbents_at = len(self.record.rows)
-                for task in self.record.tasks:
-                    judge.set_incumbent(task, (self.repo.task_dir(task) / "kernel.py").read_text(encoding="utf-8"))
-            for arrival in flight.arrived():
-                if not judged(arrival):
-                    judge.submit(arrival)
+            for arrival in flight.arrived():  # restored from the journal, or arrived before on_arrival was set
+                judge_ahead(arrival)
             ready = flight.take(judged)
             if ready is None:
                 if not flight.count():

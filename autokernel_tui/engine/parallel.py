@@ -96,6 +96,10 @@ class InFlight:
         self._arrivals: list[str] = []
         self._handed: set[str] = set()  # arrivals handed out to be judged ahead
         self._down: list[tuple[str, str, str]] = []  # (task, kind, message): unavailable / nothing left
+        # Called with each arrival from the agent's thread (the engine judges it ahead at once): the
+        # loop thread may be inside the gate for minutes, waiting for a human, and must not be the
+        # only one to hand arrivals on. ``arrived`` hands each out once, whoever asks first.
+        self.on_arrival: Callable[[Ready], None] | None = None
 
     # --- what is in flight ---------------------------------------------------------------
     def count(self) -> int:
@@ -184,6 +188,10 @@ class InFlight:
                     slot.ready = ready
                     self._arrivals.append(pid)
                 self._cv.notify_all()
+            hand_on = self.on_arrival
+            if hand_on is not None:
+                for arrival in self.arrived():
+                    hand_on(arrival)
 
         threading.Thread(target=work, name=f"agent-{pid}", daemon=True).start()
         return pid

@@ -202,9 +202,19 @@ def test_approvals_queue_up_and_are_answered_in_turn(workspace, settings):
             self.calls.append("compare")
             return Comparison(speedup=1.1, ci_low=1.08, ci_high=1.12, faster=True, n_samples=20, method="fake")
 
+    class FirstAtOnce(ScriptedAgent):
+        """The first proposal at once, the others a second later: they arrive while the first one's
+        question waits (the loop thread is then inside the gate and must not be the one to hand them
+        to the judge, or they would wait unjudged until the human answers)."""
+
+        def propose(self, ctx, emit):
+            if ctx.experiment > 1:
+                time.sleep(1.0)
+            return super().propose(ctx, emit)
+
     git(workspace, "branch", "-M", "main")
     settings.run.policy, settings.run.parallel, settings.run.max_experiments = "manual", 3, 3
-    agent = ScriptedAgent([90, 80, 70], delay_s=0.0)
+    agent = FirstAtOnce([90, 80, 70], delay_s=0.0)
     engine = Engine(workspace, settings, tag="q", new=True, agent=agent, harness=AlwaysFaster())
     engine.start()
     try:
