@@ -9,9 +9,10 @@ Order of evidence, strongest first:
 3. the kernel name itself (cuBLAS ``nvjet_*``/``sm90_xmma_gemm_*``, CUTLASS, cuDNN, flash,
    Triton/inductor fused names, elementwise and reduction templates, memcpy).
 
-Kernels launched from backward passes get ``<family>_backward`` (except matmul, whose
-gradients are matmuls): the starter tasks are forward kernels. Nothing is dropped: what no
-rule recognises is ``other``, and the profile table shows it.
+Kernels launched from backward passes get ``<family>_backward``, matmul's too (its gradients are
+matmuls, but of the forward's chain: ``init`` makes generated backward tasks of those chains, and
+the ranking counts them with the forward). Nothing is dropped: what no rule recognises is
+``other``, and the profile table shows it.
 """
 
 from __future__ import annotations
@@ -221,7 +222,7 @@ def classify_detail(kernel: str, ancestors: list[str] = (), causal: bool | None 
                 family = by_name
     if family == "attention":
         family = "flash_attention" if causal in (True, None) else "attention_bidirectional"
-    if is_backward(ancestors) and family in STARTER_FAMILIES + GENERATED_BACKWARD and family != "matmul":
+    if is_backward(ancestors) and family in STARTER_FAMILIES + GENERATED_BACKWARD:
         family = f"{family}_backward"
     if family == "attention_backward":
         family = "flash_attention_backward" if causal in (True, None) else "attention_bidirectional_backward"

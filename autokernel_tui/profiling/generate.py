@@ -426,14 +426,19 @@ def bytes_moved(shape: dict, dtype: torch.dtype) -> int:
 
 
 def _layout_of(value, like):
-    # value in like's own strides, gaps included, broadcast dims broadcast again (the recorded layout: a
-    # starter was made for it)
+    # value in like's own strides, gaps included, at its storage offset, broadcast dims broadcast again
+    # (the recorded layout: a starter was made for it)
     wide = [i for i, (n, st) in enumerate(zip(like.shape, like.stride())) if st == 0 and n > 1]
     if wide:
         first = tuple(slice(0, 1) if i in wide else slice(None) for i in range(like.dim()))
         return _layout_of(value[first], like[first]).expand(like.shape)
+    if like.numel() == 0:
+        return value
+    off = like.storage_offset()
+    span = 1 + sum((n - 1) * st for n, st in zip(like.shape, like.stride()))
     try:
-        return torch.empty_strided(like.shape, like.stride(), dtype=value.dtype, device=value.device).copy_(value)
+        out = torch.empty(off + span, dtype=value.dtype, device=value.device)
+        return out.as_strided(like.shape, like.stride(), off).copy_(value)
     except RuntimeError:  # another overlapping layout: as computed
         return value
 

@@ -839,8 +839,33 @@ class Traced:
         b = torch.backends.cuda  # the SDPA backends on: a replay under the math backend writes attention out
         key = (_signature(inputs), b.flash_sdp_enabled(), b.mem_efficient_sdp_enabled(), b.cudnn_sdp_enabled())
         if key not in self._graphs:
-            self._graphs[key] = make_fx(self.fn, decomposition_table=decompositions())(*inputs)
+            self._graphs[key] = _no_output_aliases(make_fx(self.fn, decomposition_table=decompositions())(*inputs),
+                                                   inputs)
         return self._graphs[key]
+
+
+def _no_output_aliases(graph: torch.fx.GraphModule, inputs: tuple) -> torch.fx.GraphModule:
+    """``graph`` with each output that shares memory with an input (a residual add's gradient is its
+    grad_out itself, or a view of it) copied (``aten.clone``). torch.compile hands such an output back
+    outside Inductor's code, whose call() would then return fewer tensors than the graph."""
+    with torch.no_grad():
+        outs = graph(*inputs)
+    outs = [outs] if isinstance(outs, torch.Tensor) else list(outs)
+    storages = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
+    aliased = {i for i, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr()
+               in storages}
+    if not aliased:
+        return graph
+    output = next(n for n in graph.graph.nodes if n.op == "output")
+    values = output.args[0]
+    single = not isinstance(values, (tuple, list))
+    values = [values] if single else list(values)
+    with graph.graph.inserting_before(output):
+        for i in aliased:
+            values[i] = graph.graph.call_function(torch.ops.aten.clone.default, (values[i],))
+    output.args = (values[0] if single else type(output.args[0])(values),)
+    graph.recompile()
+    return graph
 
 
 def _template_starter(ref, inputs: tuple, name: str, check: bool | None) -> StarterResult | None:

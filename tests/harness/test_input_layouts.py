@@ -64,3 +64,20 @@ def test_a_generated_references_inputs_start_into_their_storage_in_the_recorded_
                  {"shape": [3, 5], "stride": [5, 1], "dtype": "int64", "min": 0, "max": 9}):
         t = scope["_tensor"](meta, torch.float32, "cpu", g)
         assert t.storage_offset() == scope["INPUT_OFFSET"] > 0 and list(t.stride()) == meta["stride"], meta
+
+
+def test_a_generated_references_scaled_rep_keeps_each_inputs_layout_and_offset():
+    """The adversarial rep (activations scaled by 4) hands the kernel the recorded strides at the same
+    storage offset as the first rep, broadcast inputs broadcast again."""
+    from autokernel_tui.profiling.generate import REFERENCE_TEMPLATE
+
+    scope: dict = {}
+    start = REFERENCE_TEMPLATE.index("def _layout_of(")
+    exec("import torch\n" + REFERENCE_TEMPLATE[start:REFERENCE_TEMPLATE.index("def _scaled(", start)], scope)
+    qkv = torch.randn(2, 5, 3, 4)
+    for like in (torch.randn(40)[16:].view(4, 6),          # dense, 16 into its storage
+                 qkv[:, :, 1],                              # k of a packed projection: gaps, offset 4
+                 torch.randn(1, 8).expand(3, 8)):               # broadcast over its rows
+        out = scope["_layout_of"](like * 4, like)
+        assert torch.equal(out, like * 4)
+        assert (out.stride(), out.storage_offset()) == (like.stride(), like.storage_offset())

@@ -108,9 +108,9 @@ REAL_KERNELS = [
     # what nothing recognises is reported as other
     ("void some_vendor::mystery_kernel<int>(int)", [], "other"),
     ("cudnn::detail::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1, true>", [], "other"),
-    # backward matmuls stay matmul (their gradients are matmuls)
+    # backward matmuls are matmul_backward: generated backward tasks of the forward's chains
     ("nvjet_tst_128x128_64x4_1x2_h_bz_coopA_NTN",
-     ["autograd::engine::evaluate_function: AddmmBackward0", "AddmmBackward0", "aten::mm"], "matmul"),
+     ["autograd::engine::evaluate_function: AddmmBackward0", "AddmmBackward0", "aten::mm"], "matmul_backward"),
 ]
 
 

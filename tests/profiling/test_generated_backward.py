@@ -200,3 +200,46 @@ def test_a_batch_norm_in_training_replays_without_writing_its_running_statistics
         for task in (forward, backward):
             report = h.evaluate(task, quick=True)
             assert report.status == "PASS", (task.name, report.reason)
+
+
+class ResidualMlp(nn.Module):
+    """A transformer's MLP: two linears round a GELU, added to the residual stream (which a linear made,
+    so its gradient is wanted)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj, self.fc1, self.fc2 = nn.Linear(8, 8), nn.Linear(8, 16), nn.Linear(16, 8)
+
+    def forward(self, x):
+        h = self.proj(x)
+        return h + self.fc2(F.gelu(self.fc1(h)))
+
+
+def test_a_training_steps_matmul_chains_get_generated_backward_tasks(tmp_path, monkeypatch):
+    """The gradient matmuls are matmul_backward, ranked with the forward; each recorded matmul chain gets a
+    backward task whose starter is Inductor's backward with its matmuls as the GEMM template. The
+    residual add's gradient is grad_out itself, which torch.compile returns outside Inductor's code: the
+    starter copies it (before, the starter's kernel_fn returned one tensor too few and there was none)."""
+    monkeypatch.setenv("AUTOKERNEL_INDUCTOR_STARTERS", "1")
+    prof = _train_profile("mlp", ResidualMlp(), [torch.randn(4, 8)])
+    fams = {f["family"]: f for f in prof["families"]}
+    assert {"matmul", "matmul_backward"} <= set(fams)
+    assert "with_backward" in fams["matmul"]  # ranked by forward and backward together
+    assert classify("nvjet_tst_128x128_64x4_1x2_h_bz_coopA_NTN",
+                    ["autograd::engine::evaluate_function: AddmmBackward0", "AddmmBackward0", "aten::mm"]) \
+        == "matmul_backward"
+    prof["families"] = [fams["matmul_backward"]]  # its tasks only (each starter is a compile)
+    created, _ = extract_all(prof, tmp_path / "kernels", top=1, threshold=0.0)
+    names = {p.name: p for p in created}
+    assert len(names) == 3, names  # proj's plain addmm, fc1's with the GELU, fc2's with the residual add
+    residual = next(p for n, p in names.items() if n.startswith("gen_addmm_add_bwd"))
+    gelu = next(p for n, p in names.items() if n.startswith("gen_addmm_gelu_bwd"))
+    for task in (residual, gelu):
+        spec = taskspec.load_spec(task)
+        assert spec.kind == "backward" and spec.family == "matmul_backward"
+        source = (task / "kernel.py").read_text()
+        assert "NO STARTER" not in source and "_gemm(" in source, source[:400]
+    assert list(taskspec.load_spec(residual).grad_inputs) == [0, 1, 2, 3]  # bias, activation, weight, residual
+    with Harness(timeout_s=300, device="cpu") as h:
+        report = h.evaluate(residual, quick=True)
+    assert report.status == "PASS", report.reason
