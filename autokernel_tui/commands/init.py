@@ -9,6 +9,7 @@ making 4 tasks is never a surprise. ``--from-kernelbench FILE...``: a task per p
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 from autokernel_tui.commands import common
 
@@ -42,11 +43,15 @@ def main(args: argparse.Namespace) -> int:
         print("\n".join(list_starters()))
         return 0
     from autokernel_tui.profiling.extract import skipped_lines
+    from autokernel_tui.progress import Progress
 
     target = Path(args.workspace or args.dir or ".").resolve()
-    path = init_workspace(target, tasks=args.task, from_profile=args.from_profile, top=args.top,
-                          nested=args.nested, from_kernelbench=args.from_kernelbench, calls=args.calls,
-                          min_share=None if args.min_share is None else args.min_share / 100)
+    # Generated tasks' starters are compiles (minutes for a big profile): said as they end, on stderr.
+    generating = bool(args.from_profile or args.from_kernelbench)
+    with Progress(f"init {target.name}") if generating else contextlib.nullcontext() as progress:
+        path = init_workspace(target, tasks=args.task, from_profile=args.from_profile, top=args.top,
+                              nested=args.nested, from_kernelbench=args.from_kernelbench, calls=args.calls,
+                              min_share=None if args.min_share is None else args.min_share / 100, progress=progress)
     print(f"workspace ready: {path}")
     print(f"tasks: {', '.join(_task_names(path))}")
     for line in skipped_lines(path):  # never a silent skip: what got no task, and why

@@ -59,7 +59,7 @@ def _read_profile(from_profile: Path) -> dict:
 
 
 def _extract(profile: dict, from_profile: Path, kernels: Path, top: int, calls: int,
-             min_share: float | None) -> list[Path]:
+             min_share: float | None, progress: Callable[..., None] | None) -> list[Path]:
     try:
         from autokernel_tui.profiling.extract import extract_tasks
     except ModuleNotFoundError as exc:
@@ -67,7 +67,7 @@ def _extract(profile: dict, from_profile: Path, kernels: Path, top: int, calls: 
             raise WorkspaceError("--from-profile needs task extraction, which this installation lacks") from None
         raise
     try:
-        return list(extract_tasks(profile, kernels, top=top, calls=calls, min_share=min_share))
+        return list(extract_tasks(profile, kernels, top=top, calls=calls, min_share=min_share, progress=progress))
     except AutokernelError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a profile of the wrong shape
@@ -108,7 +108,8 @@ class _Undo:
 
 def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profile: str | Path | None = None,
                    top: int = 5, nested: bool = False, from_kernelbench: list | None = None,
-                   calls: int = 3, min_share: float | None = None) -> Path:
+                   calls: int = 3, min_share: float | None = None,
+                   progress: Callable[..., None] | None = None) -> Path:
     """Create (or extend) the workspace at ``path``; returns its resolved path.
 
     A workspace is a git repository of its own. ``path`` inside another checkout (but not its
@@ -118,6 +119,7 @@ def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profil
     everything it created (folders, the repository, task folders, its exclude line, what it
     staged), so a retry starts from where the user was. With a profile, what got no task, and
     why, is written to ``init-skipped.json`` (``profiling.extract.extract_all``; ``skipped_lines`` reads it).
+    ``progress`` (``progress.ProgressFn``) hears the generated tasks' starters being made.
     """
     path = Path(path).resolve()
     if not tasks and not from_profile and not from_kernelbench:
@@ -173,11 +175,11 @@ def init_workspace(path: str | Path, tasks: list[str] | None = None, from_profil
         undo.add("remove the task folders it copied", remove_new_tasks)
         created = _copy_starters(tasks or [], kernels)
         if profile is not None:
-            created += _extract(profile, Path(from_profile), kernels, top, calls, min_share)
+            created += _extract(profile, Path(from_profile), kernels, top, calls, min_share, progress)
         if from_kernelbench:
             from autokernel_tui.profiling.kernelbench import write_tasks
 
-            created += write_tasks(list(from_kernelbench), kernels)
+            created += write_tasks(list(from_kernelbench), kernels, progress=progress)
         if not created:
             raise WorkspaceError("no task was created")
         for task_dir in created:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from autokernel_tui.errors import TaskFormatError, WorkspaceError
+from autokernel_tui.progress import ProgressFn
 from autokernel_tui.tasks import spec as taskspec
 
 MAX_SHAPES = 6  # the heaviest shapes of a family; the rest add evaluation time, not signal
@@ -142,12 +143,14 @@ def _units_by_family(profile: dict) -> dict[str, list[dict]]:
 
 
 def extract_all(profile: dict, dest_kernels_dir: Path, top: int = 5,
-                threshold: float = SHARE_THRESHOLD, calls: int = MAX_PER_FAMILY) -> tuple[list[Path], list[dict]]:
+                threshold: float = SHARE_THRESHOLD, calls: int = MAX_PER_FAMILY,
+                progress: ProgressFn | None = None) -> tuple[list[Path], list[dict]]:
     """Tasks for the ranked families: a starter where one fits, else generated tasks from the
-    profile's replay record (the ``calls`` costliest distinct calls of each family). Returns (created
-    folders, skipped): every family (and every recorded call of a chosen family) that got no task is
-    in ``skipped`` with the reason."""
+    profile's replay record (the ``calls`` costliest distinct calls of each family; their starters made
+    several at once, ``progress`` told of each). Returns (created folders, skipped): every family (and
+    every recorded call of a chosen family) that got no task is in ``skipped`` with the reason."""
     from autokernel_tui.profiling import generate as gen
+    from autokernel_tui.profiling.starter_process import make_all
 
     if not isinstance(profile, dict) or "families" not in profile:
         raise WorkspaceError("not a ranked profile: run `autokernel-tui profile MODEL --json FILE` to make one")
@@ -163,6 +166,8 @@ def extract_all(profile: dict, dest_kernels_dir: Path, top: int = 5,
                                         "(made before faithful capture: profile again)")
     created: list[Path] = []
     skipped: list[dict] = []
+    starters_to_make: list = []  # (task folder, job): made together once every folder is written
+    generated: dict[Path, tuple[dict, str]] = {}  # task folder -> (its family, the call it replays)
     families_done = 0  # --top counts families (each: its starter and/or up to MAX_PER_FAMILY generated tasks)
 
     def skip(family: dict, reason: str, call: str = "") -> None:
@@ -251,26 +256,37 @@ def extract_all(profile: dict, dest_kernels_dir: Path, top: int = 5,
                     "calls_per_step": e["count"], "dtype": dtype}
             try:
                 gen.write_task(dest, name, record, e["unit"], fam, str(profile.get("model", "model")), dtype, info,
-                               backward=backward)
-                taskspec.load_spec(dest)
+                               backward=backward, later=starters_to_make)
             except (ValueError, TaskFormatError) as exc:
                 shutil.rmtree(dest, ignore_errors=True)
                 skip(family, f"cannot be a task: {exc}", what)
                 continue
             created.append(dest)
+            generated[dest] = (family, what)
             if not made_starter and not counted:
                 families_done, counted = families_done + 1, True
+    # The generated tasks' starters, several compiles at once; then each folder must be a valid task.
+    failed = dict(make_all(starters_to_make, progress))
+    for dest, (family, what) in generated.items():
+        try:
+            if dest in failed:
+                raise failed[dest]
+            taskspec.load_spec(dest)
+        except (ValueError, TaskFormatError) as exc:
+            shutil.rmtree(dest, ignore_errors=True)
+            created.remove(dest)
+            skip(family, f"cannot be a task: {exc}", what)
     (dest_kernels_dir.parent / SKIPPED_FILE).write_text(json.dumps(skipped, indent=1) + "\n", encoding="utf-8")
     return created, skipped
 
 
 def extract_tasks(profile: dict, dest_kernels_dir: Path, top: int = 5, calls: int = MAX_PER_FAMILY,
-                  min_share: float | None = None) -> list[Path]:
+                  min_share: float | None = None, progress: ProgressFn | None = None) -> list[Path]:
     """Create task folders for the ``top`` best-ranked families (starters or generated, up to ``calls``
     distinct calls each, generated ones only from ``min_share`` of the time, default SHARE_THRESHOLD);
     returns them. What got no task is written to ``init-skipped.json`` beside ``kernels/`` (``extract_all``)."""
     threshold = SHARE_THRESHOLD if min_share is None else min_share
-    created, skipped = extract_all(profile, dest_kernels_dir, top, threshold=threshold, calls=calls)
+    created, skipped = extract_all(profile, dest_kernels_dir, top, threshold=threshold, calls=calls, progress=progress)
     if not created:
         names = "; ".join(f"{s['family']}: {s['reason']}" for s in skipped[:8])
         raise WorkspaceError(f"no task could be made from the profile ({names})")

@@ -32,6 +32,7 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import Callable
 
 from autokernel_tui.profiling import classify as cls
 from autokernel_tui.profiling.replay import is_pointwise, is_view, packet, tensor_args
@@ -580,8 +581,11 @@ def differentiable_inputs(record: dict, unit: dict) -> list[int]:
 
 
 def write_task(dest: Path, name: str, record: dict, unit: dict, family: str, model: str, model_dtype: str,
-               profile_info: dict | None = None, backward: bool = False) -> Path:
+               profile_info: dict | None = None, backward: bool = False, later: list | None = None) -> Path:
     """Write one generated task folder; returns it. Raises ValueError when the unit cannot be a task.
+
+    ``later``: its starter (a compile in a process of its own) is not made here but appended to ``later``
+    as ``(dest, job)``, for ``starter_process.make_all`` to make with the others at once.
 
     ``backward``: the task is the chain's backward (``kind = "backward"``): the same reference.py, whose
     forward the harness differentiates; ``kernel_fn(*inputs, *grad_outs)`` returns the gradient of each
@@ -662,12 +666,24 @@ def write_task(dest: Path, name: str, record: dict, unit: dict, family: str, mod
     if profile_info:
         lines += ["", "[profile]"] + [f"{k} = {_toml(v)}" for k, v in profile_info.items()]
     (dest / "task.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    # a backward's starter is Inductor's for the traced backward (the GEMM template writes forward chains)
-    source, why, origin = write_kernel(dest, name, None if backward else spec)
-    kind = " (backward: the gradients of the inputs the training step differentiates)" if backward else ""
-    (dest / "README.md").write_text(
-        f"# {name} (generated)\n\nReplays `{what}` from `{model}` ({dtype}){kind}, recorded by a dispatch-mode pass "
-        f"(profiling/replay.py).\n\n- reference.py: the recorded aten calls with their recorded arguments.\n"
-        f"- kernel.py: {'from ' + origin if source else 'NO STARTER: ' + why + ' (it raises)'}.\n"
-        f"- FLOPs {int(flops)}, bytes {int(nbytes)} (estimates: see reference.py).\n", encoding="utf-8")
+
+    def starter() -> None:
+        # a backward's starter is Inductor's for the traced backward (the GEMM template writes forward chains)
+        source, why, origin = write_kernel(dest, name, None if backward else spec)
+        kind = " (backward: the gradients of the inputs the training step differentiates)" if backward else ""
+        (dest / "README.md").write_text(
+            f"# {name} (generated)\n\nReplays `{what}` from `{model}` ({dtype}){kind}, recorded by a dispatch-mode "
+            f"pass (profiling/replay.py).\n\n- reference.py: the recorded aten calls with their recorded arguments.\n"
+            f"- kernel.py: {'from ' + origin if source else 'NO STARTER: ' + why + ' (it raises)'}.\n"
+            f"- FLOPs {int(flops)}, bytes {int(nbytes)} (estimates: see reference.py).\n", encoding="utf-8")
+
+    return now_or_later(dest, starter, later)
+
+
+def now_or_later(dest: Path, starter: Callable[[], None], later: list | None) -> Path:
+    """Make a task's starter now, or leave ``(dest, starter)`` in ``later`` for ``starter_process.make_all``."""
+    if later is None:
+        starter()
+    else:
+        later.append((dest, starter))
     return dest

@@ -21,9 +21,9 @@ task's reference is the whole forward at the file's own shapes:
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
+from typing import Callable
 
 from autokernel_tui.errors import WorkspaceError
 
@@ -161,8 +161,9 @@ def count(ns: dict) -> dict:
             "record": record, "ops": [o for o in ops if not is_view(o)], "n_args": len(inputs), "state": state}
 
 
-def write_task(problem: Path, dest_kernels_dir: Path, dtype: str = "float32") -> Path:
-    """One task folder ``kb_<file stem>`` for a KernelBench problem file; returns it."""
+def write_task(problem: Path, dest_kernels_dir: Path, dtype: str = "float32", later: list | None = None) -> Path:
+    """One task folder ``kb_<file stem>`` for a KernelBench problem file; returns it. ``later``: its starter
+    is appended there as ``(dest, job)`` instead of made here (``starter_process.make_all``)."""
     from autokernel_tui.profiling.replay import packet
     from autokernel_tui.profiling import generate as gen
 
@@ -224,13 +225,23 @@ def write_task(problem: Path, dest_kernels_dir: Path, dtype: str = "float32") ->
         f"ops = {gen._toml(c['ops'][:64])}",
     ]
     (dest / "task.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    source_k, why, origin = gen.write_kernel(dest, name)
-    (dest / "README.md").write_text(f"# {name} (generated)\n\nKernelBench `{problem.name}`: reference = the whole "
-                                    f"Model forward.\n\nkernel.py: {'from ' + origin if source_k else 'NO STARTER: ' + why}\n",
-                                    encoding="utf-8")
-    json.dumps(c["ops"])  # (the op list is JSON-clean: it went into task.toml)
-    return dest
+
+    def starter() -> None:
+        source_k, why, origin = gen.write_kernel(dest, name)
+        (dest / "README.md").write_text(f"# {name} (generated)\n\nKernelBench `{problem.name}`: reference = the "
+                                        f"whole Model forward.\n\nkernel.py: "
+                                        f"{'from ' + origin if source_k else 'NO STARTER: ' + why}\n", encoding="utf-8")
+
+    return gen.now_or_later(dest, starter, later)
 
 
-def write_tasks(files: list, dest_kernels_dir: Path, dtype: str = "float32") -> list[Path]:
-    return [write_task(Path(f), dest_kernels_dir, dtype) for f in files]
+def write_tasks(files: list, dest_kernels_dir: Path, dtype: str = "float32",
+                progress: Callable[..., None] | None = None) -> list[Path]:
+    """A task per problem file, their starters made several at once (``starter_process.make_all``)."""
+    from autokernel_tui.profiling.starter_process import make_all
+
+    jobs: list = []
+    created = [write_task(Path(f), dest_kernels_dir, dtype, later=jobs) for f in files]
+    for _, exc in make_all(jobs, progress)[:1]:
+        raise exc
+    return created

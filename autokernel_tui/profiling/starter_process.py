@@ -12,11 +12,15 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 TASK_TIMEOUT_S = 900.0
 DISABLE_ENV = "AUTOKERNEL_INDUCTOR_STARTERS"  # "0": generated tasks get no starter (a faster init)
+JOBS_ENV = "AUTOKERNEL_STARTER_JOBS"  # starters made at once (default: one per core, at most MAX_JOBS)
+MAX_JOBS = 4  # each is a torch process with Inductor's compile workers: more crowd the host (and the GPU)
 TIMEOUT_ENV = "AUTOKERNEL_STARTER_TIMEOUT_S"  # seconds per task's starter (default TASK_TIMEOUT_S)
 # "0": the starter is not run against the reference where it is made (the CPU interpreter at a
 # benchmark's full shapes takes hours; the harness checks it before anything is timed either way).
@@ -75,3 +79,39 @@ def for_task(task_dir: Path, timeout_s: float | None = None) -> StarterResult:
     return StarterResult(data.get("source"), {k: list(v) for k, v in (data.get("knobs") or {}).items()},
                          data.get("reason"), bool(data.get("verified")),
                          origin=data.get("origin") or StarterResult.origin)
+
+
+def jobs_at_once() -> int:
+    """How many starters ``make_all`` makes at once: ``AUTOKERNEL_STARTER_JOBS``, else one per core up
+    to MAX_JOBS."""
+    try:
+        n = int(os.environ.get(JOBS_ENV) or 0)
+    except ValueError:
+        n = 0
+    return n if n > 0 else max(1, min(MAX_JOBS, os.cpu_count() or 1))
+
+
+def make_all(jobs: list[tuple[Path, Callable[[], None]]], progress: Callable[..., None] | None = None,
+             at_once: int | None = None) -> list[tuple[Path, Exception]]:
+    """Run each task's starter job (``(task folder, job)``: the job makes the starter, a process of its own,
+    and writes it), up to ``at_once`` together: a profile's 20 generated tasks are 20 compiles, and
+    init waited for each in turn. Returns the jobs that raised, with their exception; ``progress``
+    (``progress.ProgressFn``) hears each one that ends."""
+    failed: list[tuple[Path, Exception]] = []
+    if not jobs:
+        return failed
+    at_once = max(1, min(len(jobs), at_once or jobs_at_once()))
+    stage = f"making {len(jobs)} starter kernel.py files (Inductor's Triton, {at_once} at once)"
+    if progress is not None:
+        progress(stage, 0, len(jobs))
+    with ThreadPoolExecutor(at_once, thread_name_prefix="starter") as pool:  # each thread waits on a process
+        futures = {pool.submit(job): dest for dest, job in jobs}
+        for done, future in enumerate(as_completed(futures), 1):
+            try:
+                future.result()
+            except Exception as exc:  # noqa: BLE001 - one task's failure is that task's, reported by the caller
+                failed.append((futures[future], exc))
+            if progress is not None:
+                progress(stage, done, len(jobs))
+    order = {dest: k for k, (dest, _) in enumerate(jobs)}
+    return sorted(failed, key=lambda f: order[f[0]])

@@ -477,8 +477,9 @@ def test_init_min_share_sets_the_share_under_which_a_family_gets_no_generated_ta
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(prof))
     assert cli_main(["init", str(tmp_path / "a"), "--from-profile", str(path), "--top", "8"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "elementwise" in out and "init --min-share lowers it" in out
+    assert "init a: making 1 starter kernel.py files" in err and "init a: done after" in err  # progress, on stderr
     assert cli_main(["init", str(tmp_path / "b"), "--from-profile", str(path), "--top", "8", "--min-share", "0.4"]) == 0
     out = capsys.readouterr().out
     # over the bar now, the family is looked at: its calls are the GEMM chain's epilogue, as the line says
