@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,8 +64,7 @@ def for_task(task_dir: Path, timeout_s: float | None = None) -> StarterResult:
         except ValueError:
             timeout_s = TASK_TIMEOUT_S
     try:
-        out = subprocess.run([sys.executable, "-c", _BOOT, str(task_dir)], capture_output=True, text=True,
-                             timeout=timeout_s)
+        out = _run([sys.executable, "-c", _BOOT, str(task_dir)], timeout_s)
     except subprocess.TimeoutExpired:
         return StarterResult(None, reason=f"making the starter took over {timeout_s:.0f} s")
     except OSError as e:
@@ -79,6 +79,42 @@ def for_task(task_dir: Path, timeout_s: float | None = None) -> StarterResult:
     return StarterResult(data.get("source"), {k: list(v) for k, v in (data.get("knobs") or {}).items()},
                          data.get("reason"), bool(data.get("verified")),
                          origin=data.get("origin") or StarterResult.origin)
+
+
+_children: set[subprocess.Popen] = set()  # the starter processes running now (``_stop_children``)
+_children_lock = threading.Lock()
+_stopping = threading.Event()  # set by ``_stop_children``: a process started after it is killed at once
+
+
+def _run(args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    """``subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)``, the process known to
+    ``_stop_children`` while it runs."""
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        with _children_lock:
+            _children.add(proc)
+            if _stopping.is_set():  # its job was taken just before a Ctrl-C
+                proc.kill()
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+        finally:
+            with _children_lock:
+                _children.discard(proc)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+def _stop_children() -> None:
+    with _children_lock:
+        _stopping.set()
+        running = list(_children)
+    for proc in running:
+        try:
+            proc.kill()
+        except OSError:  # already gone
+            pass
 
 
 def jobs_at_once() -> int:
@@ -100,18 +136,24 @@ def make_all(jobs: list[tuple[Path, Callable[[], None]]], progress: Callable[...
     failed: list[tuple[Path, Exception]] = []
     if not jobs:
         return failed
+    _stopping.clear()
     at_once = max(1, min(len(jobs), at_once or jobs_at_once()))
     stage = f"making {len(jobs)} starter kernel.py files (Inductor's Triton, {at_once} at once)"
     if progress is not None:
         progress(stage, 0, len(jobs))
     with ThreadPoolExecutor(at_once, thread_name_prefix="starter") as pool:  # each thread waits on a process
         futures = {pool.submit(job): dest for dest, job in jobs}
-        for done, future in enumerate(as_completed(futures), 1):
-            try:
-                future.result()
-            except Exception as exc:  # noqa: BLE001 - one task's failure is that task's, reported by the caller
-                failed.append((futures[future], exc))
-            if progress is not None:
-                progress(stage, done, len(jobs))
+        try:
+            for done, future in enumerate(as_completed(futures), 1):
+                try:
+                    future.result()
+                except Exception as exc:  # noqa: BLE001 - one task's failure is that task's, reported by the caller
+                    failed.append((futures[future], exc))
+                if progress is not None:
+                    progress(stage, done, len(jobs))
+        except BaseException:  # Ctrl-C: no new starter, the running ones killed (else init waits minutes)
+            pool.shutdown(wait=False, cancel_futures=True)
+            _stop_children()
+            raise
     order = {dest: k for k, (dest, _) in enumerate(jobs)}
     return sorted(failed, key=lambda f: order[f[0]])

@@ -50,3 +50,27 @@ def test_how_many_at_once_comes_from_the_environment_or_the_cores(monkeypatch):
     for bad in ("0", "many", ""):
         monkeypatch.setenv(sp.JOBS_ENV, bad)
         assert 1 <= sp.jobs_at_once() <= sp.MAX_JOBS
+
+
+def test_ctrl_c_starts_no_new_starter_and_kills_the_running_ones():
+    import sys
+
+    import pytest
+
+    started = []
+
+    def child():
+        started.append(1)
+        sp._run([sys.executable, "-c", "import time; time.sleep(60)"], 120)
+
+    def interrupt(stage, done, total):
+        if done:  # the quick job ended: the user presses Ctrl-C
+            raise KeyboardInterrupt
+
+    jobs = [(Path("quick"), lambda: time.sleep(0.5))] + [(Path(f"slow{i}"), child) for i in range(3)]
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        sp.make_all(jobs, interrupt, at_once=2)
+    assert time.monotonic() - t0 < 20  # not the children's 60 s: each one running was killed
+    # the last queued one never started (a second may have been taken as the quick one ended)
+    assert len(started) <= 2 and not sp._children
