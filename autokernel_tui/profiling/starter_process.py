@@ -96,7 +96,7 @@ def _run(args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
                 proc.kill()
         try:
             out, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+        except BaseException:  # a timeout or a Ctrl-C here: the child goes too, as with subprocess.run
             proc.kill()
             proc.communicate()
             raise
