@@ -9,7 +9,6 @@ making 4 tasks is never a surprise. ``--from-kernelbench FILE...``: a task per p
 from __future__ import annotations
 
 import argparse
-import contextlib
 
 from autokernel_tui.commands import common
 
@@ -34,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    import contextlib
     from pathlib import Path
 
     from autokernel_tui.ledger.workspace import init_workspace
