@@ -313,7 +313,8 @@ models)
 trainmodel)
     # A model's training profile made into tasks, forward and backward (generated where no starter fits),
     # and its training step verified with them in: each generated backward kernel differentiates its
-    # recorded chain (graph_patch, train). Eager and compiled, with and without the kernels.
+    # recorded chain (graph_patch, train). Eager and compiled, with and without the kernels. The matmul
+    # chains' backward tasks (matmul_backward) are among them; `trainmodel gpt2` puts GPT-2's in its step.
     m=${2:-vit}
     step "trainprofile_$m" 120 python3 -m autokernel_tui profile "$m" --train --device cuda --dtype bfloat16 \
         --json "$R/trainprofile_$m.json" --top 16
