@@ -56,9 +56,22 @@ def main(args: argparse.Namespace) -> int:
     print(f"tasks: {', '.join(_task_names(path))}")
     for line in skipped_lines(path):  # never a silent skip: what got no task, and why
         print(line)
+    for line in _no_starter_lines(path) if generating else []:  # a generated task whose kernel.py only raises
+        print(line)
     print(f"next: {common.command_line('autokernel-tui', 'run', '--headless', '-C', path)}   "
           f"(or `{common.command_line('autokernel-tui', '-C', path)}` for the app)")
     return 0
+
+
+def _no_starter_lines(workspace) -> list[str]:
+    from autokernel_tui.profiling.generate import no_starter_reason
+
+    missing = [(name, no_starter_reason(workspace / "kernels" / name / "kernel.py")) for name in _task_names(workspace)]
+    missing = [(name, why) for name, why in missing if why]
+    if not missing:
+        return []
+    return [f"no starter kernel for {len(missing)} generated task(s) (kernel.py raises until an agent writes one):"] \
+        + [f"  {name}: {why}" for name, why in missing]
 
 
 def _task_names(workspace) -> list[str]:

@@ -475,6 +475,15 @@ def has_no_starter(kernel_path) -> bool:
     text = Path(kernel_path).read_text(encoding="utf-8", errors="replace")
     return text.lstrip('"\n ').startswith(NO_STARTER_MARK)
 
+
+def no_starter_reason(kernel_path) -> str | None:
+    """Why a task's kernel.py is ``KERNEL_MISSING``'s placeholder (None when it is a kernel)."""
+    if not has_no_starter(kernel_path):
+        return None
+    text = " ".join(Path(kernel_path).read_text(encoding="utf-8", errors="replace").split())
+    found = re.search(r"could not make one: (.*?)\. There is no hand-written kernel", text)
+    return found.group(1) if found else "no reason given"
+
 KERNEL_MISSING = '''"""NO STARTER YET for generated task {name}.
 
 This task's starter kernel is Inductor's Triton for the chain, written here by

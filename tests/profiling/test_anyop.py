@@ -489,6 +489,32 @@ def test_init_min_share_sets_the_share_under_which_a_family_gets_no_generated_ta
     assert "--min-share must be a percentage from 0 to 100" in capsys.readouterr().err
 
 
+def test_init_lists_the_generated_tasks_left_without_a_starter_with_the_reason(tmp_path, capsys):
+    """A generated task whose starter could not be made (here: starters turned off, as in the suite) is a
+    task whose kernel.py raises: init says which and why, not only the folder names."""
+    from autokernel_tui.cli import main as cli_main
+
+    class GroupNormOnly(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gn = nn.GroupNorm(2, 8)
+
+        def forward(self, x):
+            return self.gn(x)
+
+    prof = _profile("gn", GroupNormOnly(), [torch.randn(2, 8, 3, 3)])
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(prof))
+    assert cli_main(["init", str(tmp_path / "w"), "--from-profile", str(path), "--min-share", "0"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    head = next(k for k, x in enumerate(lines) if x.startswith("no starter kernel for"))
+    assert "generated task(s)" in lines[head]
+    assert lines[head + 1].strip().startswith("gen_native_group_norm_1: starters turned off"), out
+    assert cli_main(["init", str(tmp_path / "s"), "--task", "rmsnorm"]) == 0
+    assert "no starter kernel" not in capsys.readouterr().out  # starters only: nothing to say
+
+
 @pytest.mark.parametrize("wide", [False, True])
 def test_the_gemm_template_writes_matrix_vector_products_as_split_k_reductions(wide):
     # KernelBench level 1 problem 4 (2048 x 1048576 times a column): through the tl.dot tile, 32 programs
