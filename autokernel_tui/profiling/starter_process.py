@@ -84,12 +84,15 @@ def for_task(task_dir: Path, timeout_s: float | None = None) -> StarterResult:
 _children: set[subprocess.Popen] = set()  # the starter processes running now (``_stop_children``)
 _children_lock = threading.Lock()
 _stopping = threading.Event()  # set by ``_stop_children``: a process started after it is killed at once
+_child_env: dict[str, str] = {}  # set by ``make_all`` for the processes it starts
+COMPILE_THREADS_ENV = "TORCHINDUCTOR_COMPILE_THREADS"  # Inductor's compile workers per process
 
 
 def _run(args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
     """``subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)``, the process known to
     ``_stop_children`` while it runs."""
-    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    env = {**os.environ, **_child_env} if _child_env else None
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
         with _children_lock:
             _children.add(proc)
             if _stopping.is_set():  # its job was taken just before a Ctrl-C
@@ -133,14 +136,27 @@ def make_all(jobs: list[tuple[Path, Callable[[], None]]], progress: Callable[...
     and writes it), up to ``at_once`` together: a profile's 20 generated tasks are 20 compiles, and
     init waited for each in turn. Returns the jobs that raised, with their exception; ``progress``
     (``progress.ProgressFn``) hears each one that ends."""
-    failed: list[tuple[Path, Exception]] = []
     if not jobs:
-        return failed
+        return []
     _stopping.clear()
     at_once = max(1, min(len(jobs), at_once or jobs_at_once()))
     stage = f"making {len(jobs)} starter kernel.py files (Inductor's Triton, {at_once} at once)"
     if progress is not None:
         progress(stage, 0, len(jobs))
+    # Each process's Inductor would start a compile worker per core: the cores shared out instead (unless
+    # the user chose a number).
+    _child_env.clear()
+    if at_once > 1 and COMPILE_THREADS_ENV not in os.environ:
+        _child_env[COMPILE_THREADS_ENV] = str(max(1, (os.cpu_count() or 1) // at_once))
+    try:
+        return _make_all(jobs, progress, at_once, stage)
+    finally:
+        _child_env.clear()
+
+
+def _make_all(jobs: list[tuple[Path, Callable[[], None]]], progress: Callable[..., None] | None, at_once: int,
+              stage: str) -> list[tuple[Path, Exception]]:
+    failed: list[tuple[Path, Exception]] = []
     with ThreadPoolExecutor(at_once, thread_name_prefix="starter") as pool:  # each thread waits on a process
         futures = {pool.submit(job): dest for dest, job in jobs}
         try:

@@ -74,3 +74,22 @@ def test_ctrl_c_starts_no_new_starter_and_kills_the_running_ones():
     assert time.monotonic() - t0 < 20  # not the children's 60 s: each one running was killed
     # the last queued one never started (a second may have been taken as the quick one ended)
     assert len(started) <= 2 and not sp._children
+
+
+def test_the_starter_processes_share_the_cores_for_inductors_compile_workers(monkeypatch):
+    import os
+    import sys
+
+    seen = []
+
+    def child():
+        out = sp._run([sys.executable, "-c", f"import os; print(os.environ.get({sp.COMPILE_THREADS_ENV!r}))"], 60)
+        seen.append(out.stdout.strip())
+
+    monkeypatch.delenv(sp.COMPILE_THREADS_ENV, raising=False)
+    sp.make_all([(Path(f"t{i}"), child) for i in range(2)], at_once=2)
+    assert seen == [str(max(1, (os.cpu_count() or 1) // 2))] * 2
+    monkeypatch.setenv(sp.COMPILE_THREADS_ENV, "3")  # the user's choice stands
+    seen.clear()
+    sp.make_all([(Path(f"t{i}"), child) for i in range(2)], at_once=2)
+    assert seen == ["3", "3"] and not sp._child_env
