@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from autokernel_tui.profiling.classify import starter_task
+from autokernel_tui.profiling.classify import MATMUL_FAMILIES, starter_task
 
 BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "int64": 8, "int32": 4,
          "bool": 1}
@@ -61,14 +61,11 @@ def _numel(shape) -> int:
     return n
 
 
-MATMULS = ("matmul", "matmul_backward")  # a training step's gradient matmuls are matmuls of their own shapes
-
-
 def op_cost(row: dict) -> tuple[float, float]:
     """(FLOPs, fewest bytes moved) of one call of an op row, from its dims or input shapes."""
     size = BYTES.get(row.get("dtype", ""), 2)
     d, fam = row.get("dims") or {}, row["family"]
-    if fam in MATMULS and {"M", "N", "K"} <= d.keys():
+    if fam in MATMUL_FAMILIES and {"M", "N", "K"} <= d.keys():
         m, n, k = d["M"], d["N"], d["K"]
         return 2.0 * m * n * k, float((m * k + k * n + m * n) * size)
     if fam in ("flash_attention", "attention_bidirectional") and {"B", "H", "KVH", "S", "D"} <= d.keys():
@@ -91,7 +88,7 @@ def op_cost(row: dict) -> tuple[float, float]:
         rows = _numel(shapes[1])  # gathers one table row per index, writes it once
         return 0.0, float(2 * rows * shapes[0][-1] * size)
     # Unknown layout: read every input once and write something as large as the largest.
-    if fam in MATMULS and len(shapes) >= 2:
+    if fam in MATMUL_FAMILIES and len(shapes) >= 2:
         a, b = shapes[-2], shapes[-1]
         if len(a) == 3 and len(b) == 3:  # bmm / baddbmm
             bb, m, k, n = a[0], a[1], a[2], b[2]

@@ -94,7 +94,7 @@ def dims_for(family: str, op: str, shapes: list, concrete: list | None = None) -
     def rows_cols(x):
         return {"M": _prod(x[:-1]), "N": x[-1]} if len(x) >= 2 else {}
 
-    if family in ("matmul", "matmul_backward"):  # a backward's mm has the FLOPs of its own M, N, K
+    if family in cls.MATMUL_FAMILIES:
         if op in ("aten::mm", "aten::matmul") and len(s) >= 2 and len(s[0]) >= 2 and len(s[1]) == 2:
             return {"M": _prod(s[0][:-1]), "N": s[1][1], "K": s[0][-1]}
         # addmm and a linear with a bias add the bias: the matmul starter has none, so these get no

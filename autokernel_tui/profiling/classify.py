@@ -25,6 +25,8 @@ LABEL_PREFIX = "autokernel::"
 STARTER_FAMILIES = ("matmul", "flash_attention", "softmax", "layernorm", "rmsnorm", "add_rmsnorm",
                     "gelu", "swiglu", "cross_entropy", "rotary")
 GENERIC = ("elementwise", "reduction", "copy", "embedding", "overhead", OTHER)
+# A training step's gradient matmuls are matmuls too, of their own M, N, K (dims and FLOP floors).
+MATMUL_FAMILIES = ("matmul", "matmul_backward")
 
 # Exact aten op names -> family.
 ATEN_FAMILY = {

@@ -472,16 +472,15 @@ NO_STARTER_MARK = "NO STARTER YET"  # the first words of a generated kernel.py t
 
 def has_no_starter(kernel_path) -> bool:
     """Whether a kernel.py is the placeholder ``KERNEL_MISSING`` wrote (it only raises, saying why)."""
-    text = Path(kernel_path).read_text(encoding="utf-8", errors="replace")
-    return text.lstrip('"\n ').startswith(NO_STARTER_MARK)
+    return no_starter_reason(kernel_path) is not None
 
 
 def no_starter_reason(kernel_path) -> str | None:
     """Why a task's kernel.py is ``KERNEL_MISSING``'s placeholder (None when it is a kernel)."""
-    if not has_no_starter(kernel_path):
+    text = Path(kernel_path).read_text(encoding="utf-8", errors="replace")
+    if not text.lstrip('"\n ').startswith(NO_STARTER_MARK):
         return None
-    text = " ".join(Path(kernel_path).read_text(encoding="utf-8", errors="replace").split())
-    found = re.search(r"could not make one: (.*?)\. There is no hand-written kernel", text)
+    found = re.search(r"could not make one: (.*?)\. There is no hand-written kernel", " ".join(text.split()))
     return found.group(1) if found else "no reason given"
 
 KERNEL_MISSING = '''"""NO STARTER YET for generated task {name}.
