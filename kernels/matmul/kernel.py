@@ -51,6 +51,14 @@ SMALL_FLATTEN = 1  # pipeline the next tile's loads under this tile's epilogue
 SMALL_PROGRAMS_PER_SM = 1
 SMALL_MAX_K = 0  # K below this takes the small config (0: only the wave fill decides)
 MIN_WAVE_FILL_PCT = 85  # ...and so do shapes whose big tiles fill the SM waves less than this
+# Tiny problems (GPT-2's 1024 x 768 x 768: 48 small tiles on 132 SMs) take smaller tiles still, when the
+# small config's tiles would busy fewer than TINY_MAX_FILL_PCT % of the SMs (0: never).
+TINY_BLOCK_M = 64
+TINY_BLOCK_N = 64
+TINY_BLOCK_K = 64
+TINY_NUM_WARPS = 4
+TINY_NUM_STAGES = 4
+TINY_MAX_FILL_PCT = 0
 # Tunable knobs (fp32 inputs).
 FP32_BLOCK_M = 128
 FP32_BLOCK_N = 64
@@ -187,6 +195,8 @@ def config_16bit(m: int, n: int, k: int, sms: int) -> tuple:
     epilogue spills registers with the big tiles (sm_90 compile: 255 regs, 179 STL): small tiles.
     """
     if k < SMALL_MAX_K or n % 8 or 100 * _wave_fill(m, n, BLOCK_M, BLOCK_N, sms) < MIN_WAVE_FILL_PCT:
+        if 100 * triton.cdiv(m, SMALL_BLOCK_M) * triton.cdiv(n, SMALL_BLOCK_N) < TINY_MAX_FILL_PCT * sms:
+            return TINY_BLOCK_M, TINY_BLOCK_N, TINY_BLOCK_K, TINY_NUM_WARPS, TINY_NUM_STAGES, SMALL_FLATTEN, 1
         return (SMALL_BLOCK_M, SMALL_BLOCK_N, SMALL_BLOCK_K, SMALL_NUM_WARPS, SMALL_NUM_STAGES, SMALL_FLATTEN,
                 SMALL_PROGRAMS_PER_SM)
     return BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES, TMA_FLATTEN, PROGRAMS_PER_SM
@@ -209,7 +219,8 @@ def _knobs() -> tuple:
     return (
         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_WARPS, NUM_STAGES, USE_TMA, TMA_FLATTEN, PROGRAMS_PER_SM,
         SMALL_BLOCK_M, SMALL_BLOCK_N, SMALL_BLOCK_K, SMALL_NUM_WARPS, SMALL_NUM_STAGES, SMALL_FLATTEN,
-        SMALL_PROGRAMS_PER_SM, SMALL_MAX_K, MIN_WAVE_FILL_PCT, FP32_BLOCK_M, FP32_BLOCK_N, FP32_BLOCK_K,
+        SMALL_PROGRAMS_PER_SM, SMALL_MAX_K, MIN_WAVE_FILL_PCT, TINY_BLOCK_M, TINY_BLOCK_N, TINY_BLOCK_K,
+        TINY_NUM_WARPS, TINY_NUM_STAGES, TINY_MAX_FILL_PCT, FP32_BLOCK_M, FP32_BLOCK_N, FP32_BLOCK_K,
         FP32_NUM_WARPS, FP32_NUM_STAGES, _INTERPRETED, _matmul, _matmul_tma, _copy_rows,
     )
 
