@@ -344,3 +344,21 @@ def test_trees_table_divides_each_round_by_the_baselines_same_round(tmp_path):
     assert "| this | 2 | 2.25 | 1.50, 3.00 | 1.500 | 55.0 |" in text
     assert text.splitlines()[-1].startswith("| total | 1.800 | 2.250 |")  # the split's columns: .mid, this
     assert trees_table.main([str(tmp_path / "nothing")]) == 1
+
+
+def test_launch_cost_rows_at_named_shapes():
+    """launch_cost.py's --at: a default shape by name, dims laid over the smallest shape's, and a clear
+    refusal of a dim the task does not have (issue 21's two named losses are rows by default)."""
+    from benchmarks import launch_cost as lc, starters_check as sc
+    from autokernel_tui.tasks.spec import load_spec
+
+    def at(task, where):
+        spec = load_spec(REPO / "kernels" / task)
+        return lc.shape_at(spec, sc.load_reference(spec.path, "at"), torch.bfloat16, where)
+
+    assert at("matmul", "M=1024,N=768,K=768").dims == {"M": 1024, "N": 768, "K": 768}
+    assert at("flash_attention", "gpt2-small").name == "gpt2-small"
+    assert at("matmul", None).name == "gpt2-proj-b1"  # the smallest default shape
+    with pytest.raises(ValueError, match="neither a shape of matmul"):
+        at("matmul", "Q=3")
+    assert lc.ISSUE_SHAPES == "flash_attention:gpt2-small"
