@@ -49,7 +49,7 @@ GELU = {"none": "0.5 * x * (1.0 + _erf(x * 0.7071067811865476))",
 # The 16-bit tile, and the fp32 one (fp32 dots need more registers per element): each task gets the
 # knobs of its dtypes (``knobs_for``), so the tuner never turns a knob its kernel does not read.
 KNOBS = {"BLOCK_M": [64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "NUM_WARPS": [4, 8],
-         "NUM_STAGES": [2, 3, 4], "GROUP_M": [1, 4, 8, 16]}
+         "NUM_STAGES": [2, 3, 4], "GROUP_M": [1, 4, 8, 16], "USE_TMA": [0, 1]}
 GEMV_KNOBS = {"GEMV_BLOCK_M": [8, 16, 32, 64], "GEMV_BLOCK_K": [128, 256, 512], "GEMV_NUM_WARPS": [2, 4, 8],
               "GEMV_PROGRAMS_PER_SM": [2, 4, 8]}
 DEPTHWISE_KNOBS = {"DW_BLOCK_M": [32, 64, 128, 256], "DW_BLOCK_N": [4, 8, 16, 32, 64], "DW_NUM_WARPS": [2, 4, 8]}
@@ -67,7 +67,9 @@ def knobs_for(dtypes, gemm: bool = True, gemv: bool = False, conv: bool = False,
     if "float32" in dtypes:
         out.update(FP32_KNOBS)
     if set(dtypes) - {"float32"} or not out:
-        out.update({k: v for k, v in KNOBS.items() if k != "GROUP_M"})
+        out.update({k: v for k, v in KNOBS.items() if k not in ("GROUP_M", "USE_TMA")})
+        if gemm:  # only a 16-bit GEMM reads through TMA
+            out["USE_TMA"] = KNOBS["USE_TMA"]
     if gemm:
         out["GROUP_M"] = KNOBS["GROUP_M"]
     if gemv:
@@ -454,6 +456,7 @@ BLOCK_K = 64
 NUM_WARPS = 8
 NUM_STAGES = 3
 GROUP_M = 8
+USE_TMA = 1  # 16-bit matmuls with 16-byte-aligned rows (Hopper): A and B through TMA descriptors, not pointers
 # fp32 inputs: a smaller tile, and dots at the precision torch runs the op at by default: matmuls as
 # precise as fp32 (torch.backends.cuda.matmul.allow_tf32 is off): "tf32x3", three TF32 tensor-core
 # products per step, about fp32's accuracy ("ieee": CUDA cores, exact products); convolutions in TF32,
@@ -512,9 +515,10 @@ Inductor calls a library (cuBLAS, cuDNN) for the matmul or convolution, so this 
 Triton: the matmul is a tiled tl.dot kernel (fp32 accumulation, the bias added in its epilogue), views
 the recorded views, and the pointwise ops after a matmul, where each value is read once, run in its
 epilogue on the tile in float32 (FUSE_EPILOGUE = 1); the others, and all of them with FUSE_EPILOGUE = 0,
-are elementwise Triton kernels. Knobs: the tile of the task's dtype (BLOCK_* and NUM_* for 16-bit
-inputs, FP32_* for float32), GROUP_M, the rows of tiles visited together so their B columns stay in
-L2, and FUSE_EPILOGUE.
+are elementwise Triton kernels. 16-bit operands whose rows start on 16-byte boundaries are read
+through TMA descriptors on Hopper (USE_TMA). Knobs: the tile of the task's dtype (BLOCK_* and NUM_* for
+16-bit inputs, FP32_* for float32), GROUP_M, the rows of tiles visited together so their B columns stay
+in L2, USE_TMA and FUSE_EPILOGUE.
 """
 
 import torch
@@ -540,8 +544,11 @@ def _tanh(x):
 GEMM_KERNEL = '''@triton.jit
 def _gemm_kernel(A, B, C, BIAS, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn, sbias_m, sbias_n,__EPI_PARAMS__
                  HAS_BIAS: tl.constexpr, BIAS_2D: tl.constexpr, FP32: tl.constexpr, DOT: tl.constexpr,
-                 WIDE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr):
+                 WIDE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr,
+                 TMA: tl.constexpr = False, B_T: tl.constexpr = False, WIDEN: tl.constexpr = False):
     # Tiles in groups of GM rows, column by column: a group's B columns are read from L2, not HBM.
+    # TMA: A and B are tensor descriptors (Hopper's bulk copies, rows 16-byte aligned; B_T: B read through
+    # its transpose, a Linear's weight), else pointers with any strides.
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BM)
     tiles_n = tl.cdiv(N, BN)
@@ -559,16 +566,28 @@ def _gemm_kernel(A, B, C, BIAS, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm,
         rm = rm.to(tl.int64)
         rn = rn.to(tl.int64)
         rk = rk.to(tl.int64)
-    A += batch * sab
-    B += batch * sbb
+    if not TMA:
+        A += batch * sab
+        B += batch * sbb
     C += batch * scb
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, K, BK):
-        kk = k0 + rk
-        a = tl.load(A + rm[:, None] * sam + kk[None, :] * sak, mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        b = tl.load(B + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        if TMA:  # zero-filled past the edges: no masks
+            a = A.load([pid_m * BM, k0])
+            if B_T:
+                b = B.load([pid_n * BN, k0]).T
+            else:
+                b = B.load([k0, pid_n * BN])
+        else:
+            kk = k0 + rk
+            a = tl.load(A + rm[:, None] * sam + kk[None, :] * sak, mask=(rm[:, None] < M) & (kk[None, :] < K),
+                        other=0.0)
+            b = tl.load(B + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N),
+                        other=0.0)
         if FP32:  # float32 inputs: at the precision torch runs this op at (FP32_DOT)
             acc += tl.dot(a, b, input_precision=DOT)
+        elif WIDEN:  # bfloat16 under the interpreter, which multiplies its tiles' raw bits: exact in float32
+            acc += tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
         else:
             acc += tl.dot(a, b)
     inside = (rm[:, None] < M) & (rn[None, :] < N)
@@ -712,7 +731,9 @@ __EPILOGUE__    if SPLIT:
 
 
 '''
-GEMM = '''# Matrix-vector products (one column of B, or one row of A): a row-dot reduction, K split across programs.
+GEMM = '''from triton.tools.tensor_descriptor import TensorDescriptor
+
+# Matrix-vector products (one column of B, or one row of A): a row-dot reduction, K split across programs.
 GEMV_BLOCK_M = 16  # output elements a program computes
 GEMV_BLOCK_K = 256  # elements of K per step
 GEMV_NUM_WARPS = 4
@@ -799,26 +820,62 @@ __GEMM_KERNEL__def _epilogue_args(epilogue, c):
 def _gemm_knobs():
     # everything a GEMM plan is computed from besides its inputs: a knob set in place (knob_sweep.py,
     # the tests) makes new plans
-    return (BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES, GROUP_M, FP32_DOT, FP32_BLOCK_M, FP32_BLOCK_N,
-            FP32_BLOCK_K, FP32_NUM_WARPS, FP32_NUM_STAGES, GEMV_BLOCK_M, GEMV_BLOCK_K, GEMV_NUM_WARPS,
-            GEMV_PROGRAMS_PER_SM, _gemm_kernel, _gemv_kernel, _gemv_sum_kernel)
+    return (BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES, GROUP_M, USE_TMA, FP32_DOT, FP32_BLOCK_M,
+            FP32_BLOCK_N, FP32_BLOCK_K, FP32_NUM_WARPS, FP32_NUM_STAGES, GEMV_BLOCK_M, GEMV_BLOCK_K,
+            GEMV_NUM_WARPS, GEMV_PROGRAMS_PER_SM, _gemm_kernel, _gemv_kernel, _gemv_sum_kernel)
+
+
+# Triton's interpreter runs @triton.jit functions as Python (they are then no JITFunction): there it
+# multiplies bfloat16 tiles as their raw bits, so they are widened to float32 first (exact)
+_INTERPRETED = not isinstance(_gemm_kernel, triton.JITFunction)
+_HOPPER = dict()  # device -> whether it has TMA (sm_90 and newer), asked once per device
+
+
+def _has_tma(device):
+    if device not in _HOPPER:
+        _HOPPER[device] = _INTERPRETED or (device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9)
+    return _HOPPER[device]
+
+
+def _rows_aligned(t):
+    # TMA reads [rows, columns] with unit column stride, each row starting on a 16-byte boundary
+    return t.stride(1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+
+
+def _tma_operands(a, b, c):
+    """None when the pointer kernel runs, else whether B goes through its transpose: 16-bit operands whose
+    rows (B's, or its transpose's, as a Linear's weight is) TMA can read, on a device that has it."""
+    if not USE_TMA or a.dtype not in (torch.float16, torch.bfloat16) or _wide(a, b, c) or not _has_tma(a.device):
+        return None
+    if not _rows_aligned(a):
+        return None
+    if _rows_aligned(b):
+        return False
+    return True if _rows_aligned(b.t()) else None
 
 
 def _gemm_plan(a, b, bias, c, kernel, operands):
     """How _gemm launches for these operands (bias expanded to (M, N), the epilogue's as kernel
-    arguments): _gemv_plan's, or the GEMM kernel bound to its grid, its integer arguments and constexprs."""
+    arguments): _gemv_plan's, or the GEMM kernel bound to its grid, its integer arguments and constexprs
+    (and with TMA, the descriptors' shapes, strides and blocks)."""
     m, k = a.shape
     n = b.shape[1]
     if (n == 1 or m == 1) and kernel is None and (bias is None or bias.stride(0) == 0 or m == 1):
         return _gemv_plan(a, b, bias, c)
     bm, bn, bk, warps, stages = _tile(a.dtype)
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), 1, 1)
-    return dict(gemv=False, launch=(kernel or _gemm_kernel)[grid],
+    b_t = _tma_operands(a, b, c)
+    tma = None
+    if b_t is not None:
+        tma = (([m, k], [a.stride(0), 1], [bm, bk]),
+               ([n, k], [b.stride(1), 1], [bn, bk]) if b_t else ([k, n], [b.stride(0), 1], [bk, bn]), b_t)
+    return dict(gemv=False, launch=(kernel or _gemm_kernel)[grid], tma=tma,
                  ints=(m, n, k, 0, a.stride(0), a.stride(1), 0, b.stride(0), b.stride(1), 0, c.stride(0), c.stride(1),
                        *(bias.stride() if bias is not None else (0, 0))),
                  meta=dict(HAS_BIAS=bias is not None, BIAS_2D=bias is not None and bias.stride(0) != 0,
                            FP32=a.dtype == torch.float32, DOT=FP32_DOT, WIDE=_wide(a, b, c, *operands[::4]),
-                           BM=bm, BN=bn, BK=bk, GM=GROUP_M, num_warps=warps, num_stages=stages))
+                           BM=bm, BN=bn, BK=bk, GM=GROUP_M, TMA=tma is not None, B_T=bool(b_t),
+                           WIDEN=_INTERPRETED and a.dtype == torch.bfloat16, num_warps=warps, num_stages=stages))
 
 
 def _gemm(a, b, bias, out=None, kernel=None, epilogue=()):
@@ -826,7 +883,7 @@ def _gemm(a, b, bias, out=None, kernel=None, epilogue=()):
     a packed result. ``kernel``: a _gemm_kernel with a fused epilogue, over the ``epilogue`` operands."""
     key = ("gemm", a.shape, a.stride(), b.shape, b.stride(), a.dtype, a.device,
            None if bias is None else (bias.shape, bias.stride()), None if out is None else (out.shape, out.stride()),
-           kernel, _epilogue_key(epilogue), _gemm_knobs())
+           kernel, _epilogue_key(epilogue), _gemm_knobs(), a.data_ptr() % 16 == 0, b.data_ptr() % 16 == 0)
     c = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device) if out is None else out
     operands = _epilogue_args(epilogue, c) if epilogue else ()
     p = _PLANS.get(key)
@@ -834,6 +891,9 @@ def _gemm(a, b, bias, out=None, kernel=None, epilogue=()):
         p = _PLANS[key] = _gemm_plan(a, b, None if bias is None else bias.expand(c.shape), c, kernel, operands)
     if p["gemv"]:
         return _gemv(p, a, b, bias, c)
+    if p["tma"] is not None:  # descriptors hold the base address: one per call
+        desc_a, desc_b, b_t = p["tma"]
+        a, b = TensorDescriptor(a, *desc_a), TensorDescriptor(b.t() if b_t else b, *desc_b)
     p["launch"](a, b, c, bias if bias is not None else c, *p["ints"], *operands, **p["meta"])
     return c
 

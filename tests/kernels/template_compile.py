@@ -1,7 +1,7 @@
 """Compile the GEMM template's kernels (profiling/gemm_template.py) for Hopper (sm_90) without a GPU.
 
 The template's kernels run only under the interpreter in the CPU tests; this compiles what a
-generated task launches (plain and fused-epilogue GEMMs, convolutions read in NCHW and channels
+generated task launches (plain and fused-epilogue GEMMs, through pointers and TMA, convolutions read in NCHW and channels
 innermost, a few-channel convolution, a depthwise one, a matrix-vector product, average pooling, the
 attention) through ptxas, as ``hopper_compile.py`` does for the starters, and prints a JSON list of rows (registers, spills, the interesting SASS).
 
@@ -56,6 +56,15 @@ def compile_template() -> list[dict]:
             m._gemm(a, b, bias)
             launcher.context = f"gemm_fused/{name}"
             m._gemm(a, b, bias, kernel=m._gemm_kernel_e0, epilogue=((torch.randn(512, 384, dtype=dtype), (512, 384)),))
+            if dtype != torch.float32:  # 16-bit rows on 16-byte boundaries, on a Hopper: TMA (a Linear's weight)
+                m._HOPPER[a.device] = True
+                weight = torch.randn(384, 256, dtype=dtype)
+                launcher.context = f"gemm_tma/{name}"
+                m._gemm(a, weight.t(), bias)
+                launcher.context = f"gemm_tma_fused/{name}"
+                m._gemm(a, weight.t(), bias, kernel=m._gemm_kernel_e0,
+                        epilogue=((torch.randn(512, 384, dtype=dtype), (512, 384)),))
+                m._HOPPER.clear()
             x, w = torch.randn(2, 64, 32, 32, dtype=dtype), torch.randn(128, 64, 3, 3, dtype=dtype)
             for channels_last in (0, 1):
                 m.CONV_CHANNELS_LAST = channels_last

@@ -28,7 +28,8 @@ def test_every_template_kernel_compiles_without_spills_on_tensor_cores(rows):
     # gemm, fused gemm, 4 convolutions, the few-channel one, a depthwise one plain, transposed and fused,
     # two weight gradients split over K with their sums (bfloat16's two sums one compile), the GEMV's two
     # kernels, pooling: x 2 dtypes; the attention at ViT-B's head (x 2 dtypes) and with a T5-style mask
-    assert len(rows) == 36, sorted(rows)
+    # and for bfloat16 the GEMM and fused GEMM again through TMA descriptors
+    assert len(rows) == 38, sorted(rows)
     assert {r["kernel"] for r in rows.values()} == {"_gemm_kernel", "_gemm_kernel_e0", "_conv_kernel", "_conv_kernel_e0",
                                                     "_conv_split_sum", "_gemv_kernel", "_gemv_sum_kernel",
                                                     "_avg_pool_kernel", "_attention_kernel"}
@@ -39,6 +40,13 @@ def test_every_template_kernel_compiles_without_spills_on_tensor_cores(rows):
             assert r["sass"].get("HGMMA"), f"{where}: no wgmma"
         if where.startswith("dwconv"):  # K per output is the kernel's 49 positions: no GEMM to give wgmma
             assert not r["sass"].get("HGMMA"), f"{where}: a depthwise convolution ran as a GEMM"
+
+
+def test_aligned_16_bit_gemms_load_through_tma(rows):
+    for where in ("gemm_tma/bfloat16/_gemm_kernel", "gemm_tma_fused/bfloat16/_gemm_kernel_e0"):
+        sass = rows[where]["sass"]
+        assert any(k.startswith("UTMALDG") for k in sass) and sass.get("HGMMA"), f"{where}: {sass}"
+    assert not any(k.startswith("UTMALDG") for k in rows["gemm/bfloat16/_gemm_kernel"]["sass"])
 
 
 def test_the_fused_epilogue_reads_its_operand_with_vector_loads(rows):

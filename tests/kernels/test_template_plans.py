@@ -99,7 +99,7 @@ def test_every_tuner_knob_is_part_of_the_plan_state():
     for knob, space in every.items():
         if knob.startswith("CONV_"):
             states = (ns["_conv_knobs"],)
-        elif knob.startswith("GEMV_") or knob == "GROUP_M":
+        elif knob.startswith("GEMV_") or knob in ("GROUP_M", "USE_TMA"):
             states = (ns["_gemm_knobs"],)
         else:
             states = (ns["_gemm_knobs"], ns["_conv_knobs"])
@@ -109,3 +109,36 @@ def test_every_tuner_knob_is_part_of_the_plan_state():
             ns[knob] = next(v for v in space if v != old)
             assert state() != before, f"{knob} is not in {state.__name__}()"
             ns[knob] = old
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16_bit_matmuls_with_aligned_rows_read_through_tma(dtype):
+    """USE_TMA: a 16-bit GEMM whose rows start on 16-byte boundaries loads A and B through TMA descriptors
+    (B as it is, or through its transpose: a Linear's weight), edges zero-filled; rows TMA cannot read
+    (an odd row stride), float32 and USE_TMA = 0 keep the pointer kernel. Same products either way."""
+    ns = _template()
+    g = _g(2)
+    a = torch.randn(70, 64, generator=g).to(dtype)
+    b = torch.randn(64, 40, generator=g).to(dtype)
+    weight = torch.randn(40, 64, generator=g).to(dtype)
+    bias = torch.randn(40, generator=g).to(dtype)
+    odd = torch.randn(70, 71, generator=g).to(dtype)[:, :64]  # rows 142 bytes apart
+
+    def run(x, y, **kw):
+        ns["_PLANS"].clear()
+        got = ns["_gemm"](x, y, bias, **kw)
+        (plan,) = ns["_PLANS"].values()
+        # products of 16-bit values summed in float32, rounded once to the dtype
+        torch.testing.assert_close(got.float(), torch.addmm(bias.float(), x.float(), y.float()).to(dtype).float(),
+                                   rtol=0, atol=float(torch.finfo(dtype).eps) * 32)
+        return plan
+
+    assert run(a, b)["meta"]["TMA"] and not run(a, b)["meta"]["B_T"]
+    plan = run(a, weight.t())
+    assert plan["meta"]["TMA"] and plan["meta"]["B_T"]
+    assert not run(odd, b)["meta"]["TMA"]
+    ns["USE_TMA"] = 0
+    assert not run(a, b)["meta"]["TMA"]
+    ns["USE_TMA"] = 1
+    float_plan = run(a.float(), b.float())
+    assert not float_plan["meta"]["TMA"]

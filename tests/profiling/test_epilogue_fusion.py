@@ -153,6 +153,30 @@ def test_the_fused_epilogue_on_the_16_bit_tile_with_ragged_edges(tmp_path):
     torch.testing.assert_close(got.float(), want, atol=0.08, rtol=0.02)
 
 
+def test_the_fused_epilogue_on_tma_loaded_tiles(tmp_path):
+    """Rows on 16-byte boundaries: the fused kernel loads A and a Linear's weight through TMA (USE_TMA) and
+    runs the same epilogue; its result matches the pointer kernel's."""
+    created, _ = _extract(_profile("res", LinearGeluResidual(), [torch.randn(2, 3, 16), torch.randn(2, 3, 40)]),
+                          tmp_path)
+    (task,) = _generated(created, "matmul")
+    kernel = _load(task / "kernel.py", "kernel_res_tma")
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(300, 64, generator=g).half()
+    weight = torch.randn(200, 64, generator=g).half()
+    bias = torch.randn(200, generator=g).half()
+    residual = torch.randn(300, 200, generator=g).half()
+    fused = dict(kernel=kernel._gemm_kernel_e0, epilogue=((residual, (300, 200)),))
+    got = kernel._gemm(a, weight.t(), bias, **fused)
+    plans = [p for p in kernel._PLANS.values() if not p["gemv"]]
+    assert [p["meta"]["TMA"] and p["meta"]["B_T"] for p in plans] == [True]
+    kernel.USE_TMA = 0
+    pointers = kernel._gemm(a, weight.t(), bias, **fused)
+    assert not [p for p in kernel._PLANS.values() if p is not plans[0]][0]["meta"]["TMA"]
+    torch.testing.assert_close(got, pointers, atol=2e-3, rtol=2e-3)
+    want = F.gelu(torch.addmm(bias.float(), a.float(), weight.t().float())) + residual.float()
+    torch.testing.assert_close(got.float(), want, atol=0.08, rtol=0.02)
+
+
 def test_a_bias_of_many_rows_is_added_in_the_epilogue():
     """addmm with an (M, N) or (M, 1) bias raised "a bias with more than one row is not written"; it is
     now read with its own strides (a (1, N) row keeps the one-row load, a vector product its split-K)."""
