@@ -137,34 +137,33 @@ def test_the_chain_runs_in_the_gemms_epilogue_and_matches_the_model(case, tmp_pa
                                    msg=lambda m: f"FUSE_EPILOGUE={fuse} CONV_CHANNELS_LAST={channels_last}: {m}")
 
 
-def test_the_fused_epilogue_on_the_16_bit_tile_with_ragged_edges(tmp_path):
-    """The Hopper-sized tile (128 x 128) over 300 x 200, the residual added in float32 in registers."""
+def _residual_gemm(tmp_path, tag, k, seed):
+    """The generated task of Linear -> GELU -> + residual: its kernel module, and fp16 operands for a
+    300 x 200 output over ``k``: A, the Linear's weight [200, k], the bias, the residual."""
     created, _ = _extract(_profile("res", LinearGeluResidual(), [torch.randn(2, 3, 16), torch.randn(2, 3, 40)]),
                           tmp_path)
     (task,) = _generated(created, "matmul")
-    kernel = _load(task / "kernel.py", "kernel_res16")
-    g = torch.Generator().manual_seed(0)
-    a = torch.randn(300, 70, generator=g).half()
-    b = torch.randn(70, 200, generator=g).half()
-    bias = torch.randn(200, generator=g).half()
-    residual = torch.randn(300, 200, generator=g).half()
+    g = torch.Generator().manual_seed(seed)
+    operands = [torch.randn(*size, generator=g).half() for size in ((300, k), (200, k), (200,), (300, 200))]
+    return _load(task / "kernel.py", tag), operands
+
+
+def _gelu_residual(a, b, bias, residual):
+    return F.gelu(torch.addmm(bias.float(), a.float(), b.float())) + residual.float()
+
+
+def test_the_fused_epilogue_on_the_16_bit_tile_with_ragged_edges(tmp_path):
+    """The Hopper-sized tile (128 x 128) over 300 x 200, the residual added in float32 in registers."""
+    kernel, (a, weight, bias, residual) = _residual_gemm(tmp_path, "kernel_res16", 70, 0)
+    b = weight.t().contiguous()
     got = kernel._gemm(a, b, bias, kernel=kernel._gemm_kernel_e0, epilogue=((residual, (300, 200)),))
-    want = F.gelu(torch.addmm(bias.float(), a.float(), b.float())) + residual.float()
-    torch.testing.assert_close(got.float(), want, atol=0.08, rtol=0.02)
+    torch.testing.assert_close(got.float(), _gelu_residual(a, b, bias, residual), atol=0.08, rtol=0.02)
 
 
 def test_the_fused_epilogue_on_tma_loaded_tiles(tmp_path):
     """Rows on 16-byte boundaries: the fused kernel loads A and a Linear's weight through TMA (USE_TMA) and
     runs the same epilogue; its result matches the pointer kernel's."""
-    created, _ = _extract(_profile("res", LinearGeluResidual(), [torch.randn(2, 3, 16), torch.randn(2, 3, 40)]),
-                          tmp_path)
-    (task,) = _generated(created, "matmul")
-    kernel = _load(task / "kernel.py", "kernel_res_tma")
-    g = torch.Generator().manual_seed(1)
-    a = torch.randn(300, 64, generator=g).half()
-    weight = torch.randn(200, 64, generator=g).half()
-    bias = torch.randn(200, generator=g).half()
-    residual = torch.randn(300, 200, generator=g).half()
+    kernel, (a, weight, bias, residual) = _residual_gemm(tmp_path, "kernel_res_tma", 64, 1)
     fused = dict(kernel=kernel._gemm_kernel_e0, epilogue=((residual, (300, 200)),))
     got = kernel._gemm(a, weight.t(), bias, **fused)
     plans = [p for p in kernel._PLANS.values() if not p["gemv"]]
@@ -173,8 +172,7 @@ def test_the_fused_epilogue_on_tma_loaded_tiles(tmp_path):
     pointers = kernel._gemm(a, weight.t(), bias, **fused)
     assert not [p for p in kernel._PLANS.values() if p is not plans[0]][0]["meta"]["TMA"]
     torch.testing.assert_close(got, pointers, atol=2e-3, rtol=2e-3)
-    want = F.gelu(torch.addmm(bias.float(), a.float(), weight.t().float())) + residual.float()
-    torch.testing.assert_close(got.float(), want, atol=0.08, rtol=0.02)
+    torch.testing.assert_close(got.float(), _gelu_residual(a, weight.t(), bias, residual), atol=0.08, rtol=0.02)
 
 
 def test_a_bias_of_many_rows_is_added_in_the_epilogue():
