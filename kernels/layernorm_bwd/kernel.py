@@ -46,7 +46,8 @@ import triton.language as tl
 
 # Tunable knobs: module-level constants the offline tuner rewrites.
 ROW_BLOCK_ELEMS = 2048  # rows path: elements a program holds per step (rows x padded row width)
-NUM_WARPS = 4  # rows path: warps per ROW_BLOCK_ELEMS; a row wider than that gets proportionally more
+NUM_WARPS = 2  # rows path: warps per ROW_BLOCK_ELEMS; a row wider than that gets proportionally more (run 27's
+# tuner, H100 fp16: 4 -> 2 a confirmed 1.030x keep)
 # Rows path: each program's next row block prefetched by async copies while it computes this one, in up to
 # ROWS_STAGES - 1 shared-memory copies (as many as fit: _rows_stages). H100, run 24 (knob_sweep at
 # gpt2-small-b32, odd and large, every dtype): 3 over 1 took 16-bit 81 -> 65, 137 -> 109 and 392 -> 299 us,
@@ -69,7 +70,7 @@ SPLIT_STAGES = 1  # split path: 2+ prefetches each next row tile by async copies
 # shift (the rows r, r + VEC, ... share one), each shift class with its own dw and db partial rows. H100, run 26
 # at wide: 1 over 0: 318 vs 309 us fp16, 288 vs 309 bf16, 448 vs 517 fp32 (2.14x vs 2.01x eager geomean).
 WIDE_ALIGN = 1
-REDUCE_BLOCK_N = 64  # dw reduction: columns per program (run 26: with PROGRAMS_PER_SM above, 64 best or within 1%)
+REDUCE_BLOCK_N = 32  # dw reduction: columns per program (run 27's tuner, H100 fp16: 64 -> 32 a confirmed 1.019x keep)
 # dw reduction: partial rows summed per step (64 -> 128: 1.18x the whole backward, run 20's tuner, H100 fp16)
 REDUCE_BLOCK_P = 128
 REDUCE_NUM_WARPS = 4

@@ -109,31 +109,34 @@ def test_matmul_tile_config_per_shape():
     small = (ker.SMALL_BLOCK_M, ker.SMALL_BLOCK_N)
     assert big != small
     expected = {"square-4096": big, "llama7b-up": big, "llama7b-down": big,
-                "gpt2-qkv": big, "gpt2-mlp-down": small, "gpt2-lm-head": small, "gpt2-proj-b1": small,
+                "gpt2-qkv": big, "gpt2-mlp-down": small, "gpt2-lm-head": small, "gpt2-proj-b1": (ker.TINY_BLOCK_M, ker.TINY_BLOCK_N),
                 "odd": big}
     got = {s.name: ker.config_16bit(s.dims["M"], s.dims["N"], s.dims["K"], 132)[:2] for s in spec.shapes}
     assert got == expected
-    # The CPU test shapes reach both configs, so the interpreter and the sm_90 compile check cover both.
+    # The CPU test shapes reach every config, so the interpreter and the sm_90 compile check cover them all.
     cpu = {ker.config_16bit(s.dims["M"], s.dims["N"], s.dims["K"], ker._num_sms(torch.device("cpu")))[:2]
            for s in spec.test_shapes}
-    assert cpu == {big, small}
+    assert cpu == {big, small, (ker.TINY_BLOCK_M, ker.TINY_BLOCK_N)}
 
 
 def test_matmul_tiny_tiles_where_small_ones_leave_sms_idle(tmp_path):
-    # TINY_MAX_FILL_PCT > 0: a problem whose small tiles busy too few SMs (GPT-2's 1024 x 768 x 768: 48 of
-    # 132) takes the tiny tiles, and they compute the same product (the interpreter has 2 "SMs": one small
-    # tile of a test shape is under half of them at 100%).
-    task = _broken_copy(tmp_path, "matmul", "\nTINY_MAX_FILL_PCT = 0", "\nTINY_MAX_FILL_PCT = 100")
-    ker = sc.load_module(task / "kernel.py", "tiny")
+    # A problem whose small tiles busy too few SMs (GPT-2's 1024 x 768 x 768: 48 of 132) takes the tiny
+    # tiles, and they compute the same product (the interpreter has 2 "SMs": one small tile of a test
+    # shape is under all of them); TINY_MAX_FILL_PCT = 0 turns them off.
+    spec = load_spec(REPO / "kernels" / "matmul")
+    ker = sc.load_module(spec.path / "kernel.py", "tiny")
     tiny = (ker.TINY_BLOCK_M, ker.TINY_BLOCK_N)
+    assert tiny != (ker.SMALL_BLOCK_M, ker.SMALL_BLOCK_N)
     assert ker.config_16bit(1024, 768, 768, 132)[:2] == tiny
     assert ker.config_16bit(3000, 5000, 1000, 132)[:2] == (ker.BLOCK_M, ker.BLOCK_N)
-    shapes = [s for s in load_spec(task).test_shapes
-              if ker.config_16bit(s.dims["M"], s.dims["N"], s.dims["K"], 2)[:2] == tiny]
+    shapes = [s for s in spec.test_shapes if ker.config_16bit(s.dims["M"], s.dims["N"], s.dims["K"], 2)[:2] == tiny]
     assert shapes, "no test shape reaches the tiny tiles"
     for dtype in ("float16", "bfloat16"):
-        row = sc.check_case(task, dtype, shapes[0], "cpu", tag="tiny")
+        row = sc.check_case(spec.path, dtype, shapes[0], "cpu", tag="tiny")
         assert row["kernel"]["passed"], row["kernel"]["why"]
+    off = sc.load_module(_broken_copy(tmp_path, "matmul", "\nTINY_MAX_FILL_PCT = 100", "\nTINY_MAX_FILL_PCT = 0")
+                         / "kernel.py", "tiny_off")
+    assert off.config_16bit(1024, 768, 768, 132)[:2] == (off.SMALL_BLOCK_M, off.SMALL_BLOCK_N)
 
 
 def test_unwritten_rows_are_caught(tmp_path):
