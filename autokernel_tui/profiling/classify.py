@@ -140,11 +140,17 @@ KERNEL_RULES: list[tuple[re.Pattern, str]] = [(re.compile(p, re.I), f) for p, f 
     (r"elementwise|triton_poi_|vectorized|unrolled", "elementwise"),
 ]]
 
-_LABEL = re.compile(r"^autokernel::(?P<family>[a-z_0-9]+)(\[(?P<dims>[^\]]*)\])?$")
+# A label, or a starter's torch custom op (patch.as_custom_op: ``autokernel::<family>_<12 hex>``, its
+# ``_saved`` and ``_bwd`` ops): in a traced graph the op is all a profile sees of the family, the
+# module's own label being dropped with the graph's profiler ranges (run 26-27's ViT: layernorm "n/a")
+_LABEL = re.compile(r"^autokernel::(?P<family>[a-z_0-9]+?)(?P<op>_[0-9a-f]{12}(_saved)?(?P<bwd>_bwd)?)?"
+                    r"(\[(?P<dims>[^\]]*)\])?$")
 
 
 def parse_label(name: str) -> tuple[str, dict] | None:
-    """``autokernel::rotary[B=1,S=8,H=4,D=64]`` -> ("rotary", {"B": 1, ...}); None if not a label."""
+    """``autokernel::rotary[B=1,S=8,H=4,D=64]`` -> ("rotary", {"B": 1, ...}); a starter's custom op
+    ``autokernel::layernorm_0123456789ab`` -> ("layernorm", {}), its backward op ("layernorm_backward", {});
+    None if neither."""
     m = _LABEL.match(name)
     if not m:
         return None
@@ -152,7 +158,7 @@ def parse_label(name: str) -> tuple[str, dict] | None:
     for part in filter(None, (m.group("dims") or "").split(",")):
         key, _, value = part.partition("=")
         dims[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
-    return m.group("family"), dims
+    return m.group("family") + ("_backward" if m.group("bwd") else ""), dims
 
 
 def op_family(name: str) -> str | None:

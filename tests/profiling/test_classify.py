@@ -141,3 +141,24 @@ def test_labels_carry_their_dims():
                                                                                     "approximate": "tanh"})
     assert parse_label("autokernel::matmul") == ("matmul", {})
     assert parse_label("aten::mm") is None
+
+
+def test_a_starters_custom_op_is_its_familys_label():
+    """In a traced graph a starter runs as a torch custom op (patch.as_custom_op) and the module's own
+    label is dropped with the graph's profiler ranges: the op's name must say the family, or a profile of
+    the patched model charges its kernels to "layernorm_<hash>" (run 26-27's ViT: layernorm "n/a")."""
+    import torch
+
+    from autokernel_tui.profiling import patch
+
+    def fn(x, weight, bias, eps):
+        return torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps)
+
+    before = set(patch._OPS)
+    patch.as_custom_op("layernorm", fn)
+    (name,) = set(patch._OPS) - before
+    assert parse_label(name) == ("layernorm", {})
+    assert classify_detail("_layernorm_rows", ["aten::view", name])[0] == "layernorm"
+    assert parse_label(f"{name}_saved") == ("layernorm", {})
+    assert parse_label(f"{name}_bwd") == ("layernorm_backward", {})
+    assert parse_label("autokernel::add_rmsnorm") == ("add_rmsnorm", {})  # a family with "_" stays whole
