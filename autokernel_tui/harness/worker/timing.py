@@ -249,8 +249,9 @@ def time_graph(fn: Callable, inputs: tuple, calls: int = 20, replays: int = 20) 
 def time_fresh(fn: Callable, fresh: Callable[[], tuple], flush: L2Flusher | None, reps: int | None = None,
                batch_size: Callable[[int], int] | None = None) -> Samples:
     """Time a trusted function as the judge times its baselines: ``warm_up`` on one input set,
-    then (unless ``reps`` is given) one probe rep whose time sizes the run with ``reps_for``
-    (``CPU_REPS`` on the CPU), then batches of ``time_reps``, each rep on its own fresh set.
+    then (on a GPU) one probe rep whose host time sizes the first batch's lead and, unless ``reps`` is
+    given, whose time sizes the run with ``reps_for`` (``CPU_REPS`` on the CPU), then batches of
+    ``time_reps``, each rep on its own fresh set.
 
     ``fresh()`` returns a new input set on every call; ``batch_size(reps)`` bounds how many sets
     (and their outputs) are alive at once (default: all of them). The GPU's lead before each call
@@ -260,13 +261,14 @@ def time_fresh(fn: Callable, fresh: Callable[[], tuple], flush: L2Flusher | None
     """
     warm_up(fn, fresh())
     lead = 0.0  # the GPU's lead before each call: from the host time of the calls seen so far (``lead_for``)
-    if reps is None:
-        if flush is None:
-            reps = CPU_REPS
-        else:
-            probe, _ = time_reps(fn, [fresh()], flush)
-            reps = reps_for(probe.median)
-            lead = lead_for(probe.host_us)
+    if flush is not None:
+        # the probe sizes the first batch's lead even where the rep count is given (the in-window baselines):
+        # led by nothing, each of that batch's calls was timed with the GPU waiting on the host's launch
+        probe, _ = time_reps(fn, [fresh()], flush)
+        lead = lead_for(probe.host_us)
+        reps = reps_for(probe.median) if reps is None else reps
+    elif reps is None:
+        reps = CPU_REPS
     size = max(1, batch_size(reps)) if batch_size is not None else reps
     times: list[float] = []
     host: list[float] = []
