@@ -36,6 +36,14 @@ MAX_REGS = 128
 # Launch order: programs go out in groups of HEAD_GROUP (batch, head) pairs; inside a group the
 # heaviest query blocks of all its heads go first, the lightest last. 1 = one head at a time.
 HEAD_GROUP = 16
+# Heads of SMALL_HEAD_DIM dims or fewer (GPT-2, BERT, ViT-B: 64) take their own tiles: the knobs above were
+# tuned at LLaMA-7B's 128-dim heads, where a Q tile and two K/V stages fill far more shared memory and registers.
+SMALL_HEAD_DIM = 64  # 0: every head dim takes the knobs above
+SMALL_HEAD_BLOCK_M = 128
+SMALL_HEAD_BLOCK_N = 64
+SMALL_HEAD_NUM_WARPS = 8
+SMALL_HEAD_NUM_STAGES = 2
+SMALL_HEAD_MAX_REGS = 128
 
 _SMEM_BYTES = 227 * 1024 - 16 * 1024  # Hopper's per-block limit, less room for reduction scratch and barriers
 # Triton 3.7's CPU interpreter multiplies bf16 tiles as raw bits: widen them there (never on a GPU).
@@ -202,10 +210,16 @@ def _tma_ok(*tensors) -> bool:
                for t in tensors)
 
 
-def _stages_that_fit(head_dim: int, elem: int) -> int:
+def _tiles(head_dim: int) -> tuple:
+    """(BLOCK_M, BLOCK_N, warps, stages, register cap) for heads of this many dims."""
+    if head_dim <= SMALL_HEAD_DIM:
+        return SMALL_HEAD_BLOCK_M, SMALL_HEAD_BLOCK_N, SMALL_HEAD_NUM_WARPS, SMALL_HEAD_NUM_STAGES, SMALL_HEAD_MAX_REGS
+    return BLOCK_M, BLOCK_N, NUM_WARPS, NUM_STAGES, MAX_REGS
+
+
+def _stages_that_fit(stages: int, block_m: int, block_n: int, head_dim: int, elem: int) -> int:
     # Q tile once, K and V tiles once per stage.
-    stages = NUM_STAGES
-    while stages > 1 and (BLOCK_M + 2 * stages * BLOCK_N) * head_dim * elem > _SMEM_BYTES:
+    while stages > 1 and (block_m + 2 * stages * block_n) * head_dim * elem > _SMEM_BYTES:
         stages -= 1
     return stages
 
@@ -222,7 +236,8 @@ def _knobs() -> tuple:
     """Everything a plan is computed from besides the inputs: the knobs and the kernels it binds. A plan
     made under other values (a knob set in place, as knob_sweep.py and the tests do) is made again."""
     return (
-        BLOCK_M, BLOCK_N, NUM_WARPS, NUM_STAGES, USE_TMA, MAX_REGS, HEAD_GROUP, _SMEM_BYTES, _INTERPRETED,
+        BLOCK_M, BLOCK_N, NUM_WARPS, NUM_STAGES, USE_TMA, MAX_REGS, HEAD_GROUP, SMALL_HEAD_DIM, SMALL_HEAD_BLOCK_M,
+        SMALL_HEAD_BLOCK_N, SMALL_HEAD_NUM_WARPS, SMALL_HEAD_NUM_STAGES, SMALL_HEAD_MAX_REGS, _SMEM_BYTES, _INTERPRETED,
         _flash_fwd, _flash_fwd_tma,
     )
 
@@ -235,19 +250,20 @@ def _plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, made_under: tuple, 
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if d not in (16, 32, 64, 128, 256):
         raise ValueError(f"flash_attention: head dim {d} is not supported (16, 32, 64, 128, 256)")
-    n_m_blocks = triton.cdiv(s, BLOCK_M)
+    block_m, block_n, warps, stages, max_regs = _tiles(d)
+    n_m_blocks = triton.cdiv(s, block_m)
     qk_scale = 1.4426950408889634 / math.sqrt(d)  # log2(e) / sqrt(D): exp2 of scaled logits
     widen = _INTERPRETED and q.dtype == torch.bfloat16
-    stages = _stages_that_fit(d, q.element_size())
+    stages = _stages_that_fit(stages, block_m, block_n, d, q.element_size())
     grid = (n_m_blocks * b * h,)
-    launch_extra = {"maxnreg": MAX_REGS} if MAX_REGS and not _INTERPRETED else {}
-    meta = dict(HEAD_DIM=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, WIDEN=widen, HEAD_GROUP=HEAD_GROUP,
-                STORE_LSE=store_lse, num_warps=NUM_WARPS, num_stages=stages, **launch_extra)
+    launch_extra = {"maxnreg": max_regs} if max_regs and not _INTERPRETED else {}
+    meta = dict(HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, WIDEN=widen, HEAD_GROUP=HEAD_GROUP,
+                STORE_LSE=store_lse, num_warps=warps, num_stages=stages, **launch_extra)
     o_strides = (h * s * d, s * d, d, 1)  # o is allocated contiguous
     if USE_TMA and _tma_ok(q, k, v):
         return _Plan(made_under, _flash_fwd_tma[grid], grid, (qk_scale, h, kvh, h // kvh, s, n_m_blocks, b * h,
                                                                *o_strides),
-                     meta, True, ([b * h * s, d], [d, 1], [BLOCK_M, d]), ([b * kvh * s, d], [d, 1], [BLOCK_N, d]))
+                     meta, True, ([b * h * s, d], [d, 1], [block_m, d]), ([b * kvh * s, d], [d, 1], [block_n, d]))
     return _Plan(made_under, _flash_fwd[grid], grid, (qk_scale, h, h // kvh, s, n_m_blocks, b * h, *q.stride(),
                                                       *k.stride(), *v.stride(), *o_strides),
                  meta, False, None, None)

@@ -19,10 +19,12 @@ TASK = REPO / "kernels" / "flash_attention"
 
 
 def with_knobs(tmp_path: Path, **knobs) -> Path:
-    """A copy of the task whose kernel.py has the given knob values, as the tuner writes them."""
+    """A copy of the task whose kernel.py has the given knob values, as the tuner writes them. Unless a test
+    names SMALL_HEAD_DIM, it is 0: every head dim then takes the main knobs the test sets."""
     dst = tmp_path / "flash_attention"
     shutil.copytree(TASK, dst)
     src = (dst / "kernel.py").read_text()
+    knobs.setdefault("SMALL_HEAD_DIM", 0)
     for name, value in knobs.items():
         src, n = re.subn(rf"^{name} = \d+", f"{name} = {value}", src, flags=re.M)
         assert n == 1, name
@@ -70,15 +72,30 @@ def test_causality_later_keys_never_leak():
 
 def test_pipeline_depth_is_lowered_to_fit_shared_memory():
     ker = sc.load_module(TASK / "kernel.py", "fa-smem")
-    saved = ker.BLOCK_M, ker.BLOCK_N, ker.NUM_STAGES
-    try:
-        ker.BLOCK_M, ker.BLOCK_N, ker.NUM_STAGES = 128, 128, 4
-        stages = ker._stages_that_fit(128, 2)
-        assert 1 <= stages < 4
-        assert (128 + 2 * stages * 128) * 128 * 2 <= 227 * 1024 - 16 * 1024  # with room for scratch
-        assert ker._stages_that_fit(64, 2) == 4  # head dim 64 fits all four stages
-    finally:
-        ker.BLOCK_M, ker.BLOCK_N, ker.NUM_STAGES = saved
+    stages = ker._stages_that_fit(4, 128, 128, 128, 2)
+    assert 1 <= stages < 4
+    assert (128 + 2 * stages * 128) * 128 * 2 <= 227 * 1024 - 16 * 1024  # with room for scratch
+    assert ker._stages_that_fit(4, 128, 128, 64, 2) == 4  # head dim 64 fits all four stages
+
+
+def test_small_heads_take_their_own_tiles():
+    # GPT-2's 64-dim heads take the SMALL_HEAD_* knobs, LLaMA's 128-dim ones the main knobs; 0 turns it off.
+    ker = sc.load_module(TASK / "kernel.py", "fa-tiers")
+    small = (ker.SMALL_HEAD_BLOCK_M, ker.SMALL_HEAD_BLOCK_N, ker.SMALL_HEAD_NUM_WARPS, ker.SMALL_HEAD_NUM_STAGES,
+             ker.SMALL_HEAD_MAX_REGS)
+    main = (ker.BLOCK_M, ker.BLOCK_N, ker.NUM_WARPS, ker.NUM_STAGES, ker.MAX_REGS)
+    assert ker.SMALL_HEAD_DIM == 64
+    assert ker._tiles(64) == ker._tiles(32) == small and ker._tiles(128) == main
+
+
+@pytest.mark.parametrize("block_m,block_n,tma", [(64, 128, 1), (128, 32, 0), (64, 64, 1)])
+def test_small_head_tiles_stay_correct(tmp_path, block_m, block_n, tma):
+    # The SMALL_HEAD_* tiles at a 64-dim head, several query blocks and a sequence end inside a block
+    task = with_knobs(tmp_path, SMALL_HEAD_DIM=64, SMALL_HEAD_BLOCK_M=block_m, SMALL_HEAD_BLOCK_N=block_n,
+                      SMALL_HEAD_NUM_STAGES=3, USE_TMA=tma, BLOCK_M=16, BLOCK_N=16)  # main tiles unused here
+    shape = Shape("small-head", {"B": 2, "H": 4, "KVH": 2, "S": 150, "D": 64})
+    row = sc.check_case(task, "bfloat16", shape, "cpu", tag=f"fa-small{block_m}x{block_n}t{tma}")
+    assert row["kernel"]["passed"], row["kernel"]["why"]
 
 
 @pytest.mark.parametrize("q_shape,kv_shape,message", [
