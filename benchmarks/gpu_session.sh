@@ -18,7 +18,7 @@
 #              with and without the starters), the kernels chosen to ship, a per-kernel profile of each
 #              mode; `e2e bwd`: and the backward starters' gradient checks
 #   train:     `verify --train` of one model (gpt2 or llama) in every mode, a call of its own
-#   launch:    host us per call of every forward starter and its time in a CUDA graph (issue 21),
+#   launch:    host us per call of every starter (backward: against autograd's backward alone) and its time in a CUDA graph (issues 21, 20),
 #              and the nine backward starters' gradient checks at full default shapes (issue 20)
 #   bwdcheck:  the backward starters' gradient checks at full default shapes (all nine, or TASKS)
 #   agreement: two cold `bench` runs per starter (fresh process and cache each) against each other, and

@@ -1,6 +1,8 @@
-"""Host cost per call of each forward starter's kernel_fn beside its eager reference (issue 21).
+"""Host cost per call of each starter's kernel_fn beside its eager counterpart (issues 21 and 20).
 
-For every forward task at its smallest default shape (fewest bytes moved), in one dtype:
+For every task at its smallest default shape (fewest bytes moved), in one dtype; eager is a forward
+task's reference, and for a backward task autograd's backward alone, its forward run off the clock (what
+a training step pays for that backward; ``BackwardReference.backward_only``):
 
   * host us: the Python call's wall time with the GPU kept busy ahead of it (the harness's own
     timer, ``timing.time_reps``: a GPU spin and an L2 flush queued before each call, so the call
@@ -37,6 +39,7 @@ if __package__ in (None, ""):  # run as a file: the repository's packages before
 import torch  # noqa: E402
 
 from autokernel_tui.harness import stats  # noqa: E402
+from autokernel_tui.harness.worker.reference import BackwardReference  # noqa: E402
 from autokernel_tui.harness.worker.timing import (  # noqa: E402
     L2Flusher, time_as_called, time_graph, time_reps, warm_up)
 from autokernel_tui.tasks.spec import load_spec  # noqa: E402
@@ -79,6 +82,14 @@ def host_us(fn, inputs: tuple, reps: int, flush: L2Flusher) -> dict:
             "device_median_us": samples.median}
 
 
+def eager_call(ref, inputs: tuple) -> tuple:
+    """(fn, its inputs): the eager counterpart of a task's kernel_fn on ``inputs``."""
+    if isinstance(ref, BackwardReference):
+        prepare, run = ref.backward_only()
+        return run, prepare(inputs)
+    return ref.reference, inputs
+
+
 def measure(task_dir: Path, dtype_name: str | None, reps: int, flush: L2Flusher, graph_calls: int,
             at: str | None = None) -> dict:
     spec = load_spec(task_dir)
@@ -88,15 +99,16 @@ def measure(task_dir: Path, dtype_name: str | None, reps: int, flush: L2Flusher,
     ker = sc.load_module(task_dir / "kernel.py", "launch")
     shape = shape_at(spec, ref, dtype, at)
     inputs = sc.build_inputs(ref, shape.dims, dtype_name, "cuda", 0)
-    row = {"task": spec.name, "shape": shape.name, "dims": dict(shape.dims), "dtype": dtype_name}
+    eager, eager_inputs = eager_call(ref, inputs)
+    row = {"task": spec.name, "kind": spec.kind, "shape": shape.name, "dims": dict(shape.dims), "dtype": dtype_name}
     row["kernel"] = host_us(ker.kernel_fn, inputs, reps, flush)
-    row["eager"] = host_us(ref.reference, inputs, reps, flush)
+    row["eager"] = host_us(eager, eager_inputs, reps, flush)
     row["kernel"]["as_called_us"] = time_as_called(ker.kernel_fn, [inputs] * reps)
-    row["eager"]["as_called_us"] = time_as_called(ref.reference, [inputs] * reps)
+    row["eager"]["as_called_us"] = time_as_called(eager, [eager_inputs] * reps)
     row["plans"] = len(getattr(ker, "_PLANS", {})) if hasattr(ker, "_PLANS") else None
     if graph_calls:
         row["kernel"]["graph_us"] = time_graph(ker.kernel_fn, inputs, graph_calls)
-        row["eager"]["graph_us"] = time_graph(ref.reference, inputs, graph_calls)
+        row["eager"]["graph_us"] = time_graph(eager, eager_inputs, graph_calls)
     torch.cuda.synchronize()
     return row
 
@@ -106,18 +118,18 @@ def _graph_cell(v) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = (f"{'task':<16}{'shape':<18}{'dtype':<10}{'host us':>9}{'p20-p80':>14}{'eager host':>12}"
+    head = (f"{'task':<20}{'shape':<18}{'dtype':<10}{'host us':>9}{'p20-p80':>14}{'eager host':>12}"
             f"{'ratio':>7}{'as called':>11}{'eager':>8}{'plans':>7}{'graph':>9}{'eager gr':>9}{'gr x':>7}")
     lines = [head, "-" * len(head)]
     for r in rows:
         if "error" in r:
-            lines.append(f"{r['task']:<16}error: {r['error']}")
+            lines.append(f"{r['task']:<20}error: {r['error']}")
             continue
         k, e = r["kernel"], r["eager"]
         kg, eg = k.get("graph_us"), e.get("graph_us")
         both = isinstance(kg, (int, float)) and isinstance(eg, (int, float)) and kg > 0
         bound = " host-bound" if k["median_us"] > k["as_called_us"] * 0.9 else ""
-        lines.append(f"{r['task']:<16}{r['shape']:<18}{r['dtype']:<10}{k['median_us']:9.1f}"
+        lines.append(f"{r['task']:<20}{r['shape']:<18}{r['dtype']:<10}{k['median_us']:9.1f}"
                      f"{k['p20_us']:7.1f}-{k['p80_us']:<6.1f}{e['median_us']:12.1f}"
                      f"{k['median_us'] / e['median_us']:7.2f}{k['as_called_us']:11.1f}{e['as_called_us']:8.1f}"
                      f"{r['plans'] if r['plans'] is not None else '-':>7}{_graph_cell(kg)}{_graph_cell(eg)}"
@@ -129,7 +141,8 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tasks", default="", help="comma-separated task names (default: every forward task)")
+    ap.add_argument("--tasks", default="", help="comma-separated task names (default: every task)")
+    ap.add_argument("--kinds", default="forward,backward", help="which tasks: forward, backward or both")
     ap.add_argument("--dtype", default="bfloat16", help="dtype to time (a task without it takes its first)")
     ap.add_argument("--reps", type=int, default=200, help="timed calls per function")
     ap.add_argument("--graph-calls", type=int, default=20,
@@ -144,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sc.ensure_backend(smoke=False)
     only = [t for t in a.tasks.split(",") if t] or None
-    dirs = [d for d in sc.task_dirs(None, only) if load_spec(d).kind == "forward"]
+    kinds = set(a.kinds.split(","))
+    dirs = [d for d in sc.task_dirs(None, only) if load_spec(d).kind in kinds]
     flush = L2Flusher(torch.device("cuda"))
     extra = [tuple(item.split(":", 1)) for item in a.at.split(";") if ":" in item]
     by_name = {d.name: d for d in dirs}

@@ -362,3 +362,21 @@ def test_launch_cost_rows_at_named_shapes():
     with pytest.raises(ValueError, match="neither a shape of matmul"):
         at("matmul", "Q=3")
     assert lc.ISSUE_SHAPES == "flash_attention:gpt2-small"
+
+
+def test_launch_cost_times_a_backward_against_autograds_backward_alone():
+    """A backward task's eager counterpart in launch_cost.py is autograd's backward on a forward run off the
+    clock (what a training step pays for it), and it gives the same gradients as the task's reference."""
+    from benchmarks import launch_cost as lc, starters_check as sc
+    from autokernel_tui.tasks.spec import load_spec
+
+    spec = load_spec(REPO / "kernels" / "layernorm_bwd")
+    ref = sc.load_reference(spec.path, "lc-bwd")
+    inputs = sc.build_inputs(ref, {"M": 5, "N": 24}, "float32", "cpu", 0)
+    fn, prepared = lc.eager_call(ref, inputs)
+    assert fn is not ref.reference and len(prepared) == 2 + len(spec.grad_inputs)
+    for got, want in zip(fn(*prepared), ref.reference(*inputs)):
+        torch.testing.assert_close(got, want)
+    fwd = sc.load_reference(REPO / "kernels" / "layernorm", "lc-fwd")
+    x = sc.build_inputs(fwd, {"M": 5, "N": 24}, "float32", "cpu", 0)
+    assert lc.eager_call(fwd, x) == (fwd.reference, x)
