@@ -54,14 +54,15 @@ MIN_WAVE_FILL_PCT = 85  # ...and so do shapes whose big tiles fill the SM waves 
 # Tiny problems (GPT-2's 1024 x 768 x 768: 48 small tiles on 132 SMs) take smaller tiles still, when the
 # small config's tiles would busy fewer than TINY_MAX_FILL_PCT % of the SMs (0: never). Run 27 (H100,
 # knob_sweep at gpt2-proj-b1, bf16): 64 x 128 tiles, 4 warps, 10.4 -> 8.8 us (0.76x -> 0.90x cuBLAS);
-# 64 x 64 were slower (11.0-12.2 us).
+# 64 x 64 were slower (11.0-12.2 us). Run 28 (H100, 64 combinations): K steps of 128 and one program per
+# tile, 1.070x those (0.89x -> 0.95x cuBLAS by the harness timer; in a CUDA graph 5.1 us against 4.7).
 TINY_BLOCK_M = 64
 TINY_BLOCK_N = 128
-TINY_BLOCK_K = 64
+TINY_BLOCK_K = 128
 TINY_NUM_WARPS = 4
 TINY_NUM_STAGES = 4
 TINY_MAX_FILL_PCT = 100
-TINY_PROGRAMS_PER_SM = 1  # 0: one program per tile (tiles past one per SM share SMs instead of queueing)
+TINY_PROGRAMS_PER_SM = 0  # 0: one program per tile (tiles past one per SM share SMs instead of queueing)
 # Tunable knobs (fp32 inputs).
 FP32_BLOCK_M = 128
 FP32_BLOCK_N = 64

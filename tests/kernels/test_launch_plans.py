@@ -33,7 +33,7 @@ CASES = {
     "add_rmsnorm": ("float16", {"M": 4, "N": 64}, {"M": 6, "N": 64}, ("NUM_WARPS", 2)),
     "matmul": ("float16", {"M": 8, "N": 16, "K": 16}, {"M": 24, "N": 16, "K": 16}, ("GROUP_M", 4)),
     "flash_attention": ("float16", {"B": 1, "H": 2, "KVH": 1, "S": 9, "D": 16},
-                        {"B": 1, "H": 2, "KVH": 1, "S": 13, "D": 16}, ("SMALL_HEAD_BLOCK_M", 64)),
+                        {"B": 1, "H": 2, "KVH": 1, "S": 13, "D": 16}, ("SMALL_HEAD_BLOCK_M", 128)),
 }
 
 

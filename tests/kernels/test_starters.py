@@ -134,10 +134,13 @@ def test_matmul_tiny_tiles_where_small_ones_leave_sms_idle(tmp_path):
     for dtype in ("float16", "bfloat16"):
         row = sc.check_case(spec.path, dtype, shapes[0], "cpu", tag="tiny")
         assert row["kernel"]["passed"], row["kernel"]["why"]
-    # One program per tile (TINY_PROGRAMS_PER_SM = 0): more tiles than programs' SMs, the same product.
-    per_tile = _broken_copy(tmp_path / "per_tile", "matmul", "\nTINY_PROGRAMS_PER_SM = 1", "\nTINY_PROGRAMS_PER_SM = 0")
-    assert sc.load_module(per_tile / "kernel.py", "tiny_per_tile").config_16bit(1024, 768, 768, 132)[6] == 0
-    row = sc.check_case(per_tile, "bfloat16", shapes[0], "cpu", tag="tiny_per_tile")
+    # The other way of spreading tiny tiles (TINY_PROGRAMS_PER_SM: 0 one program per tile, 1 persistent,
+    # one per SM), the same product.
+    other = 1 - ker.TINY_PROGRAMS_PER_SM
+    flipped = _broken_copy(tmp_path / "flipped", "matmul", f"\nTINY_PROGRAMS_PER_SM = {ker.TINY_PROGRAMS_PER_SM}",
+                           f"\nTINY_PROGRAMS_PER_SM = {other}")
+    assert sc.load_module(flipped / "kernel.py", "tiny_flipped").config_16bit(1024, 768, 768, 132)[6] == other
+    row = sc.check_case(flipped, "bfloat16", shapes[0], "cpu", tag="tiny_flipped")
     assert row["kernel"]["passed"], row["kernel"]["why"]
     off = sc.load_module(_broken_copy(tmp_path, "matmul", "\nTINY_MAX_FILL_PCT = 100", "\nTINY_MAX_FILL_PCT = 0")
                          / "kernel.py", "tiny_off")
