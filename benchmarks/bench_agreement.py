@@ -112,6 +112,13 @@ def main(argv: list[str] | None = None) -> int:
         device, quick, tasks = "cpu", True, ["rmsnorm"]
     results = []
     work = Path(tempfile.mkdtemp(prefix="bench-agreement-"))
+
+    def save() -> str:  # after every task: a run cut short (run 28: the device call's limit) keeps what it finished
+        shown = next((r["device"] for r in results if r.get("device")), device)
+        if args.json:
+            args.json.write_text(json.dumps({"device": shown, "results": results}, indent=1))
+        return shown
+
     try:
         for name in tasks:
             task = starters_dir() / name
@@ -120,16 +127,16 @@ def main(argv: list[str] | None = None) -> int:
             except (RuntimeError, subprocess.TimeoutExpired) as exc:
                 results.append({"task": name, "error": str(exc)[:300]})
                 print(f"{name}: {exc}", flush=True)
+                save()
                 continue
             results.append({"task": name, "statuses": [r.get("status") for r in reports], "rows": agreement(reports),
                             "device": reports[0].get("device", device)})
             print(f"{name}: {len(reports)} cold runs, {', '.join(r.get('status', '?') for r in reports)}", flush=True)
+            save()
+            print(table(results[-1:], reports[0].get("device", device)), flush=True)  # its rows now, not only at the end
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    shown = next((r["device"] for r in results if r.get("device")), device)
-    if args.json:
-        args.json.write_text(json.dumps({"device": shown, "results": results}, indent=1))
-    print(table(results, shown))
+    print(table(results, save()))
     return 0 if results and all("error" not in r for r in results) else 1
 
 
