@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                             "device": reports[0].get("device", device)})
             print(f"{name}: {len(reports)} cold runs, {', '.join(r.get('status', '?') for r in reports)}", flush=True)
             save()
-            print(table(results[-1:], reports[0].get("device", device)), flush=True)  # its rows now, not only at the end
+            print(table(results[-1:], reports[0].get("device", device)), flush=True)  # its rows now, not at the end
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(table(results, save()))

@@ -206,13 +206,12 @@ sweep)
     # Any starter's knobs: `sweep TASK SHAPES KNOB=v1,v2 [KNOB=...]`, e.g. `sweep softmax_bwd llama7b-vocab,gpt2-vocab
     # MAX_FUSED_N=8192,32768 LOOP_BYTES_PER_THREAD=16,32,64` (run 19 set 32768 and 32 from such a sweep).
     # DTYPES=bfloat16 (env): those dtypes only. APPLY_BEST=1: the winner (by 1%) is written into this copy's kernel.py,
-    # so a later part of the same call (`launch fwd`, say) runs with it.
+    # so a later part of the same call (`launch fwd`, say) runs with it; the log's last line names what it wrote.
     task=${2:?sweep TASK SHAPES KNOB=v1,v2 ...}; shapes=${3:?shapes}; shift 3; grid=()
     for g in "$@"; do grid+=(--grid "$g"); done
     ms=500; [ -n "${DEADLINE:-}" ] && ms=$(( DEADLINE - $(date +%s) - 40 )); [ "$ms" -gt 500 ] && ms=500
     step "sweep_$task" 560 python3 benchmarks/knob_sweep.py --task "$task" --shapes "$shapes" --max-seconds "$ms" \
         ${DTYPES:+--dtypes "$DTYPES"} ${APPLY_BEST:+--apply-best} "${grid[@]}" --json "$R/sweep_$task.json"
-    git diff --stat -- "kernels/$task" >> "$R/steps.txt" 2>/dev/null  # APPLY_BEST: what the next part runs with
     ;;
 normsweep)
     # Issue 20: the norm backwards' split path from each row's 16-byte boundary (WIDE_ALIGN, every dtype at the
