@@ -40,6 +40,10 @@ NUM_STAGES = 3
 USE_TMA = 1  # persistent TMA-descriptor kernel for 16-bit inputs (0: pointer kernel only)
 TMA_FLATTEN = 1  # 1: flatten the tile and K loops into one pipelined loop (the tuner's confirmed keep, H200 run 5)
 PROGRAMS_PER_SM = 1  # persistent programs per SM (2: a second program's loads overlap one's epilogue); 0 = one per tile
+# Warp specialization (Triton's automatic pass, Hopper and newer): a producer warp group issues the TMA
+# loads while the consumer groups run the tensor-core MMAs and the epilogue. On Hopper it cannot be
+# combined with a flattened loop, so a tier with it on runs its tile loop unflattened.
+WARP_SPECIALIZE = 0
 # Small problems take their own 16-bit tile config: a short K loop leaves each tile's
 # prologue and epilogue exposed, and few big tiles leave the last wave of SMs half idle.
 SMALL_BLOCK_M = 128
@@ -49,6 +53,7 @@ SMALL_NUM_WARPS = 8
 SMALL_NUM_STAGES = 4
 SMALL_FLATTEN = 1  # pipeline the next tile's loads under this tile's epilogue
 SMALL_PROGRAMS_PER_SM = 1
+SMALL_WARP_SPECIALIZE = 0
 SMALL_MAX_K = 0  # K below this takes the small config (0: only the wave fill decides)
 MIN_WAVE_FILL_PCT = 85  # ...and so do shapes whose big tiles fill the SM waves less than this
 # Tiny problems (GPT-2's 1024 x 768 x 768: 48 small tiles on 132 SMs) take smaller tiles still, when the
@@ -63,6 +68,7 @@ TINY_NUM_WARPS = 4
 TINY_NUM_STAGES = 4
 TINY_MAX_FILL_PCT = 100
 TINY_PROGRAMS_PER_SM = 0  # 0: one program per tile (tiles past one per SM share SMs instead of queueing)
+TINY_WARP_SPECIALIZE = 0
 # Tunable knobs (fp32 inputs).
 FP32_BLOCK_M = 128
 FP32_BLOCK_N = 64
@@ -120,12 +126,12 @@ def _matmul(A, B, C, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride
 def _matmul_tma(a_desc, b_desc, c_desc, M, N, K, stride_cm,
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr,
                 NUM_PROGRAMS: tl.constexpr, WIDEN: tl.constexpr, FLATTEN: tl.constexpr, C_PTR: tl.constexpr,
-                B_T: tl.constexpr):
+                B_T: tl.constexpr, WS: tl.constexpr):
     tiles_m = tl.cdiv(M, BM)
     tiles_n = tl.cdiv(N, BN)
     per_group = GM * tiles_n
     # Persistent: each program walks tiles pid, pid + NUM_PROGRAMS, ... in grouped order.
-    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, NUM_PROGRAMS, flatten=FLATTEN):
+    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, NUM_PROGRAMS, flatten=FLATTEN, warp_specialize=WS):
         group = tile // per_group
         first_m = group * GM
         group_m = min(tiles_m - first_m, GM)
@@ -193,7 +199,7 @@ def _wave_fill(m: int, n: int, bm: int, bn: int, sms: int) -> float:
 
 
 def config_16bit(m: int, n: int, k: int, sms: int) -> tuple:
-    """(BM, BN, BK, warps, stages, flatten, programs per SM) for 16-bit inputs of this shape.
+    """(BM, BN, BK, warps, stages, flatten, programs per SM, warp specialization) for 16-bit inputs of this shape.
 
     C rows that are not 16-byte aligned (n % 8) are stored through masked pointers, whose
     epilogue spills registers with the big tiles (sm_90 compile: 255 regs, 179 STL): small tiles.
@@ -201,10 +207,10 @@ def config_16bit(m: int, n: int, k: int, sms: int) -> tuple:
     if k < SMALL_MAX_K or n % 8 or 100 * _wave_fill(m, n, BLOCK_M, BLOCK_N, sms) < MIN_WAVE_FILL_PCT:
         if 100 * triton.cdiv(m, SMALL_BLOCK_M) * triton.cdiv(n, SMALL_BLOCK_N) < TINY_MAX_FILL_PCT * sms:
             return (TINY_BLOCK_M, TINY_BLOCK_N, TINY_BLOCK_K, TINY_NUM_WARPS, TINY_NUM_STAGES, SMALL_FLATTEN,
-                    TINY_PROGRAMS_PER_SM)
+                    TINY_PROGRAMS_PER_SM, TINY_WARP_SPECIALIZE)
         return (SMALL_BLOCK_M, SMALL_BLOCK_N, SMALL_BLOCK_K, SMALL_NUM_WARPS, SMALL_NUM_STAGES, SMALL_FLATTEN,
-                SMALL_PROGRAMS_PER_SM)
-    return BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES, TMA_FLATTEN, PROGRAMS_PER_SM
+                SMALL_PROGRAMS_PER_SM, SMALL_WARP_SPECIALIZE)
+    return BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES, TMA_FLATTEN, PROGRAMS_PER_SM, WARP_SPECIALIZE
 
 
 # Launch plans, decided once per input signature: (shapes, strides, dtype, device, 16-byte alignment
@@ -223,10 +229,11 @@ def _knobs() -> tuple:
     made under other values (a knob set in place, as knob_sweep.py and the tests do) is made again."""
     return (
         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_WARPS, NUM_STAGES, USE_TMA, TMA_FLATTEN, PROGRAMS_PER_SM,
-        SMALL_BLOCK_M, SMALL_BLOCK_N, SMALL_BLOCK_K, SMALL_NUM_WARPS, SMALL_NUM_STAGES, SMALL_FLATTEN,
-        SMALL_PROGRAMS_PER_SM, SMALL_MAX_K, MIN_WAVE_FILL_PCT, TINY_BLOCK_M, TINY_BLOCK_N, TINY_BLOCK_K,
-        TINY_NUM_WARPS, TINY_NUM_STAGES, TINY_MAX_FILL_PCT, TINY_PROGRAMS_PER_SM, FP32_BLOCK_M, FP32_BLOCK_N,
-        FP32_BLOCK_K, FP32_NUM_WARPS, FP32_NUM_STAGES, _INTERPRETED, _matmul, _matmul_tma, _copy_rows,
+        WARP_SPECIALIZE, SMALL_BLOCK_M, SMALL_BLOCK_N, SMALL_BLOCK_K, SMALL_NUM_WARPS, SMALL_NUM_STAGES,
+        SMALL_FLATTEN, SMALL_PROGRAMS_PER_SM, SMALL_WARP_SPECIALIZE, SMALL_MAX_K, MIN_WAVE_FILL_PCT,
+        TINY_BLOCK_M, TINY_BLOCK_N, TINY_BLOCK_K, TINY_NUM_WARPS, TINY_NUM_STAGES, TINY_MAX_FILL_PCT,
+        TINY_PROGRAMS_PER_SM, TINY_WARP_SPECIALIZE, FP32_BLOCK_M, FP32_BLOCK_N, FP32_BLOCK_K, FP32_NUM_WARPS,
+        FP32_NUM_STAGES, _INTERPRETED, _matmul, _matmul_tma, _copy_rows,
     )
 
 
@@ -262,9 +269,10 @@ def _plan(a: torch.Tensor, b: torch.Tensor, made_under: tuple):
     c = torch.empty((m, n), dtype=a.dtype, device=a.device)  # like every call's output: fresh, packed, aligned
     if a.dtype == torch.float32:
         bm, bn, bk, warps, stages = FP32_BLOCK_M, FP32_BLOCK_N, FP32_BLOCK_K, FP32_NUM_WARPS, FP32_NUM_STAGES
-        flatten, per_sm = TMA_FLATTEN, PROGRAMS_PER_SM
+        flatten, per_sm, ws = TMA_FLATTEN, PROGRAMS_PER_SM, 0
     else:
-        bm, bn, bk, warps, stages, flatten, per_sm = config_16bit(m, n, k, _num_sms(a.device))
+        bm, bn, bk, warps, stages, flatten, per_sm, ws = config_16bit(m, n, k, _num_sms(a.device))
+    flatten = flatten and not ws  # Hopper's warp specialization takes an unflattened loop
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     widen = _INTERPRETED and a.dtype == torch.bfloat16
     b_t = b.stride(1) != 1 and b.stride(0) == 1  # B^T is row-major: a Linear's weight, transposed
@@ -280,7 +288,7 @@ def _plan(a: torch.Tensor, b: torch.Tensor, made_under: tuple):
             desc_b = ([k, n], [pad_b[0] if pad_b else b.stride(0), 1], [bk, bn])
         return _Plan(made_under, _matmul_tma[grid], grid, (m, n, k, c.stride(0)),
                      dict(BM=bm, BN=bn, BK=bk, GM=GROUP_M, NUM_PROGRAMS=programs, FLATTEN=bool(flatten),
-                          WIDEN=widen, C_PTR=c_ptr, B_T=b_t, num_warps=warps, num_stages=stages),
+                          WIDEN=widen, C_PTR=c_ptr, B_T=b_t, WS=bool(ws), num_warps=warps, num_stages=stages),
                      True, b_t, pad_a, pad_b, ([m, k], stride_a, [bm, bk]), desc_b,
                      None if c_ptr else ([m, n], [c.stride(0), 1], [bm, bn]))
     grid = (tiles,)

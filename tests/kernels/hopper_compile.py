@@ -40,7 +40,7 @@ from autokernel_tui.tasks.spec import load_spec  # noqa: E402
 TARGET = GPUTarget("cuda", 90, 32)
 LAYOUTS = ("weight_layout",)  # adversarial transforms that change layout, not values (matmul: B = W.t())
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-SASS_OPS = r"\b(HGMMA\.\S+|HMMA\.\S+|UTMALDG\S*|UTMASTG\S*|LDGSTS\S*|MUFU\.\S+|BAR\.\S+|SHFL\.\S+|LDG\.\S+|STG\.\S+|LDL\S*|STL\S*)"
+SASS_OPS = r"\b(HGMMA\.\S+|HMMA\.\S+|UTMALDG\S*|UTMASTG\S*|LDGSTS\S*|MUFU\.\S+|BAR\.\S+|SHFL\.\S+|LDG\.\S+|STG\.\S+|LDL\S*|STL\S*|USETMAXREG\S*)"
 
 
 def _op_name(instr: str) -> str:
