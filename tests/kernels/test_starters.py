@@ -147,6 +147,27 @@ def test_matmul_tiny_tiles_where_small_ones_leave_sms_idle(tmp_path):
     assert off.config_16bit(1024, 768, 768, 132)[:2] == (off.SMALL_BLOCK_M, off.SMALL_BLOCK_N)
 
 
+
+def test_matmul_warp_specialization_knobs_unflatten_the_loop_and_keep_the_product(tmp_path):
+    # Each tier's WARP_SPECIALIZE knob asks Triton's Hopper pass for a producer warp group; that pass takes
+    # an unflattened tile loop, so the plan turns FLATTEN off where it is on. The interpreter runs the
+    # same program either way: the product must not change.
+    spec = load_spec(REPO / "kernels" / "matmul")
+    text = (spec.path / "kernel.py").read_text()
+    for knob in ("WARP_SPECIALIZE", "SMALL_WARP_SPECIALIZE", "TINY_WARP_SPECIALIZE"):
+        assert f"\n{knob} = 0" in text, f"{knob}: default changed, update this test"
+    on = _broken_copy(tmp_path, "matmul", "\nTINY_WARP_SPECIALIZE = 0", "\nTINY_WARP_SPECIALIZE = 1")
+    ker = sc.load_module(on / "kernel.py", "ws_on")
+    a = torch.randn(64, 32, dtype=torch.bfloat16)
+    b = torch.randn(32, 48, dtype=torch.bfloat16)
+    assert ker.config_16bit(64, 48, 32, 2)[:2] == (ker.TINY_BLOCK_M, ker.TINY_BLOCK_N)
+    plan = ker._plan(a, b, ker._knobs())
+    assert plan.tma and plan.meta["WS"] is True and plan.meta["FLATTEN"] is False
+    shapes = [s for s in spec.test_shapes
+              if ker.config_16bit(s.dims["M"], s.dims["N"], s.dims["K"], 2)[:2] == (ker.TINY_BLOCK_M, ker.TINY_BLOCK_N)]
+    row = sc.check_case(on, "bfloat16", shapes[0], "cpu", tag="ws_on")
+    assert row["kernel"]["passed"], row["kernel"]["why"]
+
 def test_unwritten_rows_are_caught(tmp_path):
     # The last row is never stored: the NaN poison must show it.
     task = _broken_copy(tmp_path, "softmax", "mask = (rows < M)[:, None]", "mask = (rows < M - 1)[:, None]")
