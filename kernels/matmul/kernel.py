@@ -41,8 +41,11 @@ USE_TMA = 1  # persistent TMA-descriptor kernel for 16-bit inputs (0: pointer ke
 TMA_FLATTEN = 1  # 1: flatten the tile and K loops into one pipelined loop (the tuner's confirmed keep, H200 run 5)
 PROGRAMS_PER_SM = 1  # persistent programs per SM (2: a second program's loads overlap one's epilogue); 0 = one per tile
 # Warp specialization (Triton's automatic pass, Hopper and newer): a producer warp group issues the TMA
-# loads while the consumer groups run the tensor-core MMAs and the epilogue. On Hopper it cannot be
-# combined with a flattened loop, so a tier with it on runs its tile loop unflattened.
+# loads while the consumer groups (NUM_WARPS each: 4 gives two consumers of 64 rows at BLOCK_M = 128)
+# run the tensor-core MMAs and the epilogue. With it on, the kernel makes its TMA descriptors itself from
+# pointers (the pass must split their blocks between consumers; a host-made descriptor's block is fixed:
+# Triton 3.7's sm_90 compile refuses 128-row tiles with 4 warps that way), and the tile loop is not
+# flattened (Hopper's pass takes it unflattened).
 WARP_SPECIALIZE = 0
 # Small problems take their own 16-bit tile config: a short K loop leaves each tile's
 # prologue and epilogue exposed, and few big tiles leave the last wave of SMs half idle.
@@ -123,10 +126,18 @@ def _matmul(A, B, C, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride
 
 
 @triton.jit
-def _matmul_tma(a_desc, b_desc, c_desc, M, N, K, stride_cm,
+def _matmul_tma(a_desc, b_desc, c_desc, M, N, K, stride_cm, stride_a, stride_b,
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr,
                 NUM_PROGRAMS: tl.constexpr, WIDEN: tl.constexpr, FLATTEN: tl.constexpr, C_PTR: tl.constexpr,
                 B_T: tl.constexpr, WS: tl.constexpr):
+    if WS:  # pointers in: descriptors made here, so the warp-specialization pass can split their blocks
+        a_desc = tl.make_tensor_descriptor(a_desc, shape=[M, K], strides=[stride_a, 1], block_shape=[BM, BK])
+        if B_T:
+            b_desc = tl.make_tensor_descriptor(b_desc, shape=[N, K], strides=[stride_b, 1], block_shape=[BN, BK])
+        else:
+            b_desc = tl.make_tensor_descriptor(b_desc, shape=[K, N], strides=[stride_b, 1], block_shape=[BK, BN])
+        if not C_PTR:
+            c_desc = tl.make_tensor_descriptor(c_desc, shape=[M, N], strides=[stride_cm, 1], block_shape=[BM, BN])
     tiles_m = tl.cdiv(M, BM)
     tiles_n = tl.cdiv(N, BN)
     per_group = GM * tiles_n
@@ -286,7 +297,8 @@ def _plan(a: torch.Tensor, b: torch.Tensor, made_under: tuple):
             desc_b = ([n, k], [pad_b[0] if pad_b else b.stride(1), 1], [bn, bk])
         else:
             desc_b = ([k, n], [pad_b[0] if pad_b else b.stride(0), 1], [bk, bn])
-        return _Plan(made_under, _matmul_tma[grid], grid, (m, n, k, c.stride(0)),
+        stride_b = desc_b[1][0]
+        return _Plan(made_under, _matmul_tma[grid], grid, (m, n, k, c.stride(0), stride_a[0], stride_b),
                      dict(BM=bm, BN=bn, BK=bk, GM=GROUP_M, NUM_PROGRAMS=programs, FLATTEN=bool(flatten),
                           WIDEN=widen, C_PTR=c_ptr, B_T=b_t, WS=bool(ws), num_warps=warps, num_stages=stages),
                      True, b_t, pad_a, pad_b, ([m, k], stride_a, [bm, bk]), desc_b,
@@ -312,6 +324,16 @@ def kernel_fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     a_t = a if p.pad_a is None else _padded(a, p.pad_a)
     b_rows = b.t() if p.b_t else b
     b_t = b_rows if p.pad_b is None else _padded(b_rows, p.pad_b)
+    if p.meta["WS"]:  # descriptors made on the device: Triton asks for their scratch at launch
+        triton.set_allocator(_descriptor_scratch)
+        p.launch(a_t, b_t, c, *p.args, **p.meta)
+        return c
     p.launch(TensorDescriptor(a_t, *p.desc_a), TensorDescriptor(b_t, *p.desc_b),
              c if p.desc_c is None else TensorDescriptor(c, *p.desc_c), *p.args, **p.meta)
     return c
+
+
+def _descriptor_scratch(size: int, alignment: int, stream):
+    """Global memory for descriptors a kernel makes on the device (128 bytes each per program), from
+    torch's caching allocator on the current device: inside a CUDA graph, from the graph's own pool."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")

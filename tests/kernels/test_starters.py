@@ -157,16 +157,22 @@ def test_matmul_warp_specialization_knobs_unflatten_the_loop_and_keep_the_produc
     for knob in ("WARP_SPECIALIZE", "SMALL_WARP_SPECIALIZE", "TINY_WARP_SPECIALIZE"):
         assert f"\n{knob} = 0" in text, f"{knob}: default changed, update this test"
     on = _broken_copy(tmp_path, "matmul", "\nTINY_WARP_SPECIALIZE = 0", "\nTINY_WARP_SPECIALIZE = 1")
+    text = (on / "kernel.py").read_text()
+    for knob in ("WARP_SPECIALIZE", "SMALL_WARP_SPECIALIZE"):
+        text = text.replace(f"\n{knob} = 0", f"\n{knob} = 1")
+    (on / "kernel.py").write_text(text)
     ker = sc.load_module(on / "kernel.py", "ws_on")
     a = torch.randn(64, 32, dtype=torch.bfloat16)
     b = torch.randn(32, 48, dtype=torch.bfloat16)
     assert ker.config_16bit(64, 48, 32, 2)[:2] == (ker.TINY_BLOCK_M, ker.TINY_BLOCK_N)
     plan = ker._plan(a, b, ker._knobs())
     assert plan.tma and plan.meta["WS"] is True and plan.meta["FLATTEN"] is False
-    shapes = [s for s in spec.test_shapes
-              if ker.config_16bit(s.dims["M"], s.dims["N"], s.dims["K"], 2)[:2] == (ker.TINY_BLOCK_M, ker.TINY_BLOCK_N)]
-    row = sc.check_case(on, "bfloat16", shapes[0], "cpu", tag="ws_on")
-    assert row["kernel"]["passed"], row["kernel"]["why"]
+    # Every tier with it on (the kernel makes its descriptors from pointers), B as given and as a Linear's
+    # weight.t(): the same product.
+    for shape in spec.test_shapes:
+        for layout in (None, "weight_layout"):
+            row = sc.check_case(on, "bfloat16", shape, "cpu", tag="ws_on", adversarial=layout)
+            assert row["kernel"]["passed"], (shape.name, layout, row["kernel"]["why"])
 
 def test_unwritten_rows_are_caught(tmp_path):
     # The last row is never stored: the NaN poison must show it.
