@@ -30,6 +30,8 @@
 #              the harness: starter PASS rate and its time beside torch.compile
 #   convsweep: the GEMM template's fp32 tile swept on KernelBench convolutions (carry .kb) beside cuDNN
 #   sweep:     any starter's knobs at chosen shapes (knob_sweep.py): sweep TASK SHAPES KNOB=v1,v2 ...
+#   mmws:      matmul's warp specialization swept tier by tier at GPT-2's shapes (bf16), each tier's winner
+#              written into this copy, then every forward starter's host cost and CUDA-graph time with them
 #   normsweep: the norm backwards' split path from each row's 16-byte boundary, and their rows path's grid (issue 20)
 #   fasweep:   flash attention backward's knobs swept at the LLaMA-7B shapes (issue 20): dK/dV, then dQ
 #   trees:     warm evaluations of carried trees (DIR,DIR) and this one, interleaved: which tree made it slower
@@ -52,7 +54,7 @@
 # without it the harness runs under Landlock alone there (run 15 did, unnoticed until its probe).
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | bwdcheck [TASKS] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | trainmodel [vit|resnet|t5|convnext] | agreement [TASKS] | parallel [KS [COUNTS]] | convsweep [ONLY] | sweep TASK SHAPES KNOB=V,.. | normsweep | fasweep | trees DIRS [ROUNDS] | check [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | bwdcheck [TASKS] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | trainmodel [vit|resnet|t5|convnext] | agreement [TASKS] | parallel [KS [COUNTS]] | convsweep [ONLY] | sweep TASK SHAPES KNOB=V,.. | mmws | normsweep | fasweep | trees DIRS [ROUNDS] | check [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
 set -u
 part=${1:?a part: see the usage above}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -212,6 +214,21 @@ sweep)
     ms=500; [ -n "${DEADLINE:-}" ] && ms=$(( DEADLINE - $(date +%s) - 40 )); [ "$ms" -gt 500 ] && ms=500
     step "sweep_$task" 560 python3 benchmarks/knob_sweep.py --task "$task" --shapes "$shapes" --max-seconds "$ms" \
         ${DTYPES:+--dtypes "$DTYPES"} ${APPLY_BEST:+--apply-best} "${grid[@]}" --json "$R/sweep_$task.json"
+    ;;
+mmws)
+    # The knobs (WARP_SPECIALIZE, SMALL_, TINY_) compiled for sm_90 on the CPU but were never timed: a GPU-less
+    # session left this part for the next call. A tier's winner (by 1%) is written in before the next tier's
+    # sweep, and launch_cost.py times the tiny shape (gpt2-proj-b1) in a CUDA graph as it then stands.
+    mm_sweep() {  # mm_sweep TAG SHAPES SECONDS KNOB=v1,v2 ...
+        local tag=$1 shapes=$2 limit=$3 g=() x; shift 3
+        for x in "$@"; do g+=(--grid "$x"); done
+        step "sweep_$tag" $((limit + 40)) python3 benchmarks/knob_sweep.py --task matmul --shapes "$shapes" \
+            --dtypes bfloat16 --max-seconds "$limit" --apply-best "${g[@]}" --json "$R/sweep_$tag.json"
+    }
+    mm_sweep tiny gpt2-proj-b1 70 TINY_WARP_SPECIALIZE=0,1 TINY_NUM_STAGES=3,4 TINY_BLOCK_K=64,128
+    mm_sweep big gpt2-qkv 60 WARP_SPECIALIZE=0,1 NUM_WARPS=4,8 BLOCK_N=128,256
+    mm_sweep small gpt2-mlp-down,gpt2-lm-head 90 SMALL_WARP_SPECIALIZE=0,1 SMALL_NUM_WARPS=4,8 SMALL_BLOCK_N=128,256
+    step launch_cost 200 python3 benchmarks/launch_cost.py --json "$R/launch_cost.json"
     ;;
 normsweep)
     # Issue 20: the norm backwards' split path from each row's 16-byte boundary (WIDE_ALIGN, every dtype at the
