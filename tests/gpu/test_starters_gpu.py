@@ -93,3 +93,37 @@ def test_norm_backwards_read_wide_rows_from_their_boundaries_on_gpu(task, dtype)
     tailed = tuple(nan_tailed(t) if isinstance(t, torch.Tensor) and t.dim() == 2 else t for t in inputs)
     for a, b in zip(aligned.kernel_fn(*tailed), got):
         assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dims", [{"M": 1024, "N": 768, "K": 768}, {"M": 8192, "N": 2304, "K": 768},
+                                  {"M": 8192, "N": 50257, "K": 768}], ids=["tiny", "big", "small-odd-n"])
+def test_matmul_warp_specialized_tiers_on_gpu_and_in_a_cuda_graph(dims):
+    # Every tier with warp specialization on (the kernel makes its descriptors on the device, their scratch
+    # from torch's allocator): the task's checks at GPT-2's shapes with B as a Linear's weight.t(), then the
+    # same call captured in a CUDA graph (the scratch then comes from the graph's pool) and replayed on new
+    # inputs: the replay's product is the product of the new inputs.
+    import torch
+
+    from autokernel_tui.tasks.spec import load_spec
+
+    task_dir = REPO / "kernels" / "matmul"
+    spec = load_spec(task_dir)
+    ker = sc.load_module(task_dir / "kernel.py", "gpu-ws")
+    ker.WARP_SPECIALIZE = ker.SMALL_WARP_SPECIALIZE = ker.TINY_WARP_SPECIALIZE = 1
+    ker.NUM_WARPS = ker.SMALL_NUM_WARPS = ker.TINY_NUM_WARPS = 4  # two consumer groups of 64 rows at 128-row tiles
+    ref = sc.load_reference(task_dir, "gpu-ws")
+    tol = spec.tolerances["bfloat16"]
+    a, b = sc.build_inputs(ref, dims, "bfloat16", "cuda", 0, "weight_layout")
+    assert ker._plan(a, b, ker._knobs()).meta["WS"] is True
+    row = sc.check_call(ker.kernel_fn, ref, (a, b), tol)
+    assert row["passed"], row["why"]
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        out = ker.kernel_fn(a, b)
+    a.copy_(torch.randn_like(a))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out.float(), (a.float() @ b.float()), atol=tol.atol * 4, rtol=tol.rtol)
+    torch.cuda.empty_cache()
