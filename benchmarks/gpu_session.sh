@@ -31,7 +31,8 @@
 #   convsweep: the GEMM template's fp32 tile swept on KernelBench convolutions (carry .kb) beside cuDNN
 #   sweep:     any starter's knobs at chosen shapes (knob_sweep.py): sweep TASK SHAPES KNOB=v1,v2 ...
 #   mmws:      matmul's warp specialization checked on the GPU (tests/gpu, in a CUDA graph too), swept tier by
-#              tier at GPT-2's shapes (bf16), each tier's winner written into this copy, then every forward starter's host cost and CUDA-graph time with them
+#              tier at GPT-2's shapes (bf16), each tier's winner written into this copy, then every forward
+#              starter's host cost and CUDA-graph time with them
 #   normsweep: the norm backwards' split path from each row's 16-byte boundary, and their rows path's grid (issue 20)
 #   fasweep:   flash attention backward's knobs swept at the LLaMA-7B shapes (issue 20): dK/dV, then dQ
 #   trees:     warm evaluations of carried trees (DIR,DIR) and this one, interleaved: which tree made it slower
