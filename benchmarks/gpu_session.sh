@@ -78,6 +78,12 @@ step() {  # step NAME SECONDS CMD...: run with a hard limit, log to $R/NAME.log,
     echo "$name rc=$rc $((SECONDS - t0))s" >> "$R/steps.txt"
     tar czf "$OUT/$tarname.tgz" -C "$R" .  # after every step: a call cut short keeps what it finished
 }
+sweep_step() {  # sweep_step NAME TASK SHAPES SECONDS KNOB=v1,v2 ...: knob_sweep.py as a step; env DTYPES, APPLY_BEST
+    local name=$1 task=$2 shapes=$3 limit=$4 g=() x; shift 4
+    for x in "$@"; do g+=(--grid "$x"); done
+    step "$name" $((limit + 60)) python3 benchmarks/knob_sweep.py --task "$task" --shapes "$shapes" \
+        --max-seconds "$limit" ${DTYPES:+--dtypes "$DTYPES"} ${APPLY_BEST:+--apply-best} "${g[@]}" --json "$R/$name.json"
+}
 speed_by_way() {  # speed_by_way VARIABLE N WAY...: warm evaluations (rmsnorm) with VARIABLE=WAY, each way back to back, A/A N
     local var=$1 n=$2 way; shift 2
     for way in "$@"; do
@@ -210,27 +216,20 @@ sweep)
     # MAX_FUSED_N=8192,32768 LOOP_BYTES_PER_THREAD=16,32,64` (run 19 set 32768 and 32 from such a sweep).
     # DTYPES=bfloat16 (env): those dtypes only. APPLY_BEST=1: the winner (by 1%) is written into this copy's kernel.py,
     # so a later part of the same call (`launch fwd`, say) runs with it; the log's last line names what it wrote.
-    task=${2:?sweep TASK SHAPES KNOB=v1,v2 ...}; shapes=${3:?shapes}; shift 3; grid=()
-    for g in "$@"; do grid+=(--grid "$g"); done
+    task=${2:?sweep TASK SHAPES KNOB=v1,v2 ...}; shapes=${3:?shapes}; shift 3
     ms=500; [ -n "${DEADLINE:-}" ] && ms=$(( DEADLINE - $(date +%s) - 40 )); [ "$ms" -gt 500 ] && ms=500
-    step "sweep_$task" 560 python3 benchmarks/knob_sweep.py --task "$task" --shapes "$shapes" --max-seconds "$ms" \
-        ${DTYPES:+--dtypes "$DTYPES"} ${APPLY_BEST:+--apply-best} "${grid[@]}" --json "$R/sweep_$task.json"
+    sweep_step "sweep_$task" "$task" "$shapes" "$ms" "$@"
     ;;
 mmws)
     # The knobs (WARP_SPECIALIZE, SMALL_, TINY_) compiled for sm_90 on the CPU but were never timed: a GPU-less
     # session left this part for the next call. A tier's winner (by 1%) is written in before the next tier's
     # sweep, and launch_cost.py times the tiny shape (gpt2-proj-b1) in a CUDA graph as it then stands.
-    mm_sweep() {  # mm_sweep TAG SHAPES SECONDS KNOB=v1,v2 ...
-        local tag=$1 shapes=$2 limit=$3 g=() x; shift 3
-        for x in "$@"; do g+=(--grid "$x"); done
-        step "sweep_$tag" $((limit + 40)) python3 benchmarks/knob_sweep.py --task matmul --shapes "$shapes" \
-            --dtypes bfloat16 --max-seconds "$limit" --apply-best "${g[@]}" --json "$R/sweep_$tag.json"
-    }
+    export DTYPES=bfloat16 APPLY_BEST=1
     step ws_gpu_test 200 python3 -m pytest -m gpu tests/gpu/test_starters_gpu.py -k warp_specialized -q \
         -p no:cacheprovider -rfE --tb=short  # every tier specialized at GPT-2's shapes, and in a CUDA graph
-    mm_sweep tiny gpt2-proj-b1 70 TINY_WARP_SPECIALIZE=0,1 TINY_NUM_STAGES=3,4 TINY_BLOCK_K=64,128
-    mm_sweep big gpt2-qkv 60 WARP_SPECIALIZE=0,1 NUM_WARPS=4,8 BLOCK_N=128,256
-    mm_sweep small gpt2-mlp-down,gpt2-lm-head 90 SMALL_WARP_SPECIALIZE=0,1 SMALL_NUM_WARPS=4,8 SMALL_BLOCK_N=128,256
+    sweep_step sweep_tiny matmul gpt2-proj-b1 70 TINY_WARP_SPECIALIZE=0,1 TINY_NUM_STAGES=3,4 TINY_BLOCK_K=64,128
+    sweep_step sweep_big matmul gpt2-qkv 60 WARP_SPECIALIZE=0,1 NUM_WARPS=4,8 BLOCK_N=128,256
+    sweep_step sweep_small matmul gpt2-mlp-down,gpt2-lm-head 90 SMALL_WARP_SPECIALIZE=0,1 SMALL_NUM_WARPS=4,8 SMALL_BLOCK_N=128,256
     step launch_cost 200 python3 benchmarks/launch_cost.py --json "$R/launch_cost.json"
     ;;
 normsweep)

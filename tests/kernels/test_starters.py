@@ -147,7 +147,6 @@ def test_matmul_tiny_tiles_where_small_ones_leave_sms_idle(tmp_path):
     assert off.config_16bit(1024, 768, 768, 132)[:2] == (off.SMALL_BLOCK_M, off.SMALL_BLOCK_N)
 
 
-
 def test_matmul_warp_specialization_knobs_unflatten_the_loop_and_keep_the_product(tmp_path):
     # Each tier's WARP_SPECIALIZE knob asks Triton's Hopper pass for a producer warp group; that pass takes
     # an unflattened tile loop, so the plan turns FLATTEN off where it is on. The interpreter runs the
@@ -173,6 +172,7 @@ def test_matmul_warp_specialization_knobs_unflatten_the_loop_and_keep_the_produc
         for layout in (None, "weight_layout"):
             row = sc.check_case(on, "bfloat16", shape, "cpu", tag="ws_on", adversarial=layout)
             assert row["kernel"]["passed"], (shape.name, layout, row["kernel"]["why"])
+
 
 def test_unwritten_rows_are_caught(tmp_path):
     # The last row is never stored: the NaN poison must show it.
