@@ -16,7 +16,7 @@ flash_attention    a module named ``SDPA`` with ``causal = True`` taking q, k, v
 rotary             a module named ``Rotary`` taking (x[B,S,H,D], cos[S,D/2], sin[S,D/2])
 softmax            ``nn.Softmax`` over the last dim
 cross_entropy      a module named ``CrossEntropy`` or a plain ``nn.CrossEntropyLoss``
-matmul             ``nn.Linear`` (kernel_fn(x[M,K], W^T[K,N]) + bias)
+matmul             ``nn.Linear`` (kernel_fn(x[M,K], W^T[K,N], bias), or + bias where kernel_fn takes none)
 =================  ==========================================================
 
 Every replacement runs its kernel inside ``record_function("autokernel::<family>")`` so a
@@ -258,6 +258,8 @@ OP_SIGNATURES: dict[str, tuple[tuple[tuple[str, type], ...], Callable[..., torch
     # b arrives as the weight's transpose, a view (strides (1, K)): the matmul task checks that layout
     # (its weight_layout case), so a kernel that passed reads the weight in place, as cuBLAS does.
     "matmul": ((("a", _T), ("b", _T)), lambda a, b: a.new_empty(a.shape[0], b.shape[1])),
+    # a Linear's bias added in the kernel's epilogue (``takes_bias``)
+    "matmul+bias": ((("a", _T), ("b", _T), ("bias", _T)), lambda a, b, bias: a.new_empty(a.shape[0], b.shape[1])),
 }
 # family -> what its forward saves for its backward kernel, in order: OUTPUT (the forward's output itself),
 # or a fake of another tensor from the inputs (for a compiled graph). Attention: its output, and its float32
@@ -269,19 +271,22 @@ SAVED_FAKES: dict[str, tuple[str | Callable[..., torch.Tensor], ...]] = {
 _OPS: dict[str, Callable] = {}
 
 
-def as_custom_op(family: str, fn: Callable, backward: Backward | None = None) -> Callable:
+def as_custom_op(family: str, fn: Callable, backward: Backward | None = None,
+                 signature: str | None = None) -> Callable:
     """``fn`` (a family's kernel_fn) as a torch custom op, registered once per kernel; with
-    ``backward``, differentiable (its autograd registered, so a compiled model trains too)."""
-    if family not in OP_SIGNATURES:
-        raise PatchError(f"no custom-op signature for {family}")
-    params, fake = OP_SIGNATURES[family]
-    name = (f"autokernel::{family}_"
-            f"{hashlib.sha256(repr((family, id(fn), fn.__module__, id(backward))).encode()).hexdigest()[:12]}")
+    ``backward``, differentiable (its autograd registered, so a compiled model trains too).
+    ``signature``: the ``OP_SIGNATURES`` entry it is called with, where not the family's own."""
+    signature = signature or family
+    if signature not in OP_SIGNATURES:
+        raise PatchError(f"no custom-op signature for {signature}")
+    params, fake = OP_SIGNATURES[signature]
+    digest = hashlib.sha256(repr((signature, id(fn), fn.__module__, id(backward))).encode()).hexdigest()[:12]
+    name = f"autokernel::{family}_{digest}"
     if name in _OPS:
         return _OPS[name]
     forward_saved = _forward_saved(fn, backward)
     if forward_saved is not None and family in SAVED_FAKES:
-        _OPS[name] = _saved_custom_op(name, family, forward_saved, backward)
+        _OPS[name] = _saved_custom_op(name, family, forward_saved, backward, params, fake)
         return _OPS[name]
     def op_impl(*args):
         out = fn(*args)
@@ -312,11 +317,11 @@ def as_custom_op(family: str, fn: Callable, backward: Backward | None = None) ->
     return op
 
 
-def _saved_custom_op(name: str, family: str, forward_saved: Callable, backward: Backward) -> Callable:
+def _saved_custom_op(name: str, family: str, forward_saved: Callable, backward: Backward, params,
+                     fake: Callable) -> Callable:
     """A differentiable kernel whose forward keeps what its backward kernel takes (``kernel_fn_saved``): an op
     returning [output, *saved], its autograd handing the saved tensors to the backward kernel's op, and the
     output alone to the model. Compiled, the backward then does not compute the forward again."""
-    params, fake = OP_SIGNATURES[family]
     kinds = SAVED_FAKES[family]
 
     def impl(*args):  # the output, then the saved tensors that are not the output (an op's returns never alias)
@@ -390,7 +395,7 @@ class _Patched(nn.Module):
         self.custom_op = custom_op
         self.trainable = backward is not None
         if custom_op:
-            self.fn = as_custom_op(self.family, fn, backward)
+            self.fn = as_custom_op(self.family, fn, backward, self.op_signature(original, fn))
         elif backward is not None:
             self.fn = trainable(fn, backward)
         else:
@@ -404,6 +409,10 @@ class _Patched(nn.Module):
 
     def extra_repr(self) -> str:
         return f"family={self.family}"
+
+    def op_signature(self, original: nn.Module, fn: Callable) -> str:
+        """The ``OP_SIGNATURES`` entry this site calls ``fn`` with as a custom op."""
+        return self.family
 
 
 class RMSNormKernel(_Patched):
@@ -476,15 +485,36 @@ class CrossEntropyKernel(_Patched):
         return self.fn(_rows(logits), targets.reshape(-1))
 
 
+def takes_bias(fn: Callable) -> bool:
+    """Whether a matmul ``kernel_fn`` adds a Linear's bias itself (``kernel_fn(a, b, bias)``, as the
+    starter does in its epilogue; the task checks that path at every shape, its ``bias`` case)."""
+    try:
+        return "bias" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 class LinearKernel(_Patched):
     family = "matmul"
+
+    def __init__(self, original: nn.Module, fn: Callable, custom_op: bool = False,
+                 backward: Backward | None = None):
+        super().__init__(original, fn, custom_op, backward)
+        self.fused_bias = self.op_signature(original, fn) == "matmul+bias"
+
+    def op_signature(self, original: nn.Module, fn: Callable) -> str:
+        return "matmul+bias" if original.bias is not None and takes_bias(fn) else "matmul"
 
     def run(self, x):
         m = self.original
         # W.t() is a view (strides (1, K)): the kernel reads the weight in place, as nn.Linear's cuBLAS
         # call does; no copy to keep in step with the weight, and none inside a CUDA graph's pool.
-        y = self.fn(_rows(x), m.weight.t()).view(*x.shape[:-1], m.weight.shape[0])
-        return y if m.bias is None else y + m.bias
+        if self.fused_bias:  # added in the kernel's epilogue, as cuBLAS's addmm does: no pass of its own
+            y = self.fn(_rows(x), m.weight.t(), m.bias)
+        else:
+            y = self.fn(_rows(x), m.weight.t())
+            y = y if m.bias is None else y + m.bias
+        return y.view(*x.shape[:-1], m.weight.shape[0])
 
 
 def _is_silu(act) -> bool:

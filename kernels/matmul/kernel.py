@@ -1,4 +1,4 @@
-"""Matrix multiply C = A @ B in Triton: the one file an agent edits.
+"""Matrix multiply C = A @ B (+ bias) in Triton: the one file an agent edits.
 
 One program per BLOCK_M x BLOCK_N tile of C, tiles visited in groups of GROUP_M
 rows of tiles so that neighbouring programs share A and B tiles in L2. fp32
@@ -14,7 +14,8 @@ unaligned C is written with masked pointer stores. B may also come as a
 transposed [N, K] matrix (nn.Linear's weight.t(), the layout a model calls it
 with): its descriptor then walks the weight's rows and each tile is transposed
 in shared memory, with no copy. Other column-strided operands take the pointer
-kernel.
+kernel. A bias (nn.Linear's, one value per column of C) is added in the
+epilogue to the fp32 sums, as cuBLAS's addmm does: no second pass over C.
 
 16-bit shapes whose big tiles would leave the last wave of SMs poorly filled
 take the SMALL_* config (smaller tiles; the persistent loop flattened so the
@@ -81,9 +82,9 @@ FP32_NUM_STAGES = 3
 
 
 @triton.jit
-def _matmul(A, B, C, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+def _matmul(A, B, C, Bias, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr,
-            IEEE: tl.constexpr, WIDEN: tl.constexpr):
+            IEEE: tl.constexpr, WIDEN: tl.constexpr, HAS_BIAS: tl.constexpr):
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BM)
     tiles_n = tl.cdiv(N, BN)
@@ -121,15 +122,17 @@ def _matmul(A, B, C, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride
 
     cm = pid_m * BM + tl.arange(0, BM)
     cn = pid_n * BN + tl.arange(0, BN)
+    if HAS_BIAS:  # a Linear's bias, added to the fp32 sums before the one rounding (as cuBLAS's epilogue)
+        acc += tl.load(Bias + cn, mask=cn < N, other=0.0).to(tl.float32)[None, :]
     c_ptrs = C + cm[:, None].to(tl.int64) * stride_cm + cn[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=(cm < M)[:, None] & (cn < N)[None, :])
 
 
 @triton.jit
-def _matmul_tma(a_desc, b_desc, c_desc, M, N, K, stride_cm, stride_a, stride_b,
+def _matmul_tma(a_desc, b_desc, c_desc, Bias, M, N, K, stride_cm, stride_a, stride_b,
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr,
                 NUM_PROGRAMS: tl.constexpr, WIDEN: tl.constexpr, FLATTEN: tl.constexpr, C_PTR: tl.constexpr,
-                B_T: tl.constexpr, WS: tl.constexpr):
+                B_T: tl.constexpr, WS: tl.constexpr, HAS_BIAS: tl.constexpr):
     if WS:  # pointers in: descriptors made here, so the warp-specialization pass can split their blocks
         a_desc = tl.make_tensor_descriptor(a_desc, shape=[M, K], strides=[stride_a, 1], block_shape=[BM, BK])
         if B_T:
@@ -160,9 +163,11 @@ def _matmul_tma(a_desc, b_desc, c_desc, M, N, K, stride_cm, stride_a, stride_b,
                 acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
             else:
                 acc = tl.dot(a, b, acc)
+        cn = pid_n * BN + tl.arange(0, BN)
+        if HAS_BIAS:
+            acc += tl.load(Bias + cn, mask=cn < N, other=0.0).to(tl.float32)[None, :]
         if C_PTR:  # C's rows are not 16-byte aligned (odd N): masked pointer stores
             cm = pid_m * BM + tl.arange(0, BM)
-            cn = pid_n * BN + tl.arange(0, BN)
             c_ptrs = c_desc + cm[:, None].to(tl.int64) * stride_cm + cn[None, :]
             tl.store(c_ptrs, acc.to(c_desc.dtype.element_ty), mask=(cm < M)[:, None] & (cn < N)[None, :])
         else:
@@ -272,11 +277,14 @@ def _padded(t: torch.Tensor, pad) -> torch.Tensor:
     return buf[:, :t.shape[1]]
 
 
-def _plan(a: torch.Tensor, b: torch.Tensor, made_under: tuple):
+def _plan(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, made_under: tuple):
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul needs a[M,K] @ b[K,N], got {tuple(a.shape)} @ {tuple(b.shape)}")
     m, k = a.shape
     n = b.shape[1]
+    if bias is not None and (bias.shape != (n,) or bias.stride(0) != 1):
+        raise ValueError(f"matmul's bias must be one packed value per column ({n}), got {tuple(bias.shape)} "
+                         f"with strides {bias.stride()}")
     c = torch.empty((m, n), dtype=a.dtype, device=a.device)  # like every call's output: fresh, packed, aligned
     if a.dtype == torch.float32:
         bm, bn, bk, warps, stages = FP32_BLOCK_M, FP32_BLOCK_N, FP32_BLOCK_K, FP32_NUM_WARPS, FP32_NUM_STAGES
@@ -300,36 +308,40 @@ def _plan(a: torch.Tensor, b: torch.Tensor, made_under: tuple):
         stride_b = desc_b[1][0]
         return _Plan(made_under, _matmul_tma[grid], grid, (m, n, k, c.stride(0), stride_a[0], stride_b),
                      dict(BM=bm, BN=bn, BK=bk, GM=GROUP_M, NUM_PROGRAMS=programs, FLATTEN=bool(flatten),
-                          WIDEN=widen, C_PTR=c_ptr, B_T=b_t, WS=bool(ws), num_warps=warps, num_stages=stages),
+                          WIDEN=widen, C_PTR=c_ptr, B_T=b_t, WS=bool(ws), HAS_BIAS=bias is not None,
+                          num_warps=warps, num_stages=stages),
                      True, b_t, pad_a, pad_b, ([m, k], stride_a, [bm, bk]), desc_b,
                      None if c_ptr else ([m, n], [c.stride(0), 1], [bm, bn]))
     grid = (tiles,)
     return _Plan(made_under, _matmul[grid], grid, (m, n, k, *a.stride(), *b.stride(), *c.stride()),
                  dict(BM=bm, BN=bn, BK=bk, GM=GROUP_M, IEEE=a.dtype == torch.float32, WIDEN=widen,
-                      num_warps=warps, num_stages=stages),
+                      HAS_BIAS=bias is not None, num_warps=warps, num_stages=stages),
                  False, False, None, None, None, None, None)
 
 
-def kernel_fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def kernel_fn(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """a @ b, plus ``bias`` (one value per column, a Linear's) when given."""
     key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, a.device,
-           a.data_ptr() % 16 == 0, b.data_ptr() % 16 == 0)
+           a.data_ptr() % 16 == 0, b.data_ptr() % 16 == 0,
+           None if bias is None else (bias.shape, bias.stride()))
     knobs = _knobs()
     p = _PLANS.get(key)
     if p is None or p.made_under != knobs:
-        p = _PLANS[key] = _plan(a, b, knobs)
+        p = _PLANS[key] = _plan(a, b, bias, knobs)
     c = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+    bias = c if bias is None else bias  # without a bias, any pointer: HAS_BIAS is off and it is never read
     if not p.tma:
-        p.launch(a, b, c, *p.args, **p.meta)
+        p.launch(a, b, c, bias, *p.args, **p.meta)
         return c
     a_t = a if p.pad_a is None else _padded(a, p.pad_a)
     b_rows = b.t() if p.b_t else b
     b_t = b_rows if p.pad_b is None else _padded(b_rows, p.pad_b)
     if p.meta["WS"]:  # descriptors made on the device: Triton asks for their scratch at launch
         triton.set_allocator(_descriptor_scratch)
-        p.launch(a_t, b_t, c, *p.args, **p.meta)
+        p.launch(a_t, b_t, c, bias, *p.args, **p.meta)
         return c
     p.launch(TensorDescriptor(a_t, *p.desc_a), TensorDescriptor(b_t, *p.desc_b),
-             c if p.desc_c is None else TensorDescriptor(c, *p.desc_c), *p.args, **p.meta)
+             c if p.desc_c is None else TensorDescriptor(c, *p.desc_c), bias, *p.args, **p.meta)
     return c
 
 

@@ -96,11 +96,13 @@ def test_norm_backwards_read_wide_rows_from_their_boundaries_on_gpu(task, dtype)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dims", [{"M": 1024, "N": 768, "K": 768}, {"M": 8192, "N": 2304, "K": 768},
+@pytest.mark.parametrize("dims", [{"M": 1024, "N": 768, "K": 768, "epilogue": "bias"},
+                                  {"M": 8192, "N": 2304, "K": 768, "epilogue": "bias"},
                                   {"M": 8192, "N": 50257, "K": 768}], ids=["tiny", "big", "small-odd-n"])
 def test_matmul_warp_specialized_tiers_on_gpu_and_in_a_cuda_graph(dims):
     # Every tier with warp specialization on (the kernel makes its descriptors on the device, their scratch
-    # from torch's allocator): the task's checks at GPT-2's shapes with B as a Linear's weight.t(), then the
+    # from torch's allocator): the task's checks at GPT-2's shapes with B as a Linear's weight.t() (and its
+    # bias, as GPT-2's Linears but not its LM head have one), then the
     # same call captured in a CUDA graph (the scratch then comes from the graph's pool) and replayed on new
     # inputs: the replay's product is the product of the new inputs.
     import torch
@@ -114,16 +116,19 @@ def test_matmul_warp_specialized_tiers_on_gpu_and_in_a_cuda_graph(dims):
     ker.NUM_WARPS = ker.SMALL_NUM_WARPS = ker.TINY_NUM_WARPS = 4  # two consumer groups of 64 rows at 128-row tiles
     ref = sc.load_reference(task_dir, "gpu-ws")
     tol = spec.tolerances["bfloat16"]
-    a, b = sc.build_inputs(ref, dims, "bfloat16", "cuda", 0, "weight_layout")
-    assert ker._plan(a, b, ker._knobs()).meta["WS"] is True
-    row = sc.check_call(ker.kernel_fn, ref, (a, b), tol)
+    inputs = sc.build_inputs(ref, dims, "bfloat16", "cuda", 0, "weight_layout")
+    a, b, *bias = inputs
+    plan = ker._plan(a, b, bias[0] if bias else None, ker._knobs())
+    assert plan.meta["WS"] is True and plan.meta["HAS_BIAS"] is bool(bias)
+    row = sc.check_call(ker.kernel_fn, ref, inputs, tol)
     assert row["passed"], row["why"]
     graph = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
     with torch.cuda.graph(graph):
-        out = ker.kernel_fn(a, b)
+        out = ker.kernel_fn(*inputs)
     a.copy_(torch.randn_like(a))
     graph.replay()
     torch.cuda.synchronize()
-    torch.testing.assert_close(out.float(), (a.float() @ b.float()), atol=tol.atol * 4, rtol=tol.rtol)
+    want = a.float() @ b.float() + (bias[0].float() if bias else 0)
+    torch.testing.assert_close(out.float(), want, atol=tol.atol * 4, rtol=tol.rtol)
     torch.cuda.empty_cache()

@@ -134,10 +134,10 @@ def main(argv=None) -> int:
     ap.add_argument("--tasks", default="")
     ap.add_argument("--dtypes", default="")
     ap.add_argument("--set", action="append", default=[], metavar="KNOB=V", help="override a kernel.py knob")
-    ap.add_argument("--dims", default="", help="one shape instead of the test shapes, e.g. M=4,N=50257")
+    ap.add_argument("--dims", default="", help="one shape instead of the test shapes, e.g. M=4,N=50257 (a word for a variant: epilogue=bias)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
-    pairs = lambda text: {k: int(v) for k, v in (kv.split("=") for kv in text)}  # noqa: E731
+    pairs = lambda text: {k: int(v) if v.isdigit() else v for k, v in (kv.split("=") for kv in text)}  # noqa: E731
     rows = compile_tasks([t for t in args.tasks.split(",") if t] or None, [d for d in args.dtypes.split(",") if d] or None,
                          pairs(args.set), pairs([d for d in args.dims.split(",") if d]))
     for r in rows:

@@ -164,7 +164,7 @@ def test_matmul_warp_specialization_knobs_unflatten_the_loop_and_keep_the_produc
     a = torch.randn(64, 32, dtype=torch.bfloat16)
     b = torch.randn(32, 48, dtype=torch.bfloat16)
     assert ker.config_16bit(64, 48, 32, 2)[:2] == (ker.TINY_BLOCK_M, ker.TINY_BLOCK_N)
-    plan = ker._plan(a, b, ker._knobs())
+    plan = ker._plan(a, b, None, ker._knobs())
     assert plan.tma and plan.meta["WS"] is True and plan.meta["FLATTEN"] is False
     # Every tier with it on (the kernel makes its descriptors from pointers), B as given and as a Linear's
     # weight.t(): the same product.
@@ -172,6 +172,19 @@ def test_matmul_warp_specialization_knobs_unflatten_the_loop_and_keep_the_produc
         for layout in (None, "weight_layout"):
             row = sc.check_case(on, "bfloat16", shape, "cpu", tag="ws_on", adversarial=layout)
             assert row["kernel"]["passed"], (shape.name, layout, row["kernel"]["why"])
+
+
+def test_a_matmul_that_drops_the_bias_fails_where_a_bias_is_given(tmp_path):
+    # GPT-2's Linear shapes carry a bias (epilogue = "bias"), and the task's "bias" case adds one at any
+    # shape: a kernel that never adds it fails both, on the pointer and the TMA paths.
+    task = _broken_copy(tmp_path, "matmul", "HAS_BIAS=bias is not None", "HAS_BIAS=False")
+    spec = load_spec(task)
+    for shape in spec.test_shapes:
+        with_bias = shape.dims.get("epilogue") == "bias"
+        row = sc.check_case(task, "bfloat16", shape, "cpu", tag="nobias")
+        assert row["kernel"]["passed"] is not with_bias, (shape.name, row["kernel"]["why"])
+        row = sc.check_case(task, "bfloat16", shape, "cpu", tag="nobias", adversarial="bias")
+        assert not row["kernel"]["passed"], shape.name
 
 
 def test_unwritten_rows_are_caught(tmp_path):

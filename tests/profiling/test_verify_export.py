@@ -262,6 +262,52 @@ def test_patched_linear_follows_weight_updates():
         assert torch.allclose(lin(x), x @ lin[0].original.weight.t() + lin[0].original.bias)
 
 
+def test_a_patched_linear_hands_its_bias_to_the_kernel_and_trains_through_it():
+    # The matmul starter adds a Linear's bias in its epilogue (kernel_fn(a, b, bias)), as cuBLAS's addmm
+    # does: the patched Linear passes it there instead of adding it in a pass of its own (run 28, H100:
+    # GPT-2's MLP bias add was a 545 us pass a forward). A kernel without a bias parameter still gets it
+    # added after; a Linear without a bias calls kernel_fn(a, b). Eager, as a custom op, and training.
+    import copy
+
+    import torch
+    import torch.nn as nn
+
+    from autokernel_tui.profiling.patch import load_backwards
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(24, 40), nn.Linear(40, 16, bias=False))
+    x = torch.randn(2, 3, 24)
+    want = model(x)
+    want.square().sum().backward()
+    kernel = load_kernel(STARTERS / "matmul" / "kernel.py")
+    seen = []
+
+    def spy(a, b, bias=None):
+        seen.append(bias)
+        return kernel(a, b, bias)
+
+    for custom_ops in (False, True):
+        seen.clear()
+        patched = copy.deepcopy(model)
+        patch_model(patched, {"matmul": spy}, custom_ops=custom_ops)
+        with torch.no_grad():
+            torch.testing.assert_close(patched(x), want, atol=1e-5, rtol=1e-5)
+        assert len(seen) == 2 and seen[0] is not None and seen[0].shape == (40,) and seen[1] is None
+    plain = copy.deepcopy(model)
+    patch_model(plain, {"matmul": lambda a, b: kernel(a, b)})  # a kernel_fn without a bias: added after
+    with torch.no_grad():
+        torch.testing.assert_close(plain(x), want, atol=1e-5, rtol=1e-5)
+    # Training: autograd through the task's reference (addmm) gives the bias its gradient.
+    backwards = load_backwards({"matmul": {"reference": STARTERS / "matmul" / "reference.py"}})
+    trained = copy.deepcopy(model)
+    for p in trained.parameters():
+        p.grad = None
+    patch_model(trained, {"matmul": kernel}, backwards=backwards)
+    trained(x).square().sum().backward()
+    for (name, p), q in zip(trained.named_parameters(), model.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=name)
+
+
 def test_kernels_as_custom_ops_compile_with_the_model_and_the_fastest_correct_mode_is_named(tmp_path):
     # Issue 21: a patched model runs under torch.compile, each kernel a custom op inside the graph.
     import copy
