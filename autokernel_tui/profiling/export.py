@@ -53,7 +53,7 @@ GENERATED_BACKWARD = {generated_backward!r}  # generated backward task -> the in
 _HERE = Path(__file__).resolve().parent
 
 
-def patch(model, families=None, custom_ops=False, train=True):
+def patch(model, families=None, custom_ops=False, train=True, example_inputs=None):
     """Put the kernels into ``model`` (in place); returns {{family: modules replaced}}.
 
     ``custom_ops``: each kernel as a torch custom op, for a model you will torch.compile (its
@@ -61,10 +61,16 @@ def patch(model, families=None, custom_ops=False, train=True):
     ``train``: each kernel differentiable (its backward kernel, else autograd through its task's
     reference), so the patched model trains; ``train=False`` for inference only, where a patched
     module passes no gradient back.
+    ``example_inputs``: one call's inputs; with them a Linear whose output only a GELU takes (found by
+    one trace of the model) runs that GELU in its matmul kernel's epilogue.
     """
     _patch.use_interpreter_if_no_gpu(next((p.device.type for p in model.parameters()), "auto"))
     fns = _patch.load_kernels({{f: _HERE / rel for f, rel in KERNELS.items()}})
-    return _patch.patch_model(model, fns, families, custom_ops=custom_ops, backwards=_backwards() if train else None)
+    fuse = None
+    if example_inputs is not None and (not families or "matmul" in families):
+        fuse = _graph_patch.epilogue_pairs(model, tuple(example_inputs), fns)
+    return _patch.patch_model(model, fns, families, custom_ops=custom_ops, backwards=_backwards() if train else None,
+                              fuse=fuse)
 
 
 def _backwards():
@@ -88,7 +94,9 @@ def patch_graph(model, example_inputs, custom_ops=False, train=False):
     if KERNELS:  # as custom ops: a trace sees them; a module a generated chain runs through is the chain's
         fns = _patch.load_kernels({{f: _HERE / rel for f, rel in KERNELS.items()}})
         skip = _graph_patch.covered_modules(m, tuple(example_inputs), generated, _patch.patch_sites(m, list(fns)))
-        counts = _patch.patch_model(m, fns, custom_ops=True, skip=skip, backwards=_backwards() if train else None)
+        fuse = _graph_patch.epilogue_pairs(m, tuple(example_inputs), fns, skip)
+        counts = _patch.patch_model(m, fns, custom_ops=True, skip=skip, backwards=_backwards() if train else None,
+                                    fuse=fuse)
     if generated:
         m, sites = _graph_patch.patch_graph(m, tuple(example_inputs), generated, custom_ops=custom_ops,
                                             backwards={{t: tuple(g) for t, g in GENERATED_BACKWARD.items()}}

@@ -42,10 +42,10 @@ import torch.nn as nn
 
 try:  # inside autokernel-tui: the CLI prints these as one line
     from autokernel_tui.errors import AutokernelError as _Base
-    from autokernel_tui.profiling.patch import _load_module, load_kernel
+    from autokernel_tui.profiling.patch import _load_module, epilogue_candidates, load_kernel, takes_activation
 except ImportError:  # inside an exported package, beside its copy of patch.py
     _Base = Exception
-    from ._patch import _load_module, load_kernel  # type: ignore[no-redef]
+    from ._patch import _load_module, epilogue_candidates, load_kernel, takes_activation  # type: ignore[no-redef]
 
 
 class GraphPatchError(_Base):
@@ -591,16 +591,10 @@ def trace(model: nn.Module, inputs: tuple) -> torch.fx.GraphModule:
 _PROBE = "autokernel::probe::"
 
 
-def covered_modules(model: nn.Module, inputs: tuple, kernels: dict[str, str | Path],
-                    modules: list[nn.Module]) -> set[int]:
-    """Ids of those ``modules`` (a starter's patch sites) that a site of a generated task in ``kernels``
-    runs through. A generated chain is the larger fusion (a GEMM with its GELU), so where both could
-    go in, the chain does and the starter leaves that module alone: patched first, the starter would
-    hide the chain from the trace (run 18's ViT: its addmm -> gelu task found no site). Found by one
-    trace of ``model`` with each module's forward inside a profiler range of its own, the ranges
-    then read against the graph positions of every site's ops."""
-    if not modules or not kernels:
-        return set()
+def _probed_trace(model: nn.Module, inputs: tuple, modules: list[nn.Module]):
+    """One trace of ``model`` with each of ``modules``' forwards inside a profiler range of its own:
+    (the graph's nodes, their positions, [(the range's enter position, its exit position, module id)],
+    one range per call)."""
     labels: dict[str, int] = {}
     saved: list[tuple[nn.Module, Any]] = []
     for i, mod in enumerate(modules):
@@ -622,18 +616,76 @@ def covered_modules(model: nn.Module, inputs: tuple, kernels: dict[str, str | Pa
                 mod.forward = own
     nodes = list(gm.graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
-    ranges = []  # (first position, last position, module id): a probe's enter and exit in the graph
+    ranges = []
     for n in nodes:
         if n.op == "call_function" and "record_function_enter" in str(n.target) and n.args \
                 and isinstance(n.args[0], str) and n.args[0] in labels:
             ends = [order[u] for u in n.users if "record_function_exit" in str(u.target)]
             ranges.append((order[n], max(ends, default=len(nodes)), labels[n.args[0]]))
+    return gm, nodes, order, ranges
+
+
+def covered_modules(model: nn.Module, inputs: tuple, kernels: dict[str, str | Path],
+                    modules: list[nn.Module]) -> set[int]:
+    """Ids of those ``modules`` (a starter's patch sites) that a site of a generated task in ``kernels``
+    runs through. A generated chain is the larger fusion (a GEMM with its GELU), so where both could
+    go in, the chain does and the starter leaves that module alone: patched first, the starter would
+    hide the chain from the trace (run 18's ViT: its addmm -> gelu task found no site). Found by one
+    trace of ``model`` with each module's forward inside a profiler range of its own, the ranges
+    then read against the graph positions of every site's ops."""
+    if not modules or not kernels:
+        return set()
+    gm, _, order, ranges = _probed_trace(model, inputs, modules)
     covered: set[int] = set()
     for path in kernels.values():
         for site in iter_sites(gm, load_unit(path)):
             for node in site["nodes"]:
                 covered.update(mid for lo, hi, mid in ranges if lo < order[node] < hi)
     return covered
+
+
+def epilogue_pairs(model: nn.Module, inputs: tuple, kernels: dict[str, Callable],
+                   skip: set[int] | None = None) -> dict[int, nn.Module]:
+    """{id of a Linear: the activation module that takes its output} where the matmul kernel in
+    ``kernels`` applies that activation in its epilogue (``patch.takes_activation``), for ``patch_model``'s
+    ``fuse``. A pair is only one whose data flow the trace shows: each module called once, the Linear's
+    output used by nothing but the activation, the activation using nothing else. So GPT-2's
+    ``act(c_fc(x))`` fuses, and ``act(h) + h`` or a module called twice does not. Modules in ``skip`` (a
+    generated chain's) stay out."""
+    fn = kernels.get("matmul")
+    if fn is None or not takes_activation(fn):
+        return {}
+    linears, acts = epilogue_candidates(model)
+    linears = [m for m in linears if id(m) not in (skip or set())]
+    acts = [m for m in acts if id(m) not in (skip or set())]
+    if not linears or not acts:
+        return {}
+    _, nodes, order, ranges = _probed_trace(model, inputs, linears + acts)
+    calls: dict[int, list[tuple[int, int]]] = {}
+    for lo, hi, mid in ranges:
+        calls.setdefault(mid, []).append((lo, hi))
+    pairs: dict[int, nn.Module] = {}
+    for act in acts:
+        if len(calls.get(id(act), ())) != 1:
+            continue
+        lo_a, hi_a = calls[id(act)][0]
+        inner_a = set(nodes[lo_a + 1:hi_a])
+        feeds = {i for n in inner_a for i in n.all_input_nodes if i not in inner_a}
+        if len(feeds) != 1:
+            continue
+        (out,) = feeds
+        for lin in linears:
+            if len(calls.get(id(lin), ())) != 1:
+                continue
+            lo_l, hi_l = calls[id(lin)][0]
+            if not lo_l < order[out] < hi_l:
+                continue
+            inner_l = set(nodes[lo_l + 1:hi_l])
+            leaving = {n for n in inner_l if any(u not in inner_l for u in n.users)}
+            if leaving == {out} and all(u in inner_a for u in out.users if u not in inner_l):
+                pairs[id(lin)] = act
+            break
+    return pairs
 
 
 def patch_graph(model: nn.Module, inputs: tuple, kernels: dict[str, str | Path], custom_ops: bool = False,

@@ -258,8 +258,10 @@ OP_SIGNATURES: dict[str, tuple[tuple[tuple[str, type], ...], Callable[..., torch
     # b arrives as the weight's transpose, a view (strides (1, K)): the matmul task checks that layout
     # (its weight_layout case), so a kernel that passed reads the weight in place, as cuBLAS does.
     "matmul": ((("a", _T), ("b", _T)), lambda a, b: a.new_empty(a.shape[0], b.shape[1])),
-    # a Linear's bias added in the kernel's epilogue (``takes_bias``)
+    # a Linear's bias added in the kernel's epilogue (``takes_bias``), and the activation after it
     "matmul+bias": ((("a", _T), ("b", _T), ("bias", _T)), lambda a, b, bias: a.new_empty(a.shape[0], b.shape[1])),
+    "matmul+bias+activation": ((("a", _T), ("b", _T), ("bias", _T), ("activation", _S)),
+                               lambda a, b, bias, activation: a.new_empty(a.shape[0], b.shape[1])),
 }
 # family -> what its forward saves for its backward kernel, in order: OUTPUT (the forward's output itself),
 # or a fake of another tensor from the inputs (for a compiled graph). Attention: its output, and its float32
@@ -485,36 +487,104 @@ class CrossEntropyKernel(_Patched):
         return self.fn(_rows(logits), targets.reshape(-1))
 
 
+def _parameters(fn: Callable) -> tuple[str, ...]:
+    try:
+        return tuple(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return ()
+
+
 def takes_bias(fn: Callable) -> bool:
     """Whether a matmul ``kernel_fn`` adds a Linear's bias itself (``kernel_fn(a, b, bias)``, as the
     starter does in its epilogue; the task checks that path at every shape, its ``bias`` case)."""
-    try:
-        return "bias" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
+    return "bias" in _parameters(fn)
+
+
+def takes_activation(fn: Callable) -> bool:
+    """Whether a matmul ``kernel_fn`` also applies the activation after a Linear (``kernel_fn(a, b, bias,
+    activation)``: "gelu" or "gelu_tanh"; its task's ``bias_gelu*`` cases check it at every shape)."""
+    return "bias" in _parameters(fn) and "activation" in _parameters(fn)
+
+
+# A GELU module's ``approximate`` -> the matmul kernel's ``activation``
+_GELU_ACTIVATIONS = {"none": "gelu", "tanh": "gelu_tanh"}
+
+
+def activation_of(module: nn.Module) -> str | None:
+    """The matmul epilogue's name for what ``module`` computes (a GELU, patched or not), or None."""
+    if isinstance(module, _Patched) and module.family == "gelu":
+        module = module.original
+    if isinstance(module, _Patched) or not SITES["gelu"][0](module):
+        return None
+    return _GELU_ACTIVATIONS.get(getattr(module, "approximate", None))
+
+
+def epilogue_candidates(model: nn.Module) -> tuple[list[nn.Module], list[nn.Module]]:
+    """(Linears with a bias, modules ``activation_of`` names) in ``model``, not yet replaced: what
+    ``graph_patch.epilogue_pairs`` looks for pairs among."""
+    linears, acts, seen = [], [], set()
+    for parent in model.modules():
+        if isinstance(parent, _Patched):
+            continue
+        for child in parent.children():
+            if id(child) in seen:
+                continue
+            seen.add(id(child))
+            if isinstance(child, nn.Linear) and child.bias is not None:
+                linears.append(child)
+            elif activation_of(child) is not None:
+                acts.append(child)
+    return linears, acts
 
 
 class LinearKernel(_Patched):
     family = "matmul"
 
     def __init__(self, original: nn.Module, fn: Callable, custom_op: bool = False,
-                 backward: Backward | None = None):
+                 backward: Backward | None = None, activation: str = "none"):
+        # set first: op_signature, called by _Patched's __init__, reads it
+        self.activation = activation
         super().__init__(original, fn, custom_op, backward)
-        self.fused_bias = self.op_signature(original, fn) == "matmul+bias"
+        self.fused_bias = self.op_signature(original, fn) != "matmul"
 
     def op_signature(self, original: nn.Module, fn: Callable) -> str:
+        if self.activation != "none":
+            return "matmul+bias+activation"
         return "matmul+bias" if original.bias is not None and takes_bias(fn) else "matmul"
 
     def run(self, x):
         m = self.original
         # W.t() is a view (strides (1, K)): the kernel reads the weight in place, as nn.Linear's cuBLAS
         # call does; no copy to keep in step with the weight, and none inside a CUDA graph's pool.
-        if self.fused_bias:  # added in the kernel's epilogue, as cuBLAS's addmm does: no pass of its own
+        # The bias, and the activation after the Linear, are added in the kernel's epilogue (as cuBLAS's
+        # addmm adds the bias): no pass over the output of their own.
+        if self.activation != "none":
+            y = self.fn(_rows(x), m.weight.t(), m.bias, self.activation)
+        elif self.fused_bias:
             y = self.fn(_rows(x), m.weight.t(), m.bias)
         else:
             y = self.fn(_rows(x), m.weight.t())
             y = y if m.bias is None else y + m.bias
         return y.view(*x.shape[:-1], m.weight.shape[0])
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + (f", activation={self.activation}" if self.activation != "none" else "")
+
+
+class FusedAway(_Patched):
+    """An activation the Linear before it now applies in its kernel's epilogue: passes its input on."""
+    family = "fused"
+
+    def __init__(self, original: nn.Module, into: str):
+        nn.Module.__init__(self)
+        self.original, self.into = original, into
+        self.custom_op, self.trainable = False, False
+
+    def forward(self, x):
+        return x
+
+    def extra_repr(self) -> str:
+        return f"in the epilogue of {self.into}"
 
 
 def _is_silu(act) -> bool:
@@ -559,7 +629,7 @@ def patch_sites(model: nn.Module, families) -> list[nn.Module]:
 
 def patch_model(model: nn.Module, kernels: dict[str, Callable], families: list[str] | None = None,
                 custom_ops: bool = False, backwards: dict[str, Backward] | None = None,
-                skip: set[int] | None = None) -> dict[str, int]:
+                skip: set[int] | None = None, fuse: dict[int, nn.Module] | None = None) -> dict[str, int]:
     """Replace every qualifying module of each family in ``kernels``; returns {family: modules replaced}.
 
     In place. Families without a patch site here are reported with 0; nothing is patched twice.
@@ -569,11 +639,19 @@ def patch_model(model: nn.Module, kernels: dict[str, Callable], families: list[s
     no gradient back, so train only with ``backwards`` given.
     ``skip``: ids of modules left as they are (a generated task's chain runs through them:
     ``graph_patch.covered_modules``).
+    ``fuse``: {id of a Linear: the activation module that takes its output alone}
+    (``graph_patch.epilogue_pairs``, from a trace): where the matmul kernel applies that activation,
+    the Linear's kernel does it in its epilogue and the activation module passes its input on (counted
+    under both families: a profile then finds the GELU's time gone and the matmul's grown).
     """
     unknown = [f for f in kernels if f not in SITES]
     wanted = [f for f in (families or list(kernels)) if f in kernels]
     counts = {f: 0 for f in wanted}
     counts.update({f: 0 for f in unknown})
+    if fuse and "matmul" in wanted and takes_activation(kernels["matmul"]):  # before the activations' own kernels
+        fused = _fuse_epilogues(model, kernels["matmul"], fuse, custom_ops, (backwards or {}).get("matmul"))
+        counts["matmul"] += fused
+        counts["gelu"] = counts.get("gelu", 0) + fused  # replaced too: their work is in the matmul's epilogue
     for family in wanted:
         if family not in SITES:
             continue
@@ -584,6 +662,28 @@ def patch_model(model: nn.Module, kernels: dict[str, Callable], families: list[s
             setattr(parent, name, wrapper(child, kernels[family], custom_ops, (backwards or {}).get(family)))
             counts[family] += 1
     return counts
+
+
+def _fuse_epilogues(model: nn.Module, fn: Callable, fuse: dict[int, nn.Module], custom_ops: bool,
+                    backward: Backward | None) -> int:
+    """Each Linear in ``fuse`` replaced by its kernel with the activation in the epilogue, and the activation
+    module by a ``FusedAway``; returns the Linears replaced."""
+    places = {id(child): (parent, name) for parent in list(model.modules()) if not isinstance(parent, _Patched)
+              for name, child in parent.named_children()}
+    done = 0
+    for lin_id, act in fuse.items():
+        if lin_id not in places or id(act) not in places or activation_of(act) is None:
+            continue
+        parent, name = places[lin_id]
+        lin = getattr(parent, name)
+        if isinstance(lin, _Patched):
+            continue
+        act_parent, act_name = places[id(act)]
+        activation = activation_of(act)
+        setattr(parent, name, LinearKernel(lin, fn, custom_ops, backward, activation))
+        setattr(act_parent, act_name, FusedAway(act.original if isinstance(act, _Patched) else act, name))
+        done += 1
+    return done
 
 
 def unpatch_model(model: nn.Module) -> None:

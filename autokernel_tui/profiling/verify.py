@@ -291,7 +291,7 @@ def patched_copy(original, kernels: dict[str, Path], families, inputs, custom_op
     Backward, the generated tasks in the traced training forward, where a forward task and the
     backward task of the same chain make one differentiable site. Without it (inference) the
     generated backward tasks stay out."""
-    from autokernel_tui.profiling.graph_patch import covered_modules, patch_graph
+    from autokernel_tui.profiling.graph_patch import covered_modules, epilogue_pairs, patch_graph
     from autokernel_tui.profiling.patch import load_kernels, patch_model, patch_sites
 
     starters, generated = split_generated(kernels)
@@ -304,8 +304,11 @@ def patched_copy(original, kernels: dict[str, Path], families, inputs, custom_op
         # Where a generated chain runs through a starter's module, the chain goes in, not the starter.
         skip = covered_modules(m, inputs, generated, patch_sites(m, families or list(starters))) \
             if generated else set()
-        counts = patch_model(m, load_kernels(starters), families, custom_ops=custom_ops or bool(generated),
-                             backwards=backwards, skip=skip)
+        fns = load_kernels(starters)
+        # A Linear whose output only a GELU takes: the matmul kernel applies it in its epilogue
+        fuse = epilogue_pairs(m, inputs, fns, skip) if not families or "matmul" in families else {}
+        counts = patch_model(m, fns, families, custom_ops=custom_ops or bool(generated),
+                             backwards=backwards, skip=skip, fuse=fuse)
     if generated:
         m, sites = patch_graph(m, inputs, generated, custom_ops=custom_ops,
                                labels={t: profiled_family(t, p) for t, p in generated.items()},
@@ -1014,8 +1017,6 @@ def _build_train_mode(original, kernels: dict, families, backwards: dict, compil
     is), compiled in ``compile_mode`` (None: eager), warmed up, its step checked: (model or None, result)."""
     import torch
 
-    from autokernel_tui.profiling.patch import load_kernels, patch_model
-
     m = copy.deepcopy(original)
     if kernels and split_generated(kernels)[1]:
         try:
@@ -1024,7 +1025,8 @@ def _build_train_mode(original, kernels: dict, families, backwards: dict, compil
         except Exception as exc:  # a generated kernel this mode cannot take: its finding
             return None, {"error": error_line(exc), "where": where(exc)}
     elif kernels:
-        patch_model(m, load_kernels(kernels), families, custom_ops=compile_mode is not None, backwards=backwards)
+        m, _ = patched_copy(original, kernels, families, inputs, custom_ops=compile_mode is not None,
+                            backwards=backwards)
     if compile_mode is not None:
         allow_recompiles()
         m = torch.compile(m, mode=compile_mode, dynamic=False)

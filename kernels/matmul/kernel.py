@@ -15,7 +15,8 @@ transposed [N, K] matrix (nn.Linear's weight.t(), the layout a model calls it
 with): its descriptor then walks the weight's rows and each tile is transposed
 in shared memory, with no copy. Other column-strided operands take the pointer
 kernel. A bias (nn.Linear's, one value per column of C) is added in the
-epilogue to the fp32 sums, as cuBLAS's addmm does: no second pass over C.
+epilogue to the fp32 sums, as cuBLAS's addmm does, and a GELU that follows the
+Linear is applied there too: no second pass over C for either.
 
 16-bit shapes whose big tiles would leave the last wave of SMs poorly filled
 take the SMALL_* config (smaller tiles; the persistent loop flattened so the
@@ -81,10 +82,48 @@ FP32_NUM_WARPS = 8
 FP32_NUM_STAGES = 3
 
 
+# The epilogue's activation (ACT): a Linear followed by a GELU computes it on the tile in registers,
+# where eager, cuBLAS and Inductor (whose mm is a library call) spend a pass over C on it.
+ACTIVATIONS = {"none": 0, "gelu": 1, "gelu_tanh": 2}
+
+
+@triton.jit
+def _epilogue(acc, Bias, cn, N, HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
+    """The fp32 tile before its one rounding: + a Linear's bias (one value per column, as cuBLAS's addmm
+    adds it), then the activation."""
+    if HAS_BIAS:
+        acc += tl.load(Bias + cn, mask=cn < N, other=0.0).to(tl.float32)[None, :]
+    if ACT == 1:
+        acc = acc * _normal_cdf(acc)
+    if ACT == 2:  # x/2 (1 + tanh(z)) == x / (1 + exp(-2z)): no cancellation near tanh = -1
+        z = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
+        acc = acc / (1.0 + tl.exp2(z * -2.8853900817779268))  # -2 * log2(e)
+    return acc
+
+
+@triton.jit
+def _normal_cdf(x):
+    # Phi(x) from erfc's Chebyshev fit (Numerical Recipes erfcc, relative error < 1.2e-7), as the gelu
+    # starter computes it: one rcp, ten FMAs and one ex2, cheaper than libdevice's erf; the x < 0 side
+    # never forms 1 + erf, so the tail keeps its digits.
+    t = 1.0 / (1.0 + tl.abs(x) * 0.35355339059327373)
+    p = 0.24651729790196045 * t - 1.1861149450768025
+    p = p * t + 2.147474463933521
+    p = p * t - 1.637753152343414
+    p = p * t + 0.40232158165127635
+    p = p * t - 0.2687568603388257
+    p = p * t + 0.1396300565225048
+    p = p * t + 0.5397006155284324
+    p = p * t + 1.4427292039075317
+    p = p * t - 2.825748218405333
+    half_erfc = t * tl.exp2(p - x * x * 0.7213475204444817)  # = erfc(|x| / sqrt(2)) / 2
+    return tl.where(x >= 0, 1.0 - half_erfc, half_erfc)
+
+
 @triton.jit
 def _matmul(A, B, C, Bias, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr,
-            IEEE: tl.constexpr, WIDEN: tl.constexpr, HAS_BIAS: tl.constexpr):
+            IEEE: tl.constexpr, WIDEN: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BM)
     tiles_n = tl.cdiv(N, BN)
@@ -122,8 +161,7 @@ def _matmul(A, B, C, Bias, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, 
 
     cm = pid_m * BM + tl.arange(0, BM)
     cn = pid_n * BN + tl.arange(0, BN)
-    if HAS_BIAS:  # a Linear's bias, added to the fp32 sums before the one rounding (as cuBLAS's epilogue)
-        acc += tl.load(Bias + cn, mask=cn < N, other=0.0).to(tl.float32)[None, :]
+    acc = _epilogue(acc, Bias, cn, N, HAS_BIAS, ACT)
     c_ptrs = C + cm[:, None].to(tl.int64) * stride_cm + cn[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=(cm < M)[:, None] & (cn < N)[None, :])
 
@@ -132,7 +170,7 @@ def _matmul(A, B, C, Bias, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, 
 def _matmul_tma(a_desc, b_desc, c_desc, Bias, M, N, K, stride_cm, stride_a, stride_b,
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr,
                 NUM_PROGRAMS: tl.constexpr, WIDEN: tl.constexpr, FLATTEN: tl.constexpr, C_PTR: tl.constexpr,
-                B_T: tl.constexpr, WS: tl.constexpr, HAS_BIAS: tl.constexpr):
+                B_T: tl.constexpr, WS: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
     if WS:  # pointers in: descriptors made here, so the warp-specialization pass can split their blocks
         a_desc = tl.make_tensor_descriptor(a_desc, shape=[M, K], strides=[stride_a, 1], block_shape=[BM, BK])
         if B_T:
@@ -164,8 +202,7 @@ def _matmul_tma(a_desc, b_desc, c_desc, Bias, M, N, K, stride_cm, stride_a, stri
             else:
                 acc = tl.dot(a, b, acc)
         cn = pid_n * BN + tl.arange(0, BN)
-        if HAS_BIAS:
-            acc += tl.load(Bias + cn, mask=cn < N, other=0.0).to(tl.float32)[None, :]
+        acc = _epilogue(acc, Bias, cn, N, HAS_BIAS, ACT)
         if C_PTR:  # C's rows are not 16-byte aligned (odd N): masked pointer stores
             cm = pid_m * BM + tl.arange(0, BM)
             c_ptrs = c_desc + cm[:, None].to(tl.int64) * stride_cm + cn[None, :]
@@ -277,7 +314,7 @@ def _padded(t: torch.Tensor, pad) -> torch.Tensor:
     return buf[:, :t.shape[1]]
 
 
-def _plan(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, made_under: tuple):
+def _plan(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, activation: str, made_under: tuple):
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul needs a[M,K] @ b[K,N], got {tuple(a.shape)} @ {tuple(b.shape)}")
     m, k = a.shape
@@ -285,6 +322,9 @@ def _plan(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, made_unde
     if bias is not None and (bias.shape != (n,) or bias.stride(0) != 1):
         raise ValueError(f"matmul's bias must be one packed value per column ({n}), got {tuple(bias.shape)} "
                          f"with strides {bias.stride()}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"matmul's activation is one of {', '.join(ACTIVATIONS)}, not {activation!r}")
+    act = ACTIVATIONS[activation]
     c = torch.empty((m, n), dtype=a.dtype, device=a.device)  # like every call's output: fresh, packed, aligned
     if a.dtype == torch.float32:
         bm, bn, bk, warps, stages = FP32_BLOCK_M, FP32_BLOCK_N, FP32_BLOCK_K, FP32_NUM_WARPS, FP32_NUM_STAGES
@@ -308,26 +348,28 @@ def _plan(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, made_unde
         stride_b = desc_b[1][0]
         return _Plan(made_under, _matmul_tma[grid], grid, (m, n, k, c.stride(0), stride_a[0], stride_b),
                      dict(BM=bm, BN=bn, BK=bk, GM=GROUP_M, NUM_PROGRAMS=programs, FLATTEN=bool(flatten),
-                          WIDEN=widen, C_PTR=c_ptr, B_T=b_t, WS=bool(ws), HAS_BIAS=bias is not None,
+                          WIDEN=widen, C_PTR=c_ptr, B_T=b_t, WS=bool(ws), HAS_BIAS=bias is not None, ACT=act,
                           num_warps=warps, num_stages=stages),
                      True, b_t, pad_a, pad_b, ([m, k], stride_a, [bm, bk]), desc_b,
                      None if c_ptr else ([m, n], [c.stride(0), 1], [bm, bn]))
     grid = (tiles,)
     return _Plan(made_under, _matmul[grid], grid, (m, n, k, *a.stride(), *b.stride(), *c.stride()),
                  dict(BM=bm, BN=bn, BK=bk, GM=GROUP_M, IEEE=a.dtype == torch.float32, WIDEN=widen,
-                      HAS_BIAS=bias is not None, num_warps=warps, num_stages=stages),
+                      HAS_BIAS=bias is not None, ACT=act, num_warps=warps, num_stages=stages),
                  False, False, None, None, None, None, None)
 
 
-def kernel_fn(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """a @ b, plus ``bias`` (one value per column, a Linear's) when given."""
+def kernel_fn(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
+              activation: str = "none") -> torch.Tensor:
+    """a @ b, plus ``bias`` (one value per column, a Linear's) when given, then ``activation`` ("none",
+    "gelu", "gelu_tanh": a Linear followed by a GELU), all in the epilogue."""
     key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, a.device,
            a.data_ptr() % 16 == 0, b.data_ptr() % 16 == 0,
-           None if bias is None else (bias.shape, bias.stride()))
+           None if bias is None else (bias.shape, bias.stride()), activation)
     knobs = _knobs()
     p = _PLANS.get(key)
     if p is None or p.made_under != knobs:
-        p = _PLANS[key] = _plan(a, b, bias, knobs)
+        p = _PLANS[key] = _plan(a, b, bias, activation, knobs)
     c = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
     bias = c if bias is None else bias  # without a bias, any pointer: HAS_BIAS is off and it is never read
     if not p.tma:

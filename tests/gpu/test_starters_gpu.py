@@ -118,7 +118,7 @@ def test_matmul_warp_specialized_tiers_on_gpu_and_in_a_cuda_graph(dims):
     tol = spec.tolerances["bfloat16"]
     inputs = sc.build_inputs(ref, dims, "bfloat16", "cuda", 0, "weight_layout")
     a, b, *bias = inputs
-    plan = ker._plan(a, b, bias[0] if bias else None, ker._knobs())
+    plan = ker._plan(a, b, bias[0] if bias else None, "none", ker._knobs())
     assert plan.meta["WS"] is True and plan.meta["HAS_BIAS"] is bool(bias)
     row = sc.check_call(ker.kernel_fn, ref, inputs, tol)
     assert row["passed"], row["why"]

@@ -109,7 +109,7 @@ def test_matmul_tile_config_per_shape():
     small = (ker.SMALL_BLOCK_M, ker.SMALL_BLOCK_N)
     assert big != small
     expected = {"square-4096": big, "llama7b-up": big, "llama7b-down": big,
-                "gpt2-qkv": big, "gpt2-mlp-down": small, "gpt2-lm-head": small, "gpt2-proj-b1": (ker.TINY_BLOCK_M, ker.TINY_BLOCK_N),
+                "gpt2-qkv": big, "gpt2-mlp-up": big, "gpt2-mlp-down": small, "gpt2-lm-head": small, "gpt2-proj-b1": (ker.TINY_BLOCK_M, ker.TINY_BLOCK_N),
                 "odd": big}
     got = {s.name: ker.config_16bit(s.dims["M"], s.dims["N"], s.dims["K"], 132)[:2] for s in spec.shapes}
     assert got == expected
@@ -164,7 +164,7 @@ def test_matmul_warp_specialization_knobs_unflatten_the_loop_and_keep_the_produc
     a = torch.randn(64, 32, dtype=torch.bfloat16)
     b = torch.randn(32, 48, dtype=torch.bfloat16)
     assert ker.config_16bit(64, 48, 32, 2)[:2] == (ker.TINY_BLOCK_M, ker.TINY_BLOCK_N)
-    plan = ker._plan(a, b, None, ker._knobs())
+    plan = ker._plan(a, b, None, "none", ker._knobs())
     assert plan.tma and plan.meta["WS"] is True and plan.meta["FLATTEN"] is False
     # Every tier with it on (the kernel makes its descriptors from pointers), B as given and as a Linear's
     # weight.t(): the same product.
@@ -174,17 +174,22 @@ def test_matmul_warp_specialization_knobs_unflatten_the_loop_and_keep_the_produc
             assert row["kernel"]["passed"], (shape.name, layout, row["kernel"]["why"])
 
 
-def test_a_matmul_that_drops_the_bias_fails_where_a_bias_is_given(tmp_path):
-    # GPT-2's Linear shapes carry a bias (epilogue = "bias"), and the task's "bias" case adds one at any
-    # shape: a kernel that never adds it fails both, on the pointer and the TMA paths.
-    task = _broken_copy(tmp_path, "matmul", "HAS_BIAS=bias is not None", "HAS_BIAS=False")
+@pytest.mark.parametrize("broken", ["bias", "activation"])
+def test_a_matmul_that_drops_its_epilogue_fails_where_one_is_given(tmp_path, broken):
+    # GPT-2's Linear shapes carry a bias and its MLP's up projection a GELU (epilogue = "bias",
+    # "bias+gelu_tanh"), and the task's bias cases add them at any shape: a kernel that never adds the
+    # bias, or never applies the activation, fails both, on the pointer and the TMA paths.
+    old, new = {"bias": ("HAS_BIAS=bias is not None", "HAS_BIAS=False"), "activation": ("ACT=act", "ACT=0")}[broken]
+    task = _broken_copy(tmp_path, "matmul", old, new)
     spec = load_spec(task)
+    needs = {"bias": ("bias", "bias+gelu", "bias+gelu_tanh"), "activation": ("bias+gelu", "bias+gelu_tanh")}[broken]
     for shape in spec.test_shapes:
-        with_bias = shape.dims.get("epilogue") == "bias"
-        row = sc.check_case(task, "bfloat16", shape, "cpu", tag="nobias")
-        assert row["kernel"]["passed"] is not with_bias, (shape.name, row["kernel"]["why"])
-        row = sc.check_case(task, "bfloat16", shape, "cpu", tag="nobias", adversarial="bias")
-        assert not row["kernel"]["passed"], shape.name
+        row = sc.check_case(task, "bfloat16", shape, "cpu", tag=f"no{broken}")
+        assert row["kernel"]["passed"] is (shape.dims.get("epilogue", "none") not in needs), shape.name
+    shape = spec.test_shapes[0]
+    for case in ("bias", "bias_gelu", "bias_gelu_tanh")[broken == "activation":]:
+        row = sc.check_case(task, "bfloat16", shape, "cpu", tag=f"no{broken}", adversarial=case)
+        assert not row["kernel"]["passed"], case
 
 
 def test_unwritten_rows_are_caught(tmp_path):

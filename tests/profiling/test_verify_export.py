@@ -162,6 +162,35 @@ def test_exported_package_patches_a_fresh_model_without_autokernel(tmp_path):
     assert "False" in res.stdout  # autokernel_tui never loaded
 
 
+def test_exported_package_fuses_a_linears_gelu_given_example_inputs_without_autokernel(tmp_path):
+    # patch(model, example_inputs=...) traces the model once: the Linear whose output only the GELU
+    # takes runs it in the matmul kernel's epilogue; without example inputs nothing is fused.
+    out = tmp_path / "pkgs" / "fused_kernels"
+    assert cli_main(["export", str(out), "--kernels", str(STARTERS), "--tasks", "matmul,gelu"]) == 0
+    script = without_autokernel(out.parent, "fused_kernels") + textwrap.dedent("""
+        import copy
+        import torch
+        import torch.nn as nn
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(32, 64), nn.GELU(approximate="tanh"), nn.Linear(64, 32)).eval()
+        x = torch.randn(2, 5, 32)
+        with torch.no_grad():
+            ref = model(x)
+            plain = copy.deepcopy(model)
+            assert fused_kernels.patch(plain, train=False) == {"matmul": 2, "gelu": 1}
+            counts = fused_kernels.patch(model, train=False, example_inputs=(x,))
+            got = model(x)
+        err = ((got - ref).norm() / ref.norm()).item()
+        print(counts, err, type(model[1]).__name__, "autokernel_tui" in sys.modules)
+        assert counts == {"matmul": 2, "gelu": 1} and err < 1e-5
+        assert type(model[1]).__name__ == "FusedAway" and type(plain[1]).__name__ == "GELUKernel"
+    """)
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr[-2000:]
+    assert "False" in res.stdout  # autokernel_tui never loaded
+
+
 def test_exported_package_trains_with_its_backward_kernels_without_autokernel(tmp_path):
     # rmsnorm and swiglu go in with their backward tasks' kernels; gelu has none, so autograd runs
     # through its reference. Gradients of every parameter match the unpatched model's.
