@@ -651,7 +651,7 @@ def epilogue_pairs(model: nn.Module, inputs: tuple, kernels: dict[str, Callable]
     ``fuse``. A pair is only one whose data flow the trace shows: each module called once, the Linear's
     output used by nothing but the activation, the activation using nothing else. So GPT-2's
     ``act(c_fc(x))`` fuses, and ``act(h) + h`` or a module called twice does not. Modules in ``skip`` (a
-    generated chain's) stay out."""
+    generated chain's) stay out. A model the trace cannot follow has none."""
     fn = kernels.get("matmul")
     if fn is None or not takes_activation(fn):
         return {}
@@ -660,7 +660,10 @@ def epilogue_pairs(model: nn.Module, inputs: tuple, kernels: dict[str, Callable]
     acts = [m for m in acts if id(m) not in (skip or set())]
     if not linears or not acts:
         return {}
-    _, nodes, order, ranges = _probed_trace(model, inputs, linears + acts)
+    try:
+        _, nodes, order, ranges = _probed_trace(model, inputs, linears + acts)
+    except GraphPatchError:  # a model make_fx cannot follow: its Linears and GELUs run apart, as before
+        return {}
     calls: dict[int, list[tuple[int, int]]] = {}
     for lo, hi, mid in ranges:
         calls.setdefault(mid, []).append((lo, hi))

@@ -279,6 +279,31 @@ def generated_kernel_names(kernels: dict[str, Path]) -> dict[str, str]:
     return out
 
 
+# (model, matmul kernel, input signature) -> (the model, weakly; [(a Linear's name, its GELU's name)])
+_PAIRS: dict = {}
+
+
+def _epilogue_pairs(original, m, inputs, fns: dict, skip: set[int]) -> dict:
+    """``graph_patch.epilogue_pairs`` of ``original`` as modules of its copy ``m`` (by name), less ``skip``.
+    One trace per model, kernel and input signature: ``verify`` patches many copies of one model."""
+    import weakref
+
+    import torch
+
+    from autokernel_tui.profiling.graph_patch import epilogue_pairs
+
+    key = (id(original), id(fns.get("matmul")),
+           tuple((tuple(x.shape), x.dtype) for x in inputs if isinstance(x, torch.Tensor)))
+    held = _PAIRS.get(key)
+    if held is None or held[0]() is not original:  # a weak reference: an id is reused once its model is gone
+        where = {id(mod): name for name, mod in original.named_modules()}
+        names = [(where[lin], where[id(act)]) for lin, act in epilogue_pairs(original, inputs, fns).items()]
+        held = _PAIRS[key] = (weakref.ref(original), names)
+    mods = dict(m.named_modules())
+    return {id(mods[lin]): mods[act] for lin, act in held[1]
+            if lin in mods and act in mods and not {id(mods[lin]), id(mods[act])} & skip}
+
+
 def patched_copy(original, kernels: dict[str, Path], families, inputs, custom_ops: bool = False,
                  backwards: dict | None = None):
     """(a copy of ``original`` with ``kernels`` in, {task: modules or sites replaced}). Starters replace
@@ -291,7 +316,7 @@ def patched_copy(original, kernels: dict[str, Path], families, inputs, custom_op
     Backward, the generated tasks in the traced training forward, where a forward task and the
     backward task of the same chain make one differentiable site. Without it (inference) the
     generated backward tasks stay out."""
-    from autokernel_tui.profiling.graph_patch import covered_modules, epilogue_pairs, patch_graph
+    from autokernel_tui.profiling.graph_patch import covered_modules, patch_graph
     from autokernel_tui.profiling.patch import load_kernels, patch_model, patch_sites
 
     starters, generated = split_generated(kernels)
@@ -306,7 +331,7 @@ def patched_copy(original, kernels: dict[str, Path], families, inputs, custom_op
             if generated else set()
         fns = load_kernels(starters)
         # A Linear whose output only a GELU takes: the matmul kernel applies it in its epilogue
-        fuse = epilogue_pairs(m, inputs, fns, skip) if not families or "matmul" in families else {}
+        fuse = _epilogue_pairs(original, m, inputs, fns, skip) if not families or "matmul" in families else {}
         counts = patch_model(m, fns, families, custom_ops=custom_ops or bool(generated),
                              backwards=backwards, skip=skip, fuse=fuse)
     if generated:

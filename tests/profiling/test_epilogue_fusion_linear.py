@@ -136,3 +136,17 @@ def test_verify_fuses_gpt2s_mlp_gelu_and_says_so_in_its_counts():
     assert r["correct"], r["rel_l2_vs_original"]
     # two blocks: each c_fc takes its GELU; four Linears a block and the LM head (no bias, no GELU)
     assert r["patched"] == {"matmul": 9, "gelu": 2}
+
+
+def test_a_model_the_trace_cannot_follow_is_patched_without_fusing(monkeypatch):
+    # make_fx follows most models; where it raises (graph_patch.trace's GraphPatchError), the Linears and
+    # GELUs are patched apart, as before, instead of verify failing.
+    def refuse(model, inputs):
+        raise gp.GraphPatchError("the model could not be traced to put generated kernels in: (test)")
+
+    monkeypatch.setattr(gp, "trace", refuse)
+    model = _model("mlp")
+    x = torch.randn(2, 3, 24)
+    kernel = load_kernel(STARTERS / "matmul" / "kernel.py")
+    assert gp.epilogue_pairs(model, (x,), {"matmul": kernel}) == {}
+    assert patch_model(model, {"matmul": kernel}, fuse={}) == {"matmul": 6} and type(model[0].act) is nn.GELU
