@@ -31,8 +31,8 @@
 #   convsweep: the GEMM template's fp32 tile swept on KernelBench convolutions (carry .kb) beside cuDNN
 #   sweep:     any starter's knobs at chosen shapes (knob_sweep.py): sweep TASK SHAPES KNOB=v1,v2 ...
 #   mmws:      matmul's warp specialization checked on the GPU (tests/gpu, in a CUDA graph too), swept tier by
-#              tier at GPT-2's shapes (bf16), each tier's winner written into this copy, then every forward
-#              starter's host cost and CUDA-graph time with them
+#              tier at GPT-2's shapes (bf16; its Linears' bias, and c_fc's GELU, in the epilogue), each tier's
+#              winner written into this copy, then every forward starter's host cost and CUDA-graph time with them
 #   normsweep: the norm backwards' split path from each row's 16-byte boundary, and their rows path's grid (issue 20)
 #   fasweep:   flash attention backward's knobs swept at the LLaMA-7B shapes (issue 20): dK/dV, then dQ
 #   trees:     warm evaluations of carried trees (DIR,DIR) and this one, interleaved: which tree made it slower
@@ -228,7 +228,8 @@ mmws)
     step ws_gpu_test 200 python3 -m pytest -m gpu tests/gpu/test_starters_gpu.py -k warp_specialized -q \
         -p no:cacheprovider -rfE --tb=short  # every tier specialized at GPT-2's shapes, and in a CUDA graph
     sweep_step sweep_tiny matmul gpt2-proj-b1 70 TINY_WARP_SPECIALIZE=0,1 TINY_NUM_STAGES=3,4 TINY_BLOCK_K=64,128
-    sweep_step sweep_big matmul gpt2-qkv 60 WARP_SPECIALIZE=0,1 NUM_WARPS=4,8 BLOCK_N=128,256
+    # gpt2-mlp-up carries the bias and the tanh GELU in the epilogue (255 registers at 8 warps, sm_90 compile)
+    sweep_step sweep_big matmul gpt2-qkv,gpt2-mlp-up 90 WARP_SPECIALIZE=0,1 NUM_WARPS=4,8 BLOCK_N=128,256
     sweep_step sweep_small matmul gpt2-mlp-down,gpt2-lm-head 90 SMALL_WARP_SPECIALIZE=0,1 SMALL_NUM_WARPS=4,8 SMALL_BLOCK_N=128,256
     step launch_cost 200 python3 benchmarks/launch_cost.py --json "$R/launch_cost.json"
     ;;

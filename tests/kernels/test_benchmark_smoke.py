@@ -356,7 +356,7 @@ def test_launch_cost_rows_at_named_shapes():
         spec = load_spec(REPO / "kernels" / task)
         return lc.shape_at(spec, sc.load_reference(spec.path, "at"), torch.bfloat16, where)
 
-    assert at("matmul", "M=1024,N=768,K=768").dims == {"M": 1024, "N": 768, "K": 768}
+    assert at("matmul", "M=1024,N=768,K=768").dims == {"M": 1024, "N": 768, "K": 768, "epilogue": "bias"}
     assert at("flash_attention", "gpt2-small").name == "gpt2-small"
     assert at("matmul", None).name == "gpt2-proj-b1"  # the smallest default shape
     with pytest.raises(ValueError, match="neither a shape of matmul"):

@@ -95,7 +95,7 @@ def test_the_fused_model_computes_the_same_eager_as_a_custom_op_and_unpatched_ag
     assert type(patched[0].act) is nn.GELU and type(patched[0].c_fc) is nn.Linear
 
 
-def test_a_gelu_patched_first_is_still_fused_and_counted_once():
+def test_with_a_gelu_kernel_too_the_fused_gelus_are_left_to_the_epilogue_and_counted_once():
     model = _model("mlp")
     x = torch.randn(2, 3, 24)
     kernels = {"gelu": load_kernel(STARTERS / "gelu" / "kernel.py"),
