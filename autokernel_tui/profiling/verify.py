@@ -279,6 +279,13 @@ def generated_kernel_names(kernels: dict[str, Path]) -> dict[str, str]:
     return out
 
 
+def in_epilogue(model) -> int:
+    """How many activation modules of ``model`` a Linear's matmul kernel now applies in its epilogue."""
+    from autokernel_tui.profiling.patch import FusedAway
+
+    return sum(isinstance(m, FusedAway) for m in model.modules())
+
+
 # (model, matmul kernel, input signature) -> (the model, weakly; [(a Linear's name, its GELU's name)])
 _PAIRS: dict = {}
 
@@ -477,7 +484,8 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
         "seq": bundle.seq, "mode": "forward" + (" with loss" if train else ""),
         "timing_meaningful": gpu, "timing_method": "CUDA events, interleaved, median" if gpu
         else "perf_counter on the CPU (Triton interpreter): not meaningful",
-        "patched": counts, "unpatched_families": [f for f, n in counts.items() if not n],
+        "patched": counts, "in_matmul_epilogue": in_epilogue(patched),
+        "unpatched_families": [f for f, n in counts.items() if not n],
         "no_kernel_yet": no_kernel, "left_out": getattr(patched, "left_out", {}), "correct": passed, "finite": finite, "rel_l2_vs_original": err, "tolerance": tol,
         "model_noise_rel_l2": noise,
         "before": before, "after": after,
@@ -810,12 +818,17 @@ def _site_word(r: dict, task: str) -> str:
     return "graph sites" if path and is_generated(path) else "modules"
 
 
+def _patched_words(r: dict, task: str, n: int) -> str:
+    fused = r.get("in_matmul_epilogue", 0) if task == "gelu" else 0
+    return f"{task} ({n} {_site_word(r, task)}" + (f", {fused} of them in matmul's epilogue)" if fused else ")")
+
+
 def format_result(r: dict) -> str:
     def x(v):
         return f"{v:.3f}x" if isinstance(v, (int, float)) else "n/a"
 
     lines = [f"verify {r['model']} on {r['device']}: {r['dtype']}, batch {r['batch']} x seq {r['seq']}, {r['mode']}",
-             "patched: " + ", ".join(f"{f} ({n} {_site_word(r, f)})" for f, n in r["patched"].items() if n)]
+             "patched: " + ", ".join(_patched_words(r, f, n) for f, n in r["patched"].items() if n)]
     if r["unpatched_families"]:
         lines.append("no patch site in this model (or only inside another kernel's) for: "
                      + ", ".join(r["unpatched_families"]))
@@ -1006,7 +1019,8 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
     return {
         "model": bundle.name, "device": prof_device(bundle.device), "dtype": dtype, "batch": bundle.batch,
         "seq": bundle.seq, "mode": "training step (forward + backward)", "timing_meaningful": gpu,
-        "patched": counts, "unpatched_families": [f for f, n in counts.items() if not n],
+        "patched": counts, "in_matmul_epilogue": in_epilogue(patched),
+        "unpatched_families": [f for f, n in counts.items() if not n],
         "kernels": {f: str(p) for f, p in kernels.items()},
         "backward": {**{f: ("its own backward kernel" if b.kernel is not None else "autograd through the reference")
                         for f, b in backwards.items() if counts.get(f)},

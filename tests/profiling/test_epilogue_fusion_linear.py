@@ -15,7 +15,7 @@ import torch.nn as nn
 
 from autokernel_tui.profiling import graph_patch as gp
 from autokernel_tui.profiling.patch import FusedAway, LinearKernel, load_backwards, load_kernel, patch_model, unpatch_model
-from autokernel_tui.profiling.verify import kernel_paths, verify
+from autokernel_tui.profiling.verify import format_result, kernel_paths, verify
 from autokernel_tui.tasks.spec import starters_dir
 
 STARTERS = starters_dir()
@@ -135,7 +135,8 @@ def test_verify_fuses_gpt2s_mlp_gelu_and_says_so_in_its_counts():
                warmup=0, profile_steps=1, modes=("eager", "eager+kernels"))
     assert r["correct"], r["rel_l2_vs_original"]
     # two blocks: each c_fc takes its GELU; four Linears a block and the LM head (no bias, no GELU)
-    assert r["patched"] == {"matmul": 9, "gelu": 2}
+    assert r["patched"] == {"matmul": 9, "gelu": 2} and r["in_matmul_epilogue"] == 2
+    assert "gelu (2 modules, 2 of them in matmul's epilogue)" in format_result(r)
 
 
 def test_a_model_the_trace_cannot_follow_is_patched_without_fusing(monkeypatch):
