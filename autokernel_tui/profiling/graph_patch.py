@@ -42,10 +42,12 @@ import torch.nn as nn
 
 try:  # inside autokernel-tui: the CLI prints these as one line
     from autokernel_tui.errors import AutokernelError as _Base
-    from autokernel_tui.profiling.patch import _load_module, epilogue_candidates, load_kernel, takes_activation
+    from autokernel_tui.profiling.patch import (_load_module, activation_of, epilogue_candidates, load_kernel,
+                                                takes_activation)
 except ImportError:  # inside an exported package, beside its copy of patch.py
     _Base = Exception
-    from ._patch import _load_module, epilogue_candidates, load_kernel, takes_activation  # type: ignore[no-redef]
+    from ._patch import (_load_module, activation_of, epilogue_candidates, load_kernel,  # type: ignore[no-redef]
+                         takes_activation)
 
 
 class GraphPatchError(_Base):
@@ -646,47 +648,52 @@ def covered_modules(model: nn.Module, inputs: tuple, kernels: dict[str, str | Pa
 
 def epilogue_pairs(model: nn.Module, inputs: tuple, kernels: dict[str, Callable],
                    skip: set[int] | None = None) -> dict[int, nn.Module]:
-    """{id of a Linear: the activation module that takes its output} where the matmul kernel in
-    ``kernels`` applies that activation in its epilogue (``patch.takes_activation``), for ``patch_model``'s
-    ``fuse``. A pair is only one whose data flow the trace shows: each module called once, the Linear's
-    output used by nothing but the activation, the activation using nothing else. So GPT-2's
-    ``act(c_fc(x))`` fuses, and ``act(h) + h`` or a module called twice does not. Modules in ``skip`` (a
-    generated chain's) stay out. A model the trace cannot follow has none."""
-    fn = kernels.get("matmul")
-    if fn is None or not takes_activation(fn):
+    """{id of a Linear: the module that takes its output alone, into one kernel of the two}, for
+    ``patch_model``'s ``fuse``: a GELU after a Linear with a bias where the matmul kernel in ``kernels``
+    applies it in its epilogue (``patch.takes_activation``), and a cross-entropy loss after a Linear
+    without one (an LM head) where ``kernels`` has a linear_cross_entropy kernel. A pair is only one whose
+    data flow the trace shows: each module called once, the Linear's output used by nothing but the
+    other module, which reads nothing else (a loss: and its targets). So GPT-2's ``act(c_fc(x))`` and
+    ``loss(lm_head(x), targets)`` pair, and ``act(h) + h``, logits also returned, or a module called
+    twice do not. Modules in ``skip`` (a generated chain's) stay out. A model the trace cannot follow has
+    none."""
+    gelu = "matmul" in kernels and takes_activation(kernels["matmul"])
+    loss = "linear_cross_entropy" in kernels
+    if not (gelu or loss):
         return {}
-    linears, acts = epilogue_candidates(model)
+    linears, takers = epilogue_candidates(model, activations=gelu, losses=loss)
     linears = [m for m in linears if id(m) not in (skip or set())]
-    acts = [m for m in acts if id(m) not in (skip or set())]
-    if not linears or not acts:
+    takers = [m for m in takers if id(m) not in (skip or set())]
+    if not linears or not takers:
         return {}
     try:
-        _, nodes, order, ranges = _probed_trace(model, inputs, linears + acts)
-    except GraphPatchError:  # a model make_fx cannot follow: its Linears and GELUs run apart, as before
+        _, nodes, order, ranges = _probed_trace(model, inputs, linears + takers)
+    except GraphPatchError:  # a model make_fx cannot follow: its modules run apart, as before
         return {}
     calls: dict[int, list[tuple[int, int]]] = {}
     for lo, hi, mid in ranges:
         calls.setdefault(mid, []).append((lo, hi))
     pairs: dict[int, nn.Module] = {}
-    for act in acts:
-        if len(calls.get(id(act), ())) != 1:
+    for taker in takers:
+        if len(calls.get(id(taker), ())) != 1:
             continue
-        lo_a, hi_a = calls[id(act)][0]
-        inner_a = set(nodes[lo_a + 1:hi_a])
-        feeds = {i for n in inner_a for i in n.all_input_nodes if i not in inner_a}
-        if len(feeds) != 1:
+        is_loss = activation_of(taker) is None
+        lo_t, hi_t = calls[id(taker)][0]
+        inner_t = set(nodes[lo_t + 1:hi_t])
+        feeds = {i for n in inner_t for i in n.all_input_nodes if i not in inner_t}
+        if len(feeds) != (2 if is_loss else 1):  # a loss reads the logits and the targets
             continue
-        (out,) = feeds
         for lin in linears:
-            if len(calls.get(id(lin), ())) != 1:
+            if len(calls.get(id(lin), ())) != 1 or (lin.bias is None) != is_loss:
                 continue
             lo_l, hi_l = calls[id(lin)][0]
-            if not lo_l < order[out] < hi_l:
-                continue
             inner_l = set(nodes[lo_l + 1:hi_l])
+            out = next((f for f in feeds if f in inner_l), None)
+            if out is None:
+                continue
             leaving = {n for n in inner_l if any(u not in inner_l for u in n.users)}
-            if leaving == {out} and all(u in inner_a for u in out.users if u not in inner_l):
-                pairs[id(lin)] = act
+            if leaving == {out} and all(u in inner_t for u in out.users if u not in inner_l):
+                pairs[id(lin)] = taker
             break
     return pairs
 

@@ -17,6 +17,8 @@ rotary             a module named ``Rotary`` taking (x[B,S,H,D], cos[S,D/2], sin
 softmax            ``nn.Softmax`` over the last dim
 cross_entropy      a module named ``CrossEntropy`` or a plain ``nn.CrossEntropyLoss``
 matmul             ``nn.Linear`` (kernel_fn(x[M,K], W^T[K,N], bias), or + bias where kernel_fn takes none)
+linear_cross_entropy  a Linear without bias whose output only such a loss takes (an LM head): found by
+                   a trace (``fuse``), the loss module runs kernel_fn(x, W, targets) on the head's input
 =================  ==========================================================
 
 Every replacement runs its kernel inside ``record_function("autokernel::<family>")`` so a
@@ -262,6 +264,8 @@ OP_SIGNATURES: dict[str, tuple[tuple[tuple[str, type], ...], Callable[..., torch
     "matmul+bias": ((("a", _T), ("b", _T), ("bias", _T)), lambda a, b, bias: a.new_empty(a.shape[0], b.shape[1])),
     "matmul+bias+activation": ((("a", _T), ("b", _T), ("bias", _T), ("activation", _S)),
                                lambda a, b, bias, activation: a.new_empty(a.shape[0], b.shape[1])),
+    # an LM head's input, its weight [V, K] as the Linear holds it, and the targets: the mean loss
+    "linear_cross_entropy": ((("x", _T), ("w", _T), ("targets", _T)), lambda x, w, targets: x.new_empty(())),
 }
 # family -> what its forward saves for its backward kernel, in order: OUTPUT (the forward's output itself),
 # or a fake of another tensor from the inputs (for a compiled graph). Attention: its output, and its float32
@@ -519,10 +523,19 @@ def activation_of(module: nn.Module) -> str | None:
     return _GELU_ACTIVATIONS.get(getattr(module, "approximate", None))
 
 
-def epilogue_candidates(model: nn.Module) -> tuple[list[nn.Module], list[nn.Module]]:
-    """(Linears with a bias, modules ``activation_of`` names) in ``model``, not yet replaced: what
+def loss_fits(module: nn.Module) -> bool:
+    """Whether ``module`` is a loss the linear_cross_entropy kernel computes (the cross_entropy site's,
+    with F.cross_entropy's ignore index of -100, which the kernel keeps)."""
+    return (not isinstance(module, _Patched) and SITES["cross_entropy"][0](module)
+            and getattr(module, "ignore_index", -100) == -100)
+
+
+def epilogue_candidates(model: nn.Module, activations: bool = True,
+                        losses: bool = False) -> tuple[list[nn.Module], list[nn.Module]]:
+    """(Linears, the modules that could take a Linear's output into a fused kernel: activations
+    ``activation_of`` names, losses ``loss_fits`` takes), not yet replaced: what
     ``graph_patch.epilogue_pairs`` looks for pairs among."""
-    linears, acts, seen = [], [], set()
+    linears, takers, seen = [], [], set()
     for parent in model.modules():
         if isinstance(parent, _Patched):
             continue
@@ -530,11 +543,11 @@ def epilogue_candidates(model: nn.Module) -> tuple[list[nn.Module], list[nn.Modu
             if id(child) in seen:
                 continue
             seen.add(id(child))
-            if isinstance(child, nn.Linear) and child.bias is not None:
+            if isinstance(child, nn.Linear):
                 linears.append(child)
-            elif activation_of(child) is not None:
-                acts.append(child)
-    return linears, acts
+            elif (activations and activation_of(child) is not None) or (losses and loss_fits(child)):
+                takers.append(child)
+    return linears, takers
 
 
 class LinearKernel(_Patched):
@@ -572,19 +585,35 @@ class LinearKernel(_Patched):
 
 
 class FusedAway(_Patched):
-    """An activation the Linear before it now applies in its kernel's epilogue: passes its input on."""
+    """A module whose work a neighbouring kernel now does, passing its input on: a GELU the Linear before
+    it applies in its matmul's epilogue, or an LM head's Linear whose logits the loss kernel after it
+    computes without writing them."""
     family = "fused"
 
-    def __init__(self, original: nn.Module, into: str):
+    def __init__(self, original: nn.Module, replaces: str, into: str, where: str):
         nn.Module.__init__(self)
-        self.original, self.into = original, into
+        self.original, self.replaces, self.into, self.where = original, replaces, into, where
         self.custom_op, self.trainable = False, False
 
     def forward(self, x):
         return x
 
     def extra_repr(self) -> str:
-        return f"in the epilogue of {self.into}"
+        return f"{self.replaces}, done by the {self.into} kernel of {self.where}"
+
+
+class LinearCrossEntropyKernel(_Patched):
+    """A loss module and the LM head before it in one kernel (``kernel_fn(x, w, targets)``): it takes the
+    head's input (the head, a ``FusedAway`` now, passes it on) and reads the head's weight in place."""
+    family = "linear_cross_entropy"
+
+    def __init__(self, original: nn.Module, head: nn.Linear, fn: Callable, custom_op: bool = False,
+                 backward: Backward | None = None):
+        super().__init__(original, fn, custom_op, backward)
+        self.head = [head]  # in a list: not a child, its weight stays where the model has it (tied or not)
+
+    def run(self, hidden, targets):
+        return self.fn(_rows(hidden), self.head[0].weight, targets.reshape(-1))
 
 
 def _is_silu(act) -> bool:
@@ -639,19 +668,22 @@ def patch_model(model: nn.Module, kernels: dict[str, Callable], families: list[s
     no gradient back, so train only with ``backwards`` given.
     ``skip``: ids of modules left as they are (a generated task's chain runs through them:
     ``graph_patch.covered_modules``).
-    ``fuse``: {id of a Linear: the activation module that takes its output alone}
-    (``graph_patch.epilogue_pairs``, from a trace): where the matmul kernel applies that activation,
-    the Linear's kernel does it in its epilogue and the activation module passes its input on (counted
-    under both families: a profile then finds the GELU's time gone and the matmul's grown).
+    ``fuse``: {id of a Linear: the module that takes its output alone} (``graph_patch.epilogue_pairs``,
+    from a trace). An activation: where the matmul kernel applies it, the Linear's kernel does so in
+    its epilogue and the activation module passes its input on. A loss: with a linear_cross_entropy
+    kernel, the loss module runs it on the Linear's input and the Linear passes that on (in training only
+    with that kernel's own backward kernel). A pair counts
+    under each family it replaces a module of (and the loss kernel's own), so a profile's families
+    before and after compare: the GELU's time gone and the matmul's grown, the LM head's matmul and
+    the cross-entropy gone into linear_cross_entropy.
     """
     unknown = [f for f in kernels if f not in SITES]
     wanted = [f for f in (families or list(kernels)) if f in kernels]
     counts = {f: 0 for f in wanted}
     counts.update({f: 0 for f in unknown})
-    if fuse and "matmul" in wanted and takes_activation(kernels["matmul"]):  # before the activations' own kernels
-        fused = _fuse_epilogues(model, kernels["matmul"], fuse, custom_ops, (backwards or {}).get("matmul"))
-        counts["matmul"] += fused
-        counts["gelu"] = counts.get("gelu", 0) + fused  # replaced too: their work is in the matmul's epilogue
+    if fuse:  # before each family's own modules: a fused pair is one kernel of the two
+        for family, n in _fuse(model, kernels, wanted, fuse, custom_ops, backwards or {}).items():
+            counts[family] = counts.get(family, 0) + n
     for family in wanted:
         if family not in SITES:
             continue
@@ -664,26 +696,55 @@ def patch_model(model: nn.Module, kernels: dict[str, Callable], families: list[s
     return counts
 
 
-def _fuse_epilogues(model: nn.Module, fn: Callable, fuse: dict[int, nn.Module], custom_ops: bool,
-                    backward: Backward | None) -> int:
-    """Each Linear in ``fuse`` replaced by its kernel with the activation in the epilogue, and the activation
-    module by a ``FusedAway``; returns the Linears replaced."""
+def _fuse(model: nn.Module, kernels: dict[str, Callable], wanted: list[str], fuse: dict[int, nn.Module],
+          custom_ops: bool, backwards: dict[str, Backward]) -> dict[str, int]:
+    """The pairs of ``fuse`` whose kernel is in ``wanted`` put in (``patch_model``'s ``fuse``); returns the
+    modules replaced per family."""
     places = {id(child): (parent, name) for parent in list(model.modules()) if not isinstance(parent, _Patched)
               for name, child in parent.named_children()}
-    done = 0
-    for lin_id, act in fuse.items():
-        if lin_id not in places or id(act) not in places or activation_of(act) is None:
+    gelu = "matmul" in wanted and takes_activation(kernels["matmul"])
+    # In training, only with a backward kernel: autograd through the reference would make the logits
+    # again (a second LM-head GEMM a step), which costs more than writing and reading them once.
+    lce_backward = backwards.get("linear_cross_entropy")
+    loss = "linear_cross_entropy" in wanted and (not backwards or (lce_backward is not None
+                                                                   and lce_backward.kernel is not None))
+    counts: dict[str, int] = {}
+    for lin_id, taker in fuse.items():
+        if lin_id not in places or id(taker) not in places:
             continue
         parent, name = places[lin_id]
         lin = getattr(parent, name)
+        taker_parent, taker_name = places[id(taker)]
         if isinstance(lin, _Patched):
             continue
-        act_parent, act_name = places[id(act)]
-        activation = activation_of(act)
-        setattr(parent, name, LinearKernel(lin, fn, custom_ops, backward, activation))
-        setattr(act_parent, act_name, FusedAway(act.original if isinstance(act, _Patched) else act, name))
-        done += 1
-    return done
+        activation = activation_of(taker)
+        if activation is not None and gelu and lin.bias is not None:
+            setattr(parent, name, LinearKernel(lin, kernels["matmul"], custom_ops, backwards.get("matmul"), activation))
+            setattr(taker_parent, taker_name,
+                    FusedAway(taker.original if isinstance(taker, _Patched) else taker, "gelu", "matmul", name))
+            done = ("matmul", "gelu")
+        elif loss_fits(taker) and loss and lin.bias is None:
+            setattr(taker_parent, taker_name, LinearCrossEntropyKernel(
+                taker, lin, kernels["linear_cross_entropy"], custom_ops, backwards.get("linear_cross_entropy")))
+            setattr(parent, name, FusedAway(lin, "matmul", "linear_cross_entropy", taker_name))
+            done = ("linear_cross_entropy", "matmul", "cross_entropy")
+        else:
+            continue
+        for family in done:
+            counts[family] = counts.get(family, 0) + 1
+    return counts
+
+
+def fused_counts(model: nn.Module) -> dict[str, dict[str, int]]:
+    """{family: {the kernel's family that now does its modules' work: how many}} in a patched model."""
+    out: dict[str, dict[str, int]] = {}
+    for m in model.modules():
+        pairs = [(m.replaces, m.into)] if isinstance(m, FusedAway) else \
+            [("cross_entropy", m.family)] if isinstance(m, LinearCrossEntropyKernel) else []
+        for replaces, into in pairs:
+            bucket = out.setdefault(replaces, {})
+            bucket[into] = bucket.get(into, 0) + 1
+    return out
 
 
 def unpatch_model(model: nn.Module) -> None:

@@ -279,14 +279,14 @@ def generated_kernel_names(kernels: dict[str, Path]) -> dict[str, str]:
     return out
 
 
-def in_epilogue(model) -> int:
-    """How many activation modules of ``model`` a Linear's matmul kernel now applies in its epilogue."""
-    from autokernel_tui.profiling.patch import FusedAway
+def _fused(model) -> dict[str, dict[str, int]]:
+    """``patch.fused_counts``: which families' modules a fused kernel now does, and how many."""
+    from autokernel_tui.profiling.patch import fused_counts
 
-    return sum(isinstance(m, FusedAway) for m in model.modules())
+    return fused_counts(model)
 
 
-# (model, matmul kernel, input signature) -> (the model, weakly; [(a Linear's name, its GELU's name)])
+# (model, the fusing kernels, input signature) -> (the model, weakly; [(a Linear's name, its taker's name)])
 _PAIRS: dict = {}
 
 
@@ -299,7 +299,7 @@ def _epilogue_pairs(original, m, inputs, fns: dict, skip: set[int]) -> dict:
 
     from autokernel_tui.profiling.graph_patch import epilogue_pairs
 
-    key = (id(original), id(fns.get("matmul")),
+    key = (id(original), id(fns.get("matmul")), id(fns.get("linear_cross_entropy")),
            tuple((tuple(x.shape), x.dtype) for x in inputs if isinstance(x, torch.Tensor)))
     held = _PAIRS.get(key)
     if held is None or held[0]() is not original:  # a weak reference: an id is reused once its model is gone
@@ -337,8 +337,10 @@ def patched_copy(original, kernels: dict[str, Path], families, inputs, custom_op
         skip = covered_modules(m, inputs, generated, patch_sites(m, families or list(starters))) \
             if generated else set()
         fns = load_kernels(starters)
-        # A Linear whose output only a GELU takes: the matmul kernel applies it in its epilogue
-        fuse = _epilogue_pairs(original, m, inputs, fns, skip) if not families or "matmul" in families else {}
+        # A Linear whose output only a GELU takes (the matmul kernel applies it in its epilogue), or only a
+        # loss (an LM head: the linear_cross_entropy kernel does both)
+        fused_families = {"matmul", "linear_cross_entropy"}
+        fuse = _epilogue_pairs(original, m, inputs, fns, skip) if not families or fused_families & set(families) else {}
         counts = patch_model(m, fns, families, custom_ops=custom_ops or bool(generated),
                              backwards=backwards, skip=skip, fuse=fuse)
     if generated:
@@ -484,7 +486,7 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
         "seq": bundle.seq, "mode": "forward" + (" with loss" if train else ""),
         "timing_meaningful": gpu, "timing_method": "CUDA events, interleaved, median" if gpu
         else "perf_counter on the CPU (Triton interpreter): not meaningful",
-        "patched": counts, "in_matmul_epilogue": in_epilogue(patched),
+        "patched": counts, "fused": _fused(patched),
         "unpatched_families": [f for f, n in counts.items() if not n],
         "no_kernel_yet": no_kernel, "left_out": getattr(patched, "left_out", {}), "correct": passed, "finite": finite, "rel_l2_vs_original": err, "tolerance": tol,
         "model_noise_rel_l2": noise,
@@ -818,9 +820,10 @@ def _site_word(r: dict, task: str) -> str:
     return "graph sites" if path and is_generated(path) else "modules"
 
 
-def _patched_words(r: dict, task: str, n: int) -> str:
-    fused = r.get("in_matmul_epilogue", 0) if task == "gelu" else 0
-    return f"{task} ({n} {_site_word(r, task)}" + (f", {fused} of them in matmul's epilogue)" if fused else ")")
+def _patched_words(r: dict, task: str, n: int, backward: str | None = None) -> str:
+    """``gelu (12 modules, 12 of them done by the matmul kernel)``, and ``; backward: ...`` where given."""
+    into = "".join(f", {k} of them done by the {kernel} kernel" for kernel, k in r.get("fused", {}).get(task, {}).items())
+    return f"{task} ({n} {_site_word(r, task)}{into}" + (f"; backward: {backward})" if backward else ")")
 
 
 def format_result(r: dict) -> str:
@@ -1019,7 +1022,7 @@ def verify_training(model: str, kernels: dict[str, Path], batch=None, seq=None, 
     return {
         "model": bundle.name, "device": prof_device(bundle.device), "dtype": dtype, "batch": bundle.batch,
         "seq": bundle.seq, "mode": "training step (forward + backward)", "timing_meaningful": gpu,
-        "patched": counts, "in_matmul_epilogue": in_epilogue(patched),
+        "patched": counts, "fused": _fused(patched),
         "unpatched_families": [f for f, n in counts.items() if not n],
         "kernels": {f: str(p) for f, p in kernels.items()},
         "backward": {**{f: ("its own backward kernel" if b.kernel is not None else "autograd through the reference")
@@ -1181,7 +1184,7 @@ def format_training(r: dict) -> str:
 
     lines = [f"verify --train {r['model']} on {r['device']}: {r['dtype']}, batch {r['batch']} x seq {r['seq']}, "
              f"{r['mode']}",
-             "patched: " + ", ".join(f"{f} ({n} {_site_word(r, f)}; backward: {r['backward'].get(f, 'none')})"
+             "patched: " + ", ".join(_patched_words(r, f, n, r["backward"].get(f, "none"))
                                      for f, n in r["patched"].items() if n)]
     lines += _left_out_lines(r)
     verdict = "PASS" if r["correct"] else "FAIL"

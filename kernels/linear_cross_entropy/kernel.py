@@ -126,8 +126,9 @@ def _num_sms(device) -> int:
 # Launch plans, decided once per input signature: (shapes, strides, dtype, device) -> _Plan. A call is a
 # key, one dict lookup, the allocations and the two launches; the plan is computed from the knobs above.
 _PLANS: dict = {}
-# made_under: the _knobs() it was computed under (see _knobs); splits: programs along the vocabulary
-_Plan = collections.namedtuple("_Plan", "made_under launch args meta splits merge merge_args merge_meta")
+# made_under: the _knobs() it was computed under (see _knobs); splits: programs along the vocabulary;
+# reduce: pass 2, bound
+_Plan = collections.namedtuple("_Plan", "made_under launch args meta splits reduce reduce_args reduce_meta")
 
 
 def _knobs() -> tuple:
@@ -171,5 +172,5 @@ def kernel_fn(x: torch.Tensor, w: torch.Tensor, targets: torch.Tensor) -> torch.
     part = torch.empty((p.splits, 3, x.shape[0]), dtype=torch.float32, device=x.device)
     out = torch.empty((), dtype=x.dtype, device=x.device)
     p.launch(x, w, targets, part, *p.args, **p.meta)
-    p.merge(part, targets, out, *p.merge_args, **p.merge_meta)
+    p.reduce(part, targets, out, *p.reduce_args, **p.reduce_meta)
     return out

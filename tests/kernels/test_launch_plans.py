@@ -27,6 +27,7 @@ CASES = {
     "swiglu": ("float32", {"M": 3, "N": 100}, {"M": 5, "N": 100}, ("BLOCK_SIZE", 128)),
     "rotary": ("float32", {"B": 1, "S": 5, "H": 3, "D": 16}, {"B": 1, "S": 7, "H": 3, "D": 16}, ("BLOCK_H", 2)),
     "cross_entropy": ("float32", {"M": 3, "V": 100}, {"M": 5, "V": 100}, ("BLOCK_V", 1024)),
+    "linear_cross_entropy": ("float32", {"M": 3, "V": 100, "K": 16}, {"M": 5, "V": 100, "K": 16}, ("FP32_BLOCK_V", 32)),
     "softmax": ("float16", {"M": 4, "N": 64}, {"M": 6, "N": 64}, ("NUM_WARPS", 2)),
     "layernorm": ("float16", {"M": 4, "N": 64}, {"M": 6, "N": 64}, ("NUM_WARPS", 2)),
     "rmsnorm": ("float16", {"M": 4, "N": 64}, {"M": 6, "N": 64}, ("NUM_WARPS", 2)),
