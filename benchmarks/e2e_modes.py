@@ -11,6 +11,8 @@ GPU (about 6 minutes on an H200, most of it compiling):
     PYTHONPATH=$PWD python3 benchmarks/e2e_modes.py --json $OUT/e2e_modes.json
 CPU smoke run (tiny models, Triton interpreter, eager modes only, numbers meaningless):
     TRITON_INTERPRET=1 python benchmarks/e2e_modes.py --quick
+``--loss``: each model's evaluation pass instead (targets in, its loss out, no gradients), where the LM
+head and its loss can run as one kernel (linear_cross_entropy).
 Prints one table per model last: each mode's median forward time, its speedup over eager and over
 torch.compile of the unpatched model, and whether its outputs match.
 """
@@ -56,6 +58,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="gpt2,llama")
     p.add_argument("--quick", action="store_true", help="tiny models on the CPU (path only)")
+    p.add_argument("--loss", action="store_true",
+                   help="each model's evaluation pass (targets in, its loss out, no gradients) instead of the "
+                        "forward alone: where an LM head's logits go only to the loss (linear_cross_entropy)")
     p.add_argument("--iters", type=int)
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args()
@@ -82,12 +87,13 @@ def main() -> int:
             try:
                 r = verify(zoo, kernel_paths(starters_dir(), tasks), batch=batch, seq=seq, dtype="bfloat16",
                            device="cuda" if gpu else "cpu", layers=layers, iters=args.iters, modes=modes,
-                           inspect=lambda name, m, inputs: kernel_table(m, inputs), select=True)
+                           inspect=lambda name, m, inputs: kernel_table(m, inputs), select=True, loss=args.loss)
             except Exception as exc:  # one failing set must not hide the others
                 r = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300], "where": where(exc, 12)}
             r["wall_s"] = time.time() - t1
-            out["runs"][f"{key}/{set_name}"] = r
-            print(f"{key}/{set_name}: {r.get('error') or r.get('ship_reason')} ({r['wall_s']:.0f} s)", flush=True)
+            out["runs"][f"{key}/{set_name}" + ("+loss" if args.loss else "")] = r
+            print(f"{key}/{set_name}{'+loss' if args.loss else ''}: {r.get('error') or r.get('ship_reason')} "
+                  f"({r['wall_s']:.0f} s)", flush=True)
             out["wall_s"] = time.time() - t0
             if args.json:  # after every run: a call cut short keeps what it finished
                 Path(args.json).write_text(json.dumps(out, indent=1, default=str), encoding="utf-8")

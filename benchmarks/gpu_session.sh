@@ -16,7 +16,8 @@
 #   gputests:  every GPU-marked test
 #   e2e:       GPT-2 small and LLaMA-style inference in every mode (eager, compile, CUDA graphs; each
 #              with and without the starters), the kernels chosen to ship, a per-kernel profile of each
-#              mode; `e2e bwd`: and the backward starters' gradient checks
+#              mode; `e2e bwd`: and the backward starters' gradient checks; `e2e loss`: their evaluation
+#              pass instead (the loss out: the LM head and its loss as one kernel)
 #   train:     `verify --train` of one model (gpt2 or llama) in every mode, a call of its own
 #   launch:    host us per call of every starter (backward: against autograd's backward alone) and its time in a CUDA graph (issues 21, 20),
 #              and the nine backward starters' gradient checks at full default shapes (issue 20)
@@ -55,7 +56,7 @@
 # without it the harness runs under Landlock alone there (run 15 did, unnoticed until its probe).
 # Usage on the device (carry .whl; for `speed` also .old; env DEADLINE=<epoch s> caps every step, TAG=<word>
 # names the part's tarball apart):
-#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | bwdcheck [TASKS] | launch [fwd] | e2e [bwd] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | trainmodel [vit|resnet|t5|convnext] | agreement [TASKS] | parallel [KS [COUNTS]] | convsweep [ONLY] | sweep TASK SHAPES KNOB=V,.. | mmws | normsweep | fasweep | trees DIRS [ROUNDS] | check [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
+#   bash benchmarks/gpu_session.sh sandbox | speed [N [after]] | starters [quick] | quality [SECONDS [TASKS]] | gputests [starters|other] | bwdcheck [TASKS] | launch [fwd] | e2e [bwd|loss] | train [gpt2|llama] | anyop | models [resnet|vit|t5|convnext] | trainmodel [vit|resnet|t5|convnext] | agreement [TASKS] | parallel [KS [COUNTS]] | convsweep [ONLY] | sweep TASK SHAPES KNOB=V,.. | mmws | normsweep | fasweep | trees DIRS [ROUNDS] | check [N] | aa [N [SECONDS]] | tunegen [MODEL [N]] | tunebwd [TASKS [N]] | kernelbench [LEVELS [N [ONLY]]]
 set -u
 part=${1:?a part: see the usage above}
 if [ -d .whl ] && [ ! -d .site ]; then
@@ -158,7 +159,11 @@ gputests)
     step gpu_tests 560 python3 -m pytest -m gpu "${where[@]}" --ignore=tests/serve -q -p no:cacheprovider -rfE
     ;;
 e2e)
-    step e2e_modes 300 python3 benchmarks/e2e_modes.py --json "$R/e2e_modes.json"
+    if [ "${2:-}" = loss ]; then  # the evaluation pass: the LM head and its loss as one kernel (linear_cross_entropy)
+        step e2e_loss 300 python3 benchmarks/e2e_modes.py --loss --json "$R/e2e_loss.json"
+    else
+        step e2e_modes 300 python3 benchmarks/e2e_modes.py --json "$R/e2e_modes.json"
+    fi
     if [ "${2:-}" = bwd ]; then  # and the nine backward starters' gradient checks at full shapes
         bwd=$(cd kernels && ls -d *_bwd | paste -sd, -)
         step bwd_check 300 python3 benchmarks/starters_check.py --tasks "$bwd" --json "$R/bwd_check.json"

@@ -16,6 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int)
     parser.add_argument("--seq", type=int)
     parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"])
+    parser.add_argument("--loss", action="store_true",
+                        help="inference with the model's loss (an evaluation pass: targets in, the loss out, no "
+                             "gradients) instead of the forward alone; the zoo's models")
     parser.add_argument("--train", action="store_true",
                         help="a training step (forward + backward) instead of inference: the loss and every "
                              "parameter's gradient checked, the step timed")
@@ -54,7 +57,7 @@ def main(args: argparse.Namespace) -> int:
     # The progress bar goes straight to the terminal; the profiler's native chatter on fd 2 is filtered.
     with terminal_stderr() as err, Progress(f"verify {model}", stream=err) as progress, filtered_stderr():
         result = verify(model, kernels, batch=pick(args.batch, "batch"), seq=pick(args.seq, "seq"),
-                        dtype=pick(args.dtype, "dtype"), device=args.device, train=args.train,
+                        dtype=pick(args.dtype, "dtype"), device=args.device, train=args.train, loss=args.loss,
                         layers=pick(args.layers, "layers"), iters=args.iters, progress=progress,
                         select=not args.no_select,
                         modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()) if args.modes else None)

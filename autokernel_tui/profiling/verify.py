@@ -355,10 +355,12 @@ def patched_copy(original, kernels: dict[str, Path], families, inputs, custom_op
 def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=None, device="auto", train=False,
            layers=None, iters: int | None = None, warmup: int | None = None, families: list[str] | None = None,
            profile_steps: int | None = None, modes: tuple[str, ...] | None = None, progress=None,
-           inspect=None, select: bool = False) -> dict:
+           inspect=None, select: bool = False, loss: bool = False) -> dict:
     """Patch ``kernels`` ({family: kernel.py}) into ``model`` and compare it with the original, in
     each of ``modes`` (default: every mode of ``MODES`` on a GPU, eager with and without on the CPU).
     ``select``: then, in the fastest mode's setting, which kernels to ship (``select_kernels``).
+    ``loss``: the forward with its loss and no gradients (an evaluation pass: a language model's
+    targets in, its loss out) instead of the forward alone.
 
     ``progress(stage, done, total, left_s)`` (``autokernel_tui.progress``) hears what runs and an
     estimate of the time left, from the measured cost of one forward pass of each model."""
@@ -380,7 +382,8 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
                                progress=progress)
     dtype = default_dtype(dtype, device)
     say("loading the model")
-    bundle = load_model(model, batch=batch, seq=seq, dtype=dtype, device=device, train=train, layers=layers)
+    bundle = load_model(model, batch=batch, seq=seq, dtype=dtype, device=device, train=train, layers=layers,
+                        loss=loss)
     gpu = bundle.device.startswith("cuda")
     iters = iters or (30 if gpu else 3)
     warmup = warmup if warmup is not None else (5 if gpu else 1)
@@ -483,7 +486,7 @@ def verify(model: str, kernels: dict[str, Path], batch=None, seq=None, dtype=Non
         compared["ship_reason"] = _selection_reason(compared["selection"]) or compared["ship_reason"]
     return {
         "model": bundle.name, "device": prof_device(bundle.device), "dtype": dtype, "batch": bundle.batch,
-        "seq": bundle.seq, "mode": "forward" + (" with loss" if train else ""),
+        "seq": bundle.seq, "mode": "forward" + (" with its loss (an evaluation pass)" if loss else ""),
         "timing_meaningful": gpu, "timing_method": "CUDA events, interleaved, median" if gpu
         else "perf_counter on the CPU (Triton interpreter): not meaningful",
         "patched": counts, "fused": _fused(patched),

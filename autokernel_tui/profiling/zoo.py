@@ -545,16 +545,22 @@ def torch_dtype(name: str):
 
 
 def load_model(spec: str, batch: int | None = None, seq: int | None = None, dtype: str = "bfloat16",
-               device: str = "auto", train: bool = False, layers: int | None = None, seed: int = 0) -> ModelBundle:
-    """Build the model named by ``spec`` with random weights, and example inputs for it."""
+               device: str = "auto", train: bool = False, layers: int | None = None, seed: int = 0,
+               loss: bool = False) -> ModelBundle:
+    """Build the model named by ``spec`` with random weights, and example inputs for it. ``loss``: in
+    inference, the inputs a training step takes (a language model's targets too), so the forward
+    returns its loss: an evaluation pass."""
     import torch
 
     device = resolve_device(device)
     tdtype = torch_dtype(dtype)
     torch.manual_seed(seed)
+    if loss and not train and spec not in ZOO:
+        raise ModelError(f"{spec}: an evaluation pass with its loss is for the zoo's models "
+                         f"({', '.join(zoo_names())}); yours: --train, or a model that returns its loss")
     try:
         if spec in ZOO:
-            bundle = _zoo(spec, batch, seq, device, train, layers)
+            bundle = _zoo(spec, batch, seq, device, train or loss, layers)
         elif spec.startswith("hf:"):
             bundle = _hf(spec[3:], batch or 2, seq or 128, device, train)
         else:

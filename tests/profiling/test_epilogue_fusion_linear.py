@@ -278,3 +278,23 @@ def test_the_exported_package_runs_an_eval_loss_as_one_kernel_without_autokernel
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert res.returncode == 0, res.stdout + res.stderr[-2000:]
     assert "False" in res.stdout
+
+
+def test_verify_loss_runs_gpt2s_head_and_loss_as_one_kernel_on_the_cli(tmp_path, capsys):
+    # verify --loss: GPT-2's evaluation pass (targets in, the loss out, no gradients), where the head's
+    # logits go only to the loss. Through the real CLI, with the JSON it writes.
+    import json
+
+    from autokernel_tui.cli import main as cli_main
+
+    out = tmp_path / "verify.json"
+    rc = cli_main(["verify", "--kernels", str(STARTERS), "--tasks", "linear_cross_entropy,cross_entropy",
+                   "--model", "gpt2-tiny", "--loss", "--dtype", "float32", "--device", "cpu", "--iters", "1",
+                   "--modes", "eager,eager+kernels", "--no-select", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    r = json.loads(out.read_text())
+    assert r["correct"] and r["mode"] == "forward with its loss (an evaluation pass)"
+    assert r["patched"] == {"linear_cross_entropy": 1, "cross_entropy": 1, "matmul": 1}
+    assert "cross_entropy (1 modules, 1 of them done by the linear_cross_entropy kernel)" in text
+    assert "matmul (1 modules, 1 of them done by the linear_cross_entropy kernel)" in text
