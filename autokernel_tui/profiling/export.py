@@ -61,13 +61,14 @@ def patch(model, families=None, custom_ops=False, train=True, example_inputs=Non
     ``train``: each kernel differentiable (its backward kernel, else autograd through its task's
     reference), so the patched model trains; ``train=False`` for inference only, where a patched
     module passes no gradient back.
-    ``example_inputs``: one call's inputs; with them a Linear whose output only a GELU takes (found by
-    one trace of the model) runs that GELU in its matmul kernel's epilogue.
+    ``example_inputs``: one call's inputs; with them one trace of the model finds each Linear whose
+    output only one module takes: a GELU then runs in the Linear's matmul kernel's epilogue, and a
+    cross-entropy loss after an LM head (with ``train=False``) runs as one linear_cross_entropy kernel.
     """
     _patch.use_interpreter_if_no_gpu(next((p.device.type for p in model.parameters()), "auto"))
     fns = _patch.load_kernels({{f: _HERE / rel for f, rel in KERNELS.items()}})
     fuse = None
-    if example_inputs is not None and (not families or "matmul" in families):
+    if example_inputs is not None and (not families or {{"matmul", "linear_cross_entropy"}} & set(families)):
         fuse = _graph_patch.epilogue_pairs(model, tuple(example_inputs), fns)
     return _patch.patch_model(model, fns, families, custom_ops=custom_ops, backwards=_backwards() if train else None,
                               fuse=fuse)

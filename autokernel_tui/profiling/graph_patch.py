@@ -667,7 +667,7 @@ def epilogue_pairs(model: nn.Module, inputs: tuple, kernels: dict[str, Callable]
     if not linears or not takers:
         return {}
     try:
-        _, nodes, order, ranges = _probed_trace(model, inputs, linears + takers)
+        _, nodes, _, ranges = _probed_trace(model, inputs, linears + takers)
     except GraphPatchError:  # a model make_fx cannot follow: its modules run apart, as before
         return {}
     calls: dict[int, list[tuple[int, int]]] = {}

@@ -1075,7 +1075,6 @@ def _build_train_mode(original, kernels: dict, families, backwards: dict, compil
     is), compiled in ``compile_mode`` (None: eager), warmed up, its step checked: (model or None, result)."""
     import torch
 
-    m = copy.deepcopy(original)
     if kernels and split_generated(kernels)[1]:
         try:
             m, _ = patched_copy(original, kernels, families, inputs, custom_ops=compile_mode is not None,
@@ -1085,6 +1084,8 @@ def _build_train_mode(original, kernels: dict, families, backwards: dict, compil
     elif kernels:
         m, _ = patched_copy(original, kernels, families, inputs, custom_ops=compile_mode is not None,
                             backwards=backwards)
+    else:
+        m = copy.deepcopy(original)
     if compile_mode is not None:
         allow_recompiles()
         m = torch.compile(m, mode=compile_mode, dynamic=False)
