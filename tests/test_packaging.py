@@ -24,7 +24,7 @@ def test_wheel_ships_every_starter_and_finds_them(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(site)], cwd=tmp_path, capture_output=True,
                          text=True, check=True).stdout.splitlines()
     assert Path(out[0]) == site / "autokernel_tui" / "kernels"
-    assert out[1].split(",") == shipped and len(shipped) == 19  # ten forward starters, nine backward (*_bwd)
+    assert out[1].split(",") == shipped and len(shipped) == 20  # eleven forward starters, nine backward (*_bwd)
     # A <task>_bwd's reference.py is a link to its forward's in the repository, content in the wheel.
     linked = sorted((REPO / "kernels").glob("*_bwd/reference.py"))
     assert len(linked) == 9
