@@ -230,3 +230,28 @@ def test_git_processes_run_in_their_own_session(tmp_path):
         assert os.getsid(helper.proc.pid) == helper.proc.pid != os.getsid(0)
     sid = rr.wt.git.execute(["sh", "-c", "ps -o sid= -p $$"]).strip()  # every command goes through execute
     assert int(sid) != os.getsid(0)
+
+
+def test_a_git_command_killed_by_a_signal_is_run_again_only_where_that_is_harmless(tmp_path, monkeypatch):
+    # CI once saw `commit-tree` die of SIGHUP (status -1) as its terminal closed, and the experiment
+    # was lost. Object writes and reads run once more; a ref update (compare-and-swap) never does.
+    import git as gitpython
+
+    ws = init_workspace(tmp_path / "ws", tasks=["rmsnorm"])
+    rr = RunRepo(ws, "t")
+    rr.create()
+    real = rr.wt.git.execute
+    killed = []
+
+    def once_killed(command, *args, **kwargs):
+        verb = next(c for c in command[1:] if not c.startswith("-") and "=" not in c)
+        if verb in ("commit-tree", "update-ref") and verb not in killed:
+            killed.append(verb)
+            raise gitpython.GitCommandError(command, -1, b"", b"")
+        return real(command, *args, **kwargs)
+
+    monkeypatch.setattr(rr.wt.git, "execute", once_killed)
+    with pytest.raises(gitpython.GitCommandError):  # commit-tree retried, then update-ref killed: raised
+        rr.commit_candidate(1, "rmsnorm", (rr.task_dir("rmsnorm") / "kernel.py").read_text() + "# x\n",
+                            message(1, "x", {"Autokernel-Task": "rmsnorm"}))
+    assert killed == ["commit-tree", "update-ref"]
