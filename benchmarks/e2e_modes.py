@@ -91,9 +91,9 @@ def main() -> int:
             except Exception as exc:  # one failing set must not hide the others
                 r = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300], "where": where(exc, 12)}
             r["wall_s"] = time.time() - t1
-            out["runs"][f"{key}/{set_name}" + ("+loss" if args.loss else "")] = r
-            print(f"{key}/{set_name}{'+loss' if args.loss else ''}: {r.get('error') or r.get('ship_reason')} "
-                  f"({r['wall_s']:.0f} s)", flush=True)
+            run = f"{key}/{set_name}" + ("+loss" if args.loss else "")
+            out["runs"][run] = r
+            print(f"{run}: {r.get('error') or r.get('ship_reason')} ({r['wall_s']:.0f} s)", flush=True)
             out["wall_s"] = time.time() - t0
             if args.json:  # after every run: a call cut short keeps what it finished
                 Path(args.json).write_text(json.dumps(out, indent=1, default=str), encoding="utf-8")

@@ -673,28 +673,28 @@ def epilogue_pairs(model: nn.Module, inputs: tuple, kernels: dict[str, Callable]
     calls: dict[int, list[tuple[int, int]]] = {}
     for lo, hi, mid in ranges:
         calls.setdefault(mid, []).append((lo, hi))
+    # The nodes inside each module's one call (a module called more than once pairs with nothing), and
+    # which Linear made each node inside one
+    inner = {id(m): set(nodes[calls[id(m)][0][0] + 1:calls[id(m)][0][1]]) for m in linears + takers
+             if len(calls.get(id(m), ())) == 1}
+    made_by = {n: lin for lin in linears if id(lin) in inner for n in inner[id(lin)]}
     pairs: dict[int, nn.Module] = {}
     for taker in takers:
-        if len(calls.get(id(taker), ())) != 1:
+        if id(taker) not in inner:
             continue
         is_loss = activation_of(taker) is None
-        lo_t, hi_t = calls[id(taker)][0]
-        inner_t = set(nodes[lo_t + 1:hi_t])
+        inner_t = inner[id(taker)]
         feeds = {i for n in inner_t for i in n.all_input_nodes if i not in inner_t}
         if len(feeds) != (2 if is_loss else 1):  # a loss reads the logits and the targets
             continue
-        for lin in linears:
-            if len(calls.get(id(lin), ())) != 1 or (lin.bias is None) != is_loss:
-                continue
-            lo_l, hi_l = calls[id(lin)][0]
-            inner_l = set(nodes[lo_l + 1:hi_l])
-            out = next((f for f in feeds if f in inner_l), None)
-            if out is None:
-                continue
-            leaving = {n for n in inner_l if any(u not in inner_l for u in n.users)}
-            if leaving == {out} and all(u in inner_t for u in out.users if u not in inner_l):
-                pairs[id(lin)] = taker
-            break
+        out = next((f for f in feeds if f in made_by), None)
+        lin = made_by.get(out)
+        if lin is None or (lin.bias is None) != is_loss:  # a GELU follows a Linear with a bias, a loss one without
+            continue
+        inner_l = inner[id(lin)]
+        leaving = {n for n in inner_l if any(u not in inner_l for u in n.users)}
+        if leaving == {out} and all(u in inner_t for u in out.users if u not in inner_l):
+            pairs[id(lin)] = taker
     return pairs
 
 

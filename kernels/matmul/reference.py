@@ -85,15 +85,12 @@ def _bias(inputs, g):
     return a, b, _new_bias(a, b, g), *rest[1:]
 
 
-def _bias_gelu(inputs, g):
-    a, b, *_ = inputs
-    return a, b, _new_bias(a, b, g), "gelu"
-
-
-def _bias_gelu_tanh(inputs, g):
-    a, b, *_ = inputs
-    return a, b, _new_bias(a, b, g), "gelu_tanh"
+def _bias_then(activation: str):
+    def transform(inputs, g):
+        a, b, *_ = inputs
+        return a, b, _new_bias(a, b, g), activation
+    return transform
 
 
 ADVERSARIAL = {"positive": _positive, "row_scales": _row_scales, "weight_layout": _weight_layout, "bias": _bias,
-               "bias_gelu": _bias_gelu, "bias_gelu_tanh": _bias_gelu_tanh}
+               "bias_gelu": _bias_then("gelu"), "bias_gelu_tanh": _bias_then("gelu_tanh")}
